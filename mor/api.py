@@ -1,0 +1,103 @@
+"""The public Python API: mor_sql() and explain()."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.catalog import Catalog, load_catalog
+
+from planner.errors import MorError, TableNotFoundError
+from planner.explain import explain_text
+from planner.nodes import Plan
+from planner.planning import attach_files
+from planner.sources import PathMap, Resolver
+from planner.sql import build_plan
+from rules import LOGICAL_RULES, MOR_RULES, TraceStep, optimize
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+DEFAULT_CATALOG_NAME = "mor"
+
+
+def warehouse_dir(warehouse: str | None = None) -> str:
+    return os.path.abspath(warehouse or os.environ.get("MOR_WAREHOUSE") or "warehouse")
+
+
+def default_catalog(warehouse: str | None = None) -> Catalog:
+    """The embedded catalog: SQLite at <warehouse>/catalog.db, created on first use."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    wh = warehouse_dir(warehouse)
+    os.makedirs(wh, exist_ok=True)
+    return SqlCatalog(
+        DEFAULT_CATALOG_NAME,
+        uri=f"sqlite:///{os.path.join(wh, 'catalog.db')}",
+        warehouse=f"file://{wh}",
+    )
+
+
+def resolve_catalog(catalog: Catalog | str | None, warehouse: str | None = None) -> Catalog:
+    if catalog is None:
+        return default_catalog(warehouse)
+    if isinstance(catalog, str):
+        try:
+            return load_catalog(catalog)
+        except Exception as e:  # noqa: BLE001 - pyiceberg raises several kinds here
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise TableNotFoundError(f"unknown catalog {catalog!r}: {first}") from e
+    if isinstance(catalog, Catalog):
+        return catalog
+    raise MorError(f"catalog must be a pyiceberg Catalog, a catalog name or None, not {catalog!r}")
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A query planned end to end, JVM-free: the logical plan, the optimized one, the trace."""
+
+    logical: Plan
+    optimized: Plan
+    trace: tuple[TraceStep, ...]
+
+
+def plan_query(
+    sql: Any, *, catalog: Catalog | str | None = None, path_map: dict[str, str] | None = None,
+    warehouse: str | None = None,
+) -> Planned:
+    resolver = Resolver(resolve_catalog(catalog, warehouse), PathMap.of(path_map))
+    logical = build_plan(sql, resolver)
+    plan, trace1 = optimize(logical, LOGICAL_RULES)
+    planned = attach_files(plan, resolver)
+    step = TraceStep("plan_files (scan planning)", planned is not plan, planned)
+    optimized, trace2 = optimize(planned, MOR_RULES)
+    return Planned(logical, optimized, tuple(trace1 + [step] + trace2))
+
+
+def mor_sql(
+    sql: str,
+    *,
+    catalog: Catalog | str | None = None,
+    spark: SparkSession | None = None,
+    path_map: dict[str, str] | None = None,
+) -> DataFrame:
+    """Run one SELECT over Iceberg tables; returns a lazy DataFrame of exactly the live rows."""
+    from physical import local_session, prepare_session, to_dataframe
+
+    planned = plan_query(sql, catalog=catalog, path_map=path_map)
+    session = prepare_session(spark) if spark is not None else local_session()
+    return to_dataframe(planned.optimized, session)
+
+
+def explain(
+    sql: str,
+    *,
+    catalog: Catalog | str | None = None,
+    path_map: dict[str, str] | None = None,
+    verbose: bool = False,
+) -> str:
+    """The merge-on-read plan of `sql`. Reads metadata only: starts no JVM, reads no data file."""
+    planned = plan_query(sql, catalog=catalog, path_map=path_map)
+    trace = [(t.rule, t.changed, t.plan) for t in planned.trace] if verbose else None
+    return explain_text(planned.optimized, trace)

@@ -1,0 +1,173 @@
+"""Reading Iceberg data and delete files with Spark's vectorized Parquet reader.
+
+Columns are read by Parquet field id (`spark.sql.parquet.fieldId.read.enabled`), so renamed,
+reordered and later-added columns read correctly. Position deletes are applied inside the scan:
+the rows at deleted positions (`_metadata.row_index`) are removed before anything else sees them.
+Per-file values ($data_seq, $partition) come from a small broadcast table keyed by the path
+Spark reports; a row whose file is not in that table stops the query rather than vanishing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from physical.paths import SparkPaths
+from physical.types import field, spark_type
+from planner.errors import DataFileError
+from planner.nodes import (
+    DATA_SEQ,
+    DEL_PART,
+    DEL_SEQ,
+    PART,
+    DataTask,
+    DeleteTask,
+    EqDeleteScan,
+    IcebergScan,
+    ReadField,
+)
+
+PATH = "$path"
+POS = "$pos"
+FILE_ID = "$file_id"
+
+
+def _read_schema(fields: Sequence[ReadField], where: str) -> T.StructType:
+    """Top-level fields named f<id>; nested reads merge into their top-level struct."""
+    top: dict[int, T.StructField] = {}
+    order: list[int] = []
+    for rf in fields:
+        dtype = spark_type(rf.type_str, where)
+        node = field(f"f{rf.field_id}", rf.field_id, dtype)
+        for name, fid in reversed(rf.path):
+            node = field(f"f{fid}", fid, T.StructType([node]))
+        tid = rf.path[0][1] if rf.path else rf.field_id
+        if tid in top:
+            node = _merge(top[tid], node)
+        else:
+            order.append(tid)
+        top[tid] = node
+    return T.StructType([top[i] for i in order])
+
+
+def _merge(a: T.StructField, b: T.StructField) -> T.StructField:
+    if not (isinstance(a.dataType, T.StructType) and isinstance(b.dataType, T.StructType)):
+        return a  # a whole field already covers the nested one
+    kids = {f.name: f for f in a.dataType.fields}
+    for f in b.dataType.fields:
+        kids[f.name] = _merge(kids[f.name], f) if f.name in kids else f
+    return T.StructField(a.name, T.StructType(list(kids.values())), True, a.metadata)
+
+
+def _column(rf: ReadField) -> Column:
+    c = F.col(f"`f{rf.path[0][1]}`") if rf.path else F.col(f"`f{rf.field_id}`")
+    for _, fid in rf.path[1:]:
+        c = c.getField(f"f{fid}")
+    if rf.path:
+        c = c.getField(f"f{rf.field_id}")
+    return c.alias(rf.col.name)
+
+
+def _read(spark: SparkSession, schema: T.StructType, paths: list[str], what: str) -> DataFrame:
+    try:
+        return spark.read.schema(schema).parquet(*paths)
+    except Exception as e:  # noqa: BLE001 - AnalysisException for a missing path, etc.
+        raise DataFileError(f"cannot read {what}: {_first_line(e)}") from e
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def _file_table(
+    spark: SparkSession, rows: list[tuple[str, int, int, int]], names: tuple[str, str, str]
+) -> DataFrame:
+    schema = T.StructType(
+        [T.StructField(PATH, T.StringType(), False)]
+        + [T.StructField(n, T.LongType() if n != names[0] else T.IntegerType(), False) for n in names]
+    )
+    return F.broadcast(spark.createDataFrame(rows, schema))
+
+
+def _guard(c: str, what: str) -> Column:
+    """The column itself, or a query failure when a row came from a file not in the plan."""
+    msg = f"mor: a row of {what} came from a file the plan does not list"
+    return F.coalesce(F.col(f"`{c}`"), F.raise_error(F.lit(msg))).alias(c)
+
+
+def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> DataFrame:
+    tasks = scan.data_files()
+    out_cols = [f.col.name for f in scan.fields]
+    if not tasks:
+        empty = T.StructType(
+            [T.StructField(f.col.name, spark_type(f.type_str, scan.table)) for f in scan.fields]
+            + [T.StructField(m, T.LongType()) for m in scan.meta]
+        )
+        return spark.createDataFrame([], empty)
+    schema = _read_schema(scan.fields, f"table {scan.table}")
+    df = _read(spark, schema, [t.read_path for t in tasks], f"data files of {scan.table}")
+    deletes = {d.file_id: d for d in scan.files.deletes} if scan.files else {}
+    need_pos = any(t.pos_deletes for t in tasks)
+    need_ids = need_pos or bool(scan.meta)
+    cols = [_column(f) for f in scan.fields]
+    if need_ids:
+        cols += [F.col("_metadata.file_path").alias(PATH), F.col("_metadata.row_index").alias(POS)]
+    df = df.select(*cols)
+    if scan.pushed:
+        df = df.where(F.expr(" AND ".join(f"({e.sql})" for e in scan.pushed)))
+    if not need_ids:
+        return df
+    rows = [(paths(t.read_path), t.file_id, t.data_seq, t.partition_id) for t in tasks]
+    df = df.join(_file_table(spark, rows, (FILE_ID, DATA_SEQ, PART)), PATH, "left")
+    df = df.select(*out_cols, POS, _guard(FILE_ID, scan.table), DATA_SEQ, PART)
+    if need_pos:
+        df = df.join(_positions(spark, tasks, deletes, paths, scan.table), [FILE_ID, POS], "left_anti")
+    return df.select(*out_cols, *scan.meta)
+
+
+def _positions(
+    spark: SparkSession,
+    tasks: Sequence[DataTask],
+    deletes: dict[int, DeleteTask],
+    paths: SparkPaths,
+    table: str,
+) -> DataFrame:
+    """(file id, position) of every deleted row of these data files."""
+    used = sorted({p for t in tasks for p in t.pos_deletes})
+    schema = T.StructType(
+        [T.StructField("file_path", T.StringType()), T.StructField("pos", T.LongType())]
+    )  # no field ids: the spec fixes these names
+    pdf = _read(spark, schema, [deletes[i].read_path for i in used], f"position deletes of {table}")
+    pdf = pdf.select("file_path", "pos", F.col("_metadata.file_path").alias("$dpath"))
+    pairs = [
+        (paths(deletes[p].read_path), t.path, t.file_id) for t in tasks for p in t.pos_deletes
+    ]
+    ptab = F.broadcast(
+        spark.createDataFrame(
+            pairs,
+            T.StructType(
+                [
+                    T.StructField("$dpath", T.StringType(), False),
+                    T.StructField("$recorded", T.StringType(), False),
+                    T.StructField(FILE_ID, T.IntegerType(), False),
+                ]
+            ),
+        )
+    )
+    # match on the data file path exactly as recorded, never a mapped one
+    cond = (pdf["$dpath"] == ptab["$dpath"]) & (pdf["file_path"] == ptab["$recorded"])
+    return pdf.join(ptab, cond, "inner").select(F.col(FILE_ID), F.col("pos").alias(POS))
+
+
+def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) -> DataFrame:
+    schema = _read_schema(node.keys, f"equality deletes of {node.table}")
+    key_names = [k.col.name for k in node.keys]
+    df = _read(spark, schema, [f.read_path for f in node.files], f"equality deletes of {node.table}")
+    df = df.select(*[_column(k) for k in node.keys], F.col("_metadata.file_path").alias(PATH))
+    rows = [(paths(f.read_path), f.file_id, f.data_seq, f.partition_id) for f in node.files]
+    df = df.join(_file_table(spark, rows, ("$del_file", DEL_SEQ, DEL_PART)), PATH, "left")
+    return df.select(*key_names, _guard(DEL_SEQ, f"equality deletes of {node.table}"), DEL_PART)

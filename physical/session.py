@@ -1,0 +1,36 @@
+"""Spark session set-up: a local default, and the one setting every session needs."""
+
+from __future__ import annotations
+
+import os
+
+from pyspark.sql import SparkSession
+
+FIELD_ID_CONF = "spark.sql.parquet.fieldId.read.enabled"
+
+
+def prepare_session(spark: SparkSession) -> SparkSession:
+    """Read Parquet columns by field id (a runtime SQL setting, so it works on any session)."""
+    if spark.conf.get(FIELD_ID_CONF, "false") != "true":
+        spark.conf.set(FIELD_ID_CONF, "true")
+    return spark
+
+
+def local_session() -> SparkSession:
+    """The active session if there is one, else a local session with quiet, sensible defaults."""
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return prepare_session(active)
+    builder = (
+        SparkSession.builder.master(os.environ.get("MOR_SPARK_MASTER", "local[*]"))
+        .appName("mor")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", os.environ.get("MOR_SHUFFLE_PARTITIONS", "8"))
+        .config("spark.driver.memory", os.environ.get("MOR_DRIVER_MEMORY", "4g"))
+        .config("spark.sql.session.timeZone", os.environ.get("MOR_TIMEZONE", "UTC"))
+        .config(FIELD_ID_CONF, "true")
+    )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("MOR_SPARK_LOG_LEVEL", "ERROR"))
+    return spark

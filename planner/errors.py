@@ -1,0 +1,41 @@
+"""Errors the user sees: one line each, naming what is wrong and where."""
+
+from __future__ import annotations
+
+
+class MorError(Exception):
+    """Base class: a problem with the user's query, table or data (exit code 1)."""
+
+    exit_code = 1
+
+
+class SqlSyntaxError(MorError):
+    def __init__(self, message: str, line: int | None = None, col: int | None = None) -> None:
+        where = f" at line {line}, column {col}" if line is not None else ""
+        super().__init__(f"SQL syntax error{where}: {message}")
+        self.line = line
+        self.col = col
+
+
+class NotAQueryError(MorError):
+    """The statement would write, or is not a SELECT: the product only reads."""
+
+
+class TableNotFoundError(MorError):
+    pass
+
+
+class ColumnNotFoundError(MorError):
+    pass
+
+
+class UnsupportedError(MorError):
+    """A SQL construct or a table feature that mor refuses rather than reading around it."""
+
+
+class DataFileError(MorError):
+    """A data or delete file is missing or unreadable."""
+
+
+class MetadataError(MorError):
+    """Table metadata is missing, unreadable or inconsistent."""

@@ -1,0 +1,198 @@
+"""EXPLAIN text: deterministic, one node per line, then per-scan details and pruning."""
+
+from __future__ import annotations
+
+from planner.nodes import (
+    Aggregate,
+    AntiJoin,
+    Distinct,
+    EqDeleteScan,
+    Filter,
+    IcebergScan,
+    Join,
+    Limit,
+    Plan,
+    Project,
+    SetOp,
+    Sort,
+    Union,
+)
+
+
+def _n(x: int) -> str:
+    for unit, size in (("M", 1_000_000), ("K", 1_000)):
+        if x >= size:
+            v = x / size
+            return f"{v:.1f}{unit}" if v < 100 else f"{v:.0f}{unit}"
+    return str(x)
+
+
+def _ids(s: frozenset[int]) -> str:
+    return "{" + ",".join(str(i) for i in sorted(s)) + "}"
+
+
+def _rows(node: Plan) -> int | None:
+    match node:
+        case IcebergScan():
+            return node.rows_estimate() if node.files is not None else None
+        case EqDeleteScan():
+            return None
+        case Union(inputs=inputs):
+            vals = [_rows(i) for i in inputs]
+            return None if any(v is None for v in vals) else sum(v for v in vals if v is not None)
+        case AntiJoin(left=left) | Filter(child=left) | Project(child=left) | Sort(child=left):
+            return _rows(left)
+        case Distinct(child=c):
+            return _rows(c)
+        case Limit(child=c, limit=n):
+            r = _rows(c)
+            return r if n is None or r is None else min(r, n)
+    return None
+
+
+def _label(node: Plan) -> str:
+    match node:
+        case IcebergScan():
+            b = f" branch={node.branch[0]}/{node.branch[1]}" if node.branch else ""
+            eq = ""
+            if node.branch:
+                eq = " eq_sets=[" + ", ".join(_ids(s) for s in node.eq_sets) + "]"
+            return f"{node.table}{b}{eq}"
+        case EqDeleteScan():
+            return f"{node.table} eq_set={_ids(node.eq_set)}  rows={_n(node.rows())}"
+        case AntiJoin():
+            on = ", ".join(k.col.label for k in node.right.keys) if isinstance(
+                node.right, EqDeleteScan) else ", ".join(r for _, r in node.keys)
+            scope = "partition+global"
+            if isinstance(node.right, EqDeleteScan):
+                parts = {f.partition_id < 0 for f in node.right.files}
+                scope = {frozenset({True}): "global", frozenset({False}): "partition"}.get(
+                    frozenset(parts), "partition+global")
+            return (f"eq_set={_ids(node.eq_set)} on=[{on}] null_safe scope={scope} "
+                    f"guard=data_seq<del_seq")
+        case Union():
+            return f"branches={len(node.inputs)}"
+        case Filter():
+            return " AND ".join(c.text for c in node.conditions)
+        case Project():
+            return "[" + ", ".join(
+                c.show() if e.text == c.label else f"{e.text} AS {c.label}" for c, e in node.exprs
+            ) + "]"
+        case Aggregate():
+            g = ", ".join(e.text for _, e in node.groups)
+            a = ", ".join(e.text for _, e in node.aggs)
+            return f"group=[{g}] aggs=[{a}]"
+        case Join():
+            return node.kind + (f" on {node.condition.text}" if node.condition else "")
+        case Sort():
+            return ", ".join(
+                f"{k.expr.text} {'ASC' if k.ascending else 'DESC'}"
+                f" NULLS {'FIRST' if k.nulls_first else 'LAST'}" for k in node.keys)
+        case Limit():
+            return f"{node.limit}" + (f" offset {node.offset}" if node.offset else "")
+        case SetOp():
+            return f"{node.kind}{'' if node.distinct else ' all'}"
+    return ""
+
+
+def render_plan(plan: Plan) -> tuple[list[str], list[tuple[int, Plan]]]:
+    lines: list[str] = []
+    seen: dict[int, int] = {}
+    numbered: list[tuple[int, Plan]] = []
+
+    def visit(node: Plan, depth: int) -> None:
+        pad = "  " * depth
+        if id(node) in seen:
+            lines.append(f"{pad}Reuse #{seen[id(node)]}")
+            return
+        n = len(numbered)
+        seen[id(node)] = n
+        numbered.append((n, node))
+        rows = _rows(node)
+        est = f"  rows~{_n(rows)}" if rows is not None and not isinstance(node, EqDeleteScan) else ""
+        lines.append(f"{pad}{type(node).__name__} #{n}: {_label(node)}{est}".rstrip())
+        for c in node.children:
+            visit(c, depth + 1)
+
+    visit(plan, 0)
+    return lines, numbered
+
+
+def _scan_details(n: int, scan: IcebergScan) -> list[str]:
+    f = scan.files
+    out = [f"#{n} IcebergScan {scan.table} @ snapshot {scan.snapshot_id}"]
+    if f is None:
+        out.append("   files     (not planned)")
+    else:
+        pos = sum(1 for d in f.deletes if d.kind == "position")
+        eqs: dict[frozenset[int], int] = {}
+        for d in f.deletes:
+            if d.kind == "equality":
+                eqs[d.eq_ids] = eqs.get(d.eq_ids, 0) + 1
+        eq_text = " | ".join(f"{_ids(s)}: {c}" for s, c in sorted(eqs.items(), key=lambda kv: sorted(kv[0])))
+        out.append(
+            f"   files     data {len(f.data)} | pos-delete {pos}"
+            f"{' -> position filter' if pos else ''} | eq-delete {sum(eqs.values())}"
+            f"{' (' + eq_text + ')' if eq_text else ''}"
+        )
+    pushed = " AND ".join(e.text for e in scan.pushed) or "none"
+    out.append(f"   pushed    {pushed}")
+    cols = ", ".join(fl.col.show() for fl in scan.fields) or "(none: row count only)"
+    out.append(f"   columns   {cols}" + (f" + {', '.join(scan.meta)}" if scan.meta else ""))
+    return out
+
+
+def _pruning(scans: list[IcebergScan]) -> list[str]:
+    out = []
+    for s in scans:
+        if s.files is None:
+            continue
+        p = s.files.pruning
+        out.append(f"{s.table} @ snapshot {s.snapshot_id}")
+        out.append(f"  manifests    data {p.manifests_data[0]} of {p.manifests_data[1]}, "
+                   f"delete {p.manifests_delete[0]} of {p.manifests_delete[1]} (partition summaries)")
+        t, a, b = p.data_files
+        out.append(f"  data files   {t} -> {a} (partition) -> {b} (column bounds)")
+        out.append(f"  pos deletes  {p.pos_deletes[0]} -> {p.pos_deletes[1]} "
+                   "(partition, sequence number, file_path bounds)")
+        eq = " | ".join(f"{_ids(ids)}: {tot} -> {kept}" for ids, tot, kept in p.eq_deletes)
+        out.append(f"  eq deletes   {eq or 'none'}")
+    return out
+
+
+def explain_text(optimized: Plan, trace: list[tuple[str, bool, Plan]] | None = None) -> str:
+    lines, numbered = render_plan(optimized)
+    out = ["== Optimized Logical Plan ==", *lines, "", "== Scans =="]
+    scans = []
+    for n, node in numbered:
+        if isinstance(node, IcebergScan):
+            out += _scan_details(n, node)
+            scans.append(node)
+        elif isinstance(node, EqDeleteScan):
+            kinds = sorted({"global" if f.partition_id < 0 else "partition" for f in node.files})
+            out.append(f"#{n} EqDeleteScan {node.table} eq_set={_ids(node.eq_set)}")
+            out.append(f"   files     eq-delete {len(node.files)} ({', '.join(kinds)}) "
+                       f"rows={node.rows()}")
+            out.append("   columns   " + ", ".join(k.col.show() for k in node.keys)
+                       + " + $del_seq, $del_partition")
+    out += ["", "== Pruning =="] + (_pruning(_first_of_each(scans)) or ["(no scans)"])
+    if trace is not None:
+        out += ["", "== Rules =="]
+        for name, changed, plan in trace:
+            if not changed:
+                out.append(f"after {name}: unchanged")
+            else:
+                out.append(f"after {name}:")
+                out += ["  " + ln for ln in render_plan(plan)[0]]
+    return "\n".join(out) + "\n"
+
+
+def _first_of_each(scans: list[IcebergScan]) -> list[IcebergScan]:
+    """Branches of one split scan share its pruning: print it once."""
+    out, seen = [], set()
+    for s in scans:
+        key = (s.table, s.snapshot_id, s.files.pruning if s.files else None)
+        if key not in seen:
+            seen.add(key)
+            out.append(s)
+    return out

@@ -1,0 +1,411 @@
+"""Logical plan nodes: small, frozen, keyword-only values.
+
+Every node exposes `output` (the columns it produces, by internal name) and `children`.
+Internal column names are unique within one plan; the physical layer refers to columns only
+by these names. Columns the planner adds itself start with `$`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+from planner.errors import MorError
+
+# Columns added by the planner for merge-on-read.
+DATA_SEQ = "$data_seq"  # data sequence number of the data file a row came from
+PART = "$partition"  # small integer id of the (spec id, partition tuple) of that file
+DEL_SEQ = "$del_seq"  # data sequence number of the equality delete file a key came from
+DEL_PART = "$del_partition"  # partition id of that delete file, GLOBAL_PART when global
+GLOBAL_PART = -1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Col:
+    """One output column: `name` is the unique internal name, `label` what the user wrote."""
+
+    name: str
+    label: str
+    field_id: int | None = None
+
+    def show(self) -> str:
+        return f"{self.label}({self.field_id})" if self.field_id is not None else self.label
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pred:
+    """A simple predicate on one table column, usable for metadata pruning.
+
+    op is one of = != < <= > >= in isnull notnull; `values` holds Python literals.
+    """
+
+    column: str  # internal column name
+    op: str
+    values: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Expr:
+    """A bound scalar expression: Spark SQL text over internal column names."""
+
+    sql: str
+    text: str  # as EXPLAIN prints it, with the user's names
+    refs: frozenset[str]
+    pred: Pred | None = None
+
+    def __post_init__(self) -> None:
+        if not self.sql:
+            raise ValueError("an expression needs SQL text")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadField:
+    """A column an Iceberg scan reads, bound to its field id and Iceberg type (as a string)."""
+
+    col: Col
+    field_id: int
+    type_str: str  # Iceberg type, e.g. "long", "decimal(10, 2)", "struct<...>" (JSON for nested)
+    path: tuple[tuple[str, int], ...] = ()  # for a nested field: (name, id) of the structs above
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataTask:
+    """One data file of a scan, with what the planner decided about its deletes."""
+
+    file_id: int
+    path: str  # as recorded in the manifest (used for matching position deletes)
+    read_path: str  # after the path map: what is opened
+    data_seq: int
+    spec_id: int
+    partition_id: int
+    record_count: int
+    size_bytes: int
+    pos_deletes: tuple[int, ...] = ()  # file ids of position delete files that apply
+    eq_sets: tuple[frozenset[int], ...] = ()  # equality id sets with a delete that applies
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteTask:
+    """One delete file. `partition_id` is GLOBAL_PART for a global equality delete."""
+
+    file_id: int
+    kind: str  # "position" or "equality"
+    path: str
+    read_path: str
+    data_seq: int
+    spec_id: int
+    partition_id: int
+    record_count: int
+    size_bytes: int
+    eq_ids: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pruning:
+    """What scan planning kept of what, for EXPLAIN."""
+
+    manifests_data: tuple[int, int] = (0, 0)  # kept, total
+    manifests_delete: tuple[int, int] = (0, 0)
+    data_files: tuple[int, int, int] = (0, 0, 0)  # total, after partition, after column bounds
+    pos_deletes: tuple[int, int] = (0, 0)  # total live, kept
+    eq_deletes: tuple[tuple[frozenset[int], int, int], ...] = ()  # id set, total, kept
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EqField:
+    """A field named by some equality delete's `equality_ids`, found in the schema history."""
+
+    field_id: int
+    name: str
+    type_str: str
+    path: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScanFiles:
+    """The outcome of scan planning for one Iceberg scan."""
+
+    snapshot_id: int | None
+    sequence_number: int
+    data: tuple[DataTask, ...]
+    deletes: tuple[DeleteTask, ...]
+    partitions: tuple[str, ...]  # partition id -> printable "spec 0: category='widget'"
+    pruning: Pruning = field(default_factory=Pruning)
+    eq_fields: tuple[EqField, ...] = ()
+
+    def delete(self, file_id: int) -> DeleteTask:
+        for d in self.deletes:
+            if d.file_id == file_id:
+                return d
+        raise KeyError(file_id)
+
+
+class Plan:
+    """Base class of logical plan nodes. `_kids` names the fields that hold child plans."""
+
+    _kids: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def children(self) -> tuple[Plan, ...]:
+        return tuple(getattr(self, k) for k in self._kids)
+
+    def with_children(self, new: tuple[Plan, ...]) -> Plan:
+        if all(a is b for a, b in zip(self.children, new)):
+            return self
+        return replace(self, **dict(zip(self._kids, new)))  # type: ignore[type-var]
+
+    @property
+    def output(self) -> tuple[Col, ...]:
+        raise NotImplementedError
+
+    def transform_up(self, fn: Callable[[Plan], Plan]) -> Plan:
+        """Apply `fn` bottom-up; returns the same object when nothing changed."""
+        kids = self.children
+        node = self.with_children(tuple(k.transform_up(fn) for k in kids)) if kids else self
+        return fn(node)
+
+    def walk(self) -> Iterator[Plan]:
+        yield self
+        for c in self.children:
+            yield from c.walk()
+
+
+def _names(cols: tuple[Col, ...]) -> set[str]:
+    return {c.name for c in cols}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IcebergScan(Plan):
+    """Rows of one Iceberg table at one snapshot, position deletes already applied.
+
+    Before scan planning `files` is None. After the equality rule splits it, a scan carries
+    only the data files of its branch (`branch` = (index, count)) and the equality id sets
+    they need (`eq_sets`); `meta` lists the `$` columns the branch's anti-joins need.
+    """
+
+    table: str  # printable table name
+    source_key: str  # identifies the table source (metadata location) for the physical layer
+    snapshot_id: int | None
+    schema_id: int
+    fields: tuple[ReadField, ...]
+    pushed: tuple[Expr, ...] = ()
+    files: ScanFiles | None = None
+    branch: tuple[int, int] | None = None
+    eq_sets: tuple[frozenset[int], ...] = ()
+    meta: tuple[str, ...] = ()
+
+    @property
+    def output(self) -> tuple[Col, ...]:
+        return tuple(f.col for f in self.fields) + tuple(Col(name=m, label=m) for m in self.meta)
+
+    def data_files(self) -> tuple[DataTask, ...]:
+        return self.files.data if self.files else ()
+
+    def rows_estimate(self) -> int:
+        return sum(d.record_count for d in self.data_files())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EqDeleteScan(Plan):
+    """The keys of the equality delete files of one id set, with `$del_seq` and `$del_partition`."""
+
+    table: str
+    source_key: str
+    eq_set: frozenset[int]
+    keys: tuple[ReadField, ...]  # one per field id of eq_set, in field-id order
+    files: tuple[DeleteTask, ...]
+    partitions: tuple[str, ...] = ()
+
+    @property
+    def output(self) -> tuple[Col, ...]:
+        return tuple(k.col for k in self.keys) + (
+            Col(name=DEL_SEQ, label=DEL_SEQ),
+            Col(name=DEL_PART, label=DEL_PART),
+        )
+
+    def rows(self) -> int:
+        return sum(f.record_count for f in self.files)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AntiJoin(Plan):
+    """Rows of `left` with no null-safe match in `right` on `keys`; a match counts only
+    when left.$data_seq < right.$del_seq and the partitions agree (or the delete is global)."""
+
+    _kids: ClassVar[tuple[str, ...]] = ("left", "right")
+
+    left: Plan
+    right: Plan
+    eq_set: frozenset[int]
+    keys: tuple[tuple[str, str], ...]  # (left column, right column), in field-id order
+
+    def __post_init__(self) -> None:
+        lnames, rnames = _names(self.left.output), _names(self.right.output)
+        for lk, rk in self.keys:
+            if lk not in lnames or rk not in rnames:
+                raise MorError(f"internal: anti-join key {lk}/{rk} is not produced by its input")
+        if DATA_SEQ not in lnames or PART not in lnames:
+            raise MorError("internal: the left side of an anti-join must carry $data_seq, $partition")
+
+    @property
+    def output(self) -> tuple[Col, ...]:
+        return self.left.output
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Union(Plan):
+    """UNION ALL of `inputs`, each projected to `columns` by internal name."""
+
+    inputs: tuple[Plan, ...]
+    columns: tuple[Col, ...]
+
+    @property
+    def children(self) -> tuple[Plan, ...]:
+        return self.inputs
+
+    def with_children(self, new: tuple[Plan, ...]) -> Plan:
+        if all(a is b for a, b in zip(self.inputs, new)):
+            return self
+        return replace(self, inputs=tuple(new))
+
+    def __post_init__(self) -> None:
+        want = _names(self.columns)
+        for p in self.inputs:
+            if not want <= _names(p.output):
+                raise MorError("internal: a union branch lacks some of the union's columns")
+
+    @property
+    def output(self) -> tuple[Col, ...]:
+        return self.columns
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Filter(Plan):
+    """Rows of `child` for which every one of `conditions` is true."""
+
+    _kids: ClassVar[tuple[str, ...]] = ("child",)
+    child: Plan
+    conditions: tuple[Expr, ...]
+
+    def __post_init__(self) -> None:
+        if not self.conditions:
+            raise MorError("internal: a Filter needs at least one condition")
+
+    @property
+    def output(self) -> tuple[Col, ...]:
+        return self.child.output
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Project(Plan):
+
+    _kids: ClassVar[tuple[str, ...]] = ("child",)
+    child: Plan
+    exprs: tuple[tuple[Col, Expr], ...]
+
+    @property
+    def output(self) -> tuple[Col, ...]:
+        return tuple(c for c, _ in self.exprs)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Aggregate(Plan):
+
+    _kids: ClassVar[tuple[str, ...]] = ("child",)
+    child: Plan
+    groups: tuple[tuple[Col, Expr], ...]
+    aggs: tuple[tuple[Col, Expr], ...]
+
+    @property
+    def output(self) -> tuple[Col, ...]:
+        return tuple(c for c, _ in self.groups) + tuple(c for c, _ in self.aggs)
+
+
+JOIN_KINDS = ("inner", "left", "right", "full", "cross", "left_semi", "left_anti")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Join(Plan):
+
+    _kids: ClassVar[tuple[str, ...]] = ("left", "right")
+    left: Plan
+    right: Plan
+    kind: str
+    condition: Expr | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in JOIN_KINDS:
+            raise MorError(f"internal: unknown join kind {self.kind}")
+
+    @property
+    def output(self) -> tuple[Col, ...]:
+        if self.kind in ("left_semi", "left_anti"):
+            return self.left.output
+        return self.left.output + self.right.output
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SortKey:
+    expr: Expr
+    ascending: bool = True
+    nulls_first: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sort(Plan):
+
+    _kids: ClassVar[tuple[str, ...]] = ("child",)
+    child: Plan
+    keys: tuple[SortKey, ...]
+
+    @property
+    def output(self) -> tuple[Col, ...]:
+        return self.child.output
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limit(Plan):
+
+    _kids: ClassVar[tuple[str, ...]] = ("child",)
+    child: Plan
+    limit: int | None
+    offset: int = 0
+
+    @property
+    def output(self) -> tuple[Col, ...]:
+        return self.child.output
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Distinct(Plan):
+
+    _kids: ClassVar[tuple[str, ...]] = ("child",)
+    child: Plan
+
+    @property
+    def output(self) -> tuple[Col, ...]:
+        return self.child.output
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetOp(Plan):
+    """UNION / INTERSECT / EXCEPT by position; output named after the left side."""
+
+    _kids: ClassVar[tuple[str, ...]] = ("left", "right")
+
+    left: Plan
+    right: Plan
+    kind: str  # union, intersect, except
+    distinct: bool
+
+    def __post_init__(self) -> None:
+        if len(self.left.output) != len(self.right.output):
+            raise MorError(
+                f"{self.kind.upper()} needs the same number of columns on both sides "
+                f"({len(self.left.output)} vs {len(self.right.output)})"
+            )
+
+    @property
+    def output(self) -> tuple[Col, ...]:
+        return self.left.output

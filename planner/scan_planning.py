@@ -1,0 +1,398 @@
+"""Scan planning over Iceberg metadata: which data files, which delete files apply to each.
+
+pyiceberg's `plan_files()` refuses equality deletes, so this module reads the manifest list and
+manifests itself (through pyiceberg's readers) and applies the rules of SEMANTICS.md:
+
+- data sequence numbers (inherited from the manifest when null);
+- a position delete applies when data_seq <= delete_seq and the delete is in the same spec and
+  partition, or its `referenced_data_file` names the file; `file_path` bounds are only a range;
+- an equality delete applies when data_seq < delete_seq and it is in the same spec and partition,
+  or its spec is unpartitioned (a global delete).
+
+Pruning never drops a delete file that could still remove a row the query returns: delete files
+are pruned only by partition (never a global one) and by having no surviving data file to apply to.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyiceberg.expressions import (
+    AlwaysTrue,
+    And,
+    BooleanExpression,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    NotEqualTo,
+    NotNull,
+)
+from pyiceberg.expressions.visitors import (
+    _InclusiveMetricsEvaluator,
+    expression_evaluator,
+    inclusive_projection,
+    manifest_evaluator,
+)
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestContent, ManifestFile
+from pyiceberg.schema import Schema
+from pyiceberg.table.snapshots import Snapshot
+
+from planner.errors import MetadataError, UnsupportedError
+from planner.nodes import (
+    GLOBAL_PART,
+    DataTask,
+    DeleteTask,
+    Expr,
+    IcebergScan,
+    Pred,
+    Pruning,
+    ScanFiles,
+)
+from planner.sources import TableSource
+
+POS_FILE_PATH_ID = 2147483546
+
+_OPS: dict[str, Callable[[str, Any], BooleanExpression]] = {
+    "=": EqualTo,
+    "!=": NotEqualTo,
+    "<": LessThan,
+    "<=": LessThanOrEqual,
+    ">": GreaterThan,
+    ">=": GreaterThanOrEqual,
+}
+
+
+def row_filter(preds: Iterable[Pred], names: dict[str, str]) -> BooleanExpression:
+    """AND of the simple predicates, on Iceberg column names (`names`: internal -> dotted name)."""
+    out: BooleanExpression = AlwaysTrue()
+    for p in preds:
+        name = names.get(p.column)
+        if name is None:
+            continue
+        term: BooleanExpression
+        if p.op in _OPS:
+            term = _OPS[p.op](name, p.values[0])
+        elif p.op == "in":
+            term = In(name, set(p.values))
+        elif p.op == "isnull":
+            term = IsNull(name)
+        elif p.op == "notnull":
+            term = NotNull(name)
+        else:
+            continue
+        out = And(out, term)
+    return out
+
+
+@dataclass
+class _Entry:
+    file: DataFile
+    seq: int
+    spec_id: int
+    part: tuple[Any, ...]
+
+
+@dataclass
+class _Indexed:
+    """Deletes grouped so matching costs a bisect per data file, not a pass over all deletes."""
+
+    by_part: dict[tuple[int, tuple[Any, ...]], list[_Entry]] = field(default_factory=dict)
+    by_ref: dict[str, list[_Entry]] = field(default_factory=dict)
+    global_eq: list[_Entry] = field(default_factory=list)
+
+
+def snapshot_for(src: TableSource, snapshot_id: int | None) -> Snapshot | None:
+    if snapshot_id is None:
+        return None
+    snap = src.metadata.snapshot_by_id(snapshot_id)
+    if snap is None:
+        raise MetadataError(f"table {src.name} has no snapshot {snapshot_id}")
+    return snap
+
+
+def _manifests(src: TableSource, snap: Snapshot) -> list[ManifestFile]:
+    try:
+        return list(snap.manifests(src.io))
+    except FileNotFoundError as e:
+        raise MetadataError(
+            f"table {src.name}: manifest list {snap.manifest_list} of snapshot "
+            f"{snap.snapshot_id} is missing"
+        ) from e
+    except OSError as e:
+        raise MetadataError(f"table {src.name}: cannot read manifest list {snap.manifest_list}: {e}")
+
+
+def _entries(src: TableSource, manifest: ManifestFile) -> list[Any]:
+    try:
+        return manifest.fetch_manifest_entry(src.io, discard_deleted=True)
+    except FileNotFoundError as e:
+        raise MetadataError(f"table {src.name}: manifest {manifest.manifest_path} is missing") from e
+    except Exception as e:  # noqa: BLE001 - a broken Avro file surfaces as many error kinds
+        raise MetadataError(
+            f"table {src.name}: cannot read manifest {manifest.manifest_path}: {e}"
+        ) from e
+
+
+def _is_unpartitioned(src: TableSource, spec_id: int) -> bool:
+    spec = src.metadata.specs()[spec_id]
+    return all(str(f.transform) == "void" for f in spec.fields)
+
+
+def _part_label(src: TableSource, spec_id: int, part: tuple[Any, ...]) -> str:
+    spec = src.metadata.specs()[spec_id]
+    if not spec.fields:
+        return f"spec {spec_id}: unpartitioned"
+    vals = ", ".join(f"{f.name}={v!r}" for f, v in zip(spec.fields, part))
+    return f"spec {spec_id}: {vals}"
+
+
+def _check_supported(src: TableSource, f: DataFile) -> None:
+    fmt = f.file_format
+    if fmt == FileFormat.PUFFIN:
+        raise UnsupportedError(
+            f"table {src.name}: deletion vector {f.file_path} (Iceberg v3) is not supported yet"
+        )
+    if fmt != FileFormat.PARQUET:
+        raise UnsupportedError(
+            f"table {src.name}: file {f.file_path} is {fmt.value}; only Parquet files are supported"
+        )
+
+
+def _bounds_admit(d: DataFile, path: str) -> bool:
+    """file_path bounds of a position delete file, used only as an inclusive range."""
+    lo = (d.lower_bounds or {}).get(POS_FILE_PATH_ID)
+    hi = (d.upper_bounds or {}).get(POS_FILE_PATH_ID)
+    raw = path.encode("utf-8")
+    return (lo is None or lo <= raw) and (hi is None or raw <= hi)
+
+
+def plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles:
+    """Read the snapshot's manifests and decide, file by file, which deletes apply."""
+    snap = snapshot_for(src, scan.snapshot_id)
+    if snap is None:  # a table with no snapshot is empty
+        return ScanFiles(snapshot_id=None, sequence_number=0, data=(), deletes=(), partitions=())
+    names = {f.col.name: schema.find_column_name(f.field_id) or "" for f in scan.fields}
+    preds = [e.pred for e in scan.pushed if e.pred is not None]
+    filt = _bindable(row_filter(preds, names), schema)
+
+    manifests = _manifests(src, snap)
+    n_data_m = sum(1 for m in manifests if m.content == ManifestContent.DATA)
+    n_del_m = len(manifests) - n_data_m
+    part_eval: dict[int, Callable[[DataFile], bool]] = {}
+    kept_m = {ManifestContent.DATA: 0, ManifestContent.DELETES: 0}
+    data: list[_Entry] = []
+    deletes: list[_Entry] = []
+    n_data_total = n_data_part = 0
+    metrics = _InclusiveMetricsEvaluator(schema, filt, case_sensitive=True).eval
+    n_del_total = {"position": 0, "equality": defaultdict(int)}
+
+    for m in manifests:
+        spec_id = m.partition_spec_id
+        if spec_id not in part_eval:
+            part_eval[spec_id] = _partition_evaluator(src, schema, spec_id, filt)
+        if not _manifest_may_match(src, schema, spec_id, filt, m):
+            continue
+        kept_m[m.content] += 1
+        for entry in _entries(src, m):
+            f = entry.data_file
+            _check_supported(src, f)
+            seq = entry.sequence_number
+            if seq is None:
+                raise MetadataError(f"table {src.name}: file {f.file_path} has no sequence number")
+            part = tuple(f.partition[i] for i in range(len(f.partition)))
+            e = _Entry(f, seq, spec_id, part)
+            if f.content == DataFileContent.DATA:
+                n_data_total += 1
+                if not part_eval[spec_id](f):
+                    continue
+                n_data_part += 1
+                if metrics(f):
+                    data.append(e)
+            else:
+                if f.content == DataFileContent.POSITION_DELETES:
+                    n_del_total["position"] += 1  # type: ignore[operator]
+                else:
+                    n_del_total["equality"][frozenset(f.equality_ids or ())] += 1  # type: ignore[index]
+                # pruning a delete file by partition is safe: it only applies inside its partition
+                # (a global equality delete's spec is unpartitioned, so its evaluator keeps it)
+                if part_eval[spec_id](f):
+                    deletes.append(e)
+    return _match(src, snap, data, deletes, n_data_total, n_data_part, kept_m, n_data_m, n_del_m,
+                  n_del_total)
+
+
+def _bindable(expr: BooleanExpression, schema: Schema) -> BooleanExpression:
+    """The filter if pyiceberg can bind it (types and names agree), else no filter at all."""
+    try:
+        _InclusiveMetricsEvaluator(schema, expr, case_sensitive=True)
+        return expr
+    except Exception:  # noqa: BLE001 - pruning is an optimisation: never fail the query for it
+        return AlwaysTrue()
+
+
+def _partition_evaluator(
+    src: TableSource, schema: Schema, spec_id: int, filt: BooleanExpression
+) -> Callable[[DataFile], bool]:
+    spec = src.metadata.specs()[spec_id]
+    try:
+        projected = inclusive_projection(schema, spec, True)(filt)
+        ptype = spec.partition_type(schema)
+        ev = expression_evaluator(Schema(*ptype.fields), projected, True)
+    except Exception:  # noqa: BLE001 - e.g. a partition source column dropped since
+        return lambda _f: True
+    return lambda f: ev(f.partition)
+
+
+def _manifest_may_match(
+    src: TableSource, schema: Schema, spec_id: int, filt: BooleanExpression, m: ManifestFile
+) -> bool:
+    spec = src.metadata.specs()[spec_id]
+    try:
+        projected = inclusive_projection(schema, spec, True)(filt)
+        return manifest_evaluator(spec, schema, projected, True)(m)
+    except Exception:  # noqa: BLE001 - pruning only: keep the manifest when unsure
+        return True
+
+
+def _index(deletes: list[_Entry], src: TableSource) -> tuple[_Indexed, _Indexed]:
+    pos, eq = _Indexed(), _Indexed()
+    for d in deletes:
+        f = d.file
+        if f.content == DataFileContent.POSITION_DELETES:
+            ref = getattr(f, "referenced_data_file", None)
+            if ref:
+                pos.by_ref.setdefault(ref, []).append(d)
+            else:
+                pos.by_part.setdefault((d.spec_id, d.part), []).append(d)
+        elif _is_unpartitioned(src, d.spec_id):
+            eq.global_eq.append(d)
+        else:
+            eq.by_part.setdefault((d.spec_id, d.part), []).append(d)
+    for idx in (pos, eq):
+        for lst in list(idx.by_part.values()) + list(idx.by_ref.values()) + [idx.global_eq]:
+            lst.sort(key=lambda x: (x.seq, x.file.file_path))
+    return pos, eq
+
+
+def _at_or_after(lst: list[_Entry], seq: int, strict: bool) -> list[_Entry]:
+    """Deletes with delete_seq >= seq (position) or > seq (equality); `lst` sorted by seq."""
+    keys = [x.seq for x in lst]
+    i = bisect.bisect_right(keys, seq) if strict else bisect.bisect_left(keys, seq)
+    return lst[i:]
+
+
+def _match(
+    src: TableSource,
+    snap: Snapshot,
+    data: list[_Entry],
+    deletes: list[_Entry],
+    n_data_total: int,
+    n_data_part: int,
+    kept_m: dict[ManifestContent, int],
+    n_data_m: int,
+    n_del_m: int,
+    n_del_total: dict[str, Any],
+) -> ScanFiles:
+    pos_idx, eq_idx = _index(deletes, src)
+    data.sort(key=lambda e: e.file.file_path)
+    parts: dict[tuple[int, tuple[Any, ...]], int] = {}
+    labels: list[str] = []
+
+    def part_id(spec_id: int, part: tuple[Any, ...]) -> int:
+        key = (spec_id, part)
+        if key not in parts:
+            parts[key] = len(parts)
+            labels.append(_part_label(src, spec_id, part))
+        return parts[key]
+
+    used: dict[str, _Entry] = {}
+    per_file: list[tuple[_Entry, list[_Entry], list[_Entry]]] = []
+    for e in data:
+        path = e.file.file_path
+        pos = [
+            d
+            for d in _at_or_after(pos_idx.by_part.get((e.spec_id, e.part), []), e.seq, False)
+            if _bounds_admit(d.file, path)
+        ] + _at_or_after(pos_idx.by_ref.get(path, []), e.seq, False)
+        eqs = _at_or_after(eq_idx.global_eq, e.seq, True) + _at_or_after(
+            eq_idx.by_part.get((e.spec_id, e.part), []), e.seq, True
+        )
+        for d in pos + eqs:
+            used[d.file.file_path] = d
+        per_file.append((e, pos, eqs))
+
+    del_ids: dict[str, int] = {}
+    delete_tasks: list[DeleteTask] = []
+    next_id = len(data)
+    for d in sorted(used.values(), key=lambda x: (x.seq, x.file.file_path)):
+        del_ids[d.file.file_path] = next_id
+        is_pos = d.file.content == DataFileContent.POSITION_DELETES
+        glob = not is_pos and _is_unpartitioned(src, d.spec_id)
+        delete_tasks.append(
+            DeleteTask(
+                file_id=next_id,
+                kind="position" if is_pos else "equality",
+                path=d.file.file_path,
+                read_path=src.read_path(d.file.file_path),
+                data_seq=d.seq,
+                spec_id=d.spec_id,
+                partition_id=GLOBAL_PART if glob else part_id(d.spec_id, d.part),
+                record_count=d.file.record_count,
+                size_bytes=d.file.file_size_in_bytes,
+                eq_ids=frozenset(d.file.equality_ids or ()),
+            )
+        )
+        next_id += 1
+
+    tasks = []
+    for i, (e, pos, eqs) in enumerate(per_file):
+        tasks.append(
+            DataTask(
+                file_id=i,
+                path=e.file.file_path,
+                read_path=src.read_path(e.file.file_path),
+                data_seq=e.seq,
+                spec_id=e.spec_id,
+                partition_id=part_id(e.spec_id, e.part),
+                record_count=e.file.record_count,
+                size_bytes=e.file.file_size_in_bytes,
+                pos_deletes=tuple(sorted(del_ids[d.file.file_path] for d in pos)),
+                eq_sets=tuple(
+                    sorted({frozenset(d.file.equality_ids or ()) for d in eqs}, key=sorted)
+                ),
+            )
+        )
+    kept_eq: dict[frozenset[int], int] = defaultdict(int)
+    for t in delete_tasks:
+        if t.kind == "equality":
+            kept_eq[t.eq_ids] += 1
+    eq_total: dict[frozenset[int], int] = n_del_total["equality"]
+    pruning = Pruning(
+        manifests_data=(kept_m[ManifestContent.DATA], n_data_m),
+        manifests_delete=(kept_m[ManifestContent.DELETES], n_del_m),
+        data_files=(n_data_total, n_data_part, len(data)),
+        pos_deletes=(n_del_total["position"], sum(1 for t in delete_tasks if t.kind == "position")),
+        eq_deletes=tuple(
+            (s, eq_total[s], kept_eq.get(s, 0)) for s in sorted(eq_total, key=sorted)
+        ),
+    )
+    return ScanFiles(
+        snapshot_id=snap.snapshot_id,
+        sequence_number=snap.sequence_number or 0,
+        data=tuple(tasks),
+        deletes=tuple(delete_tasks),
+        partitions=tuple(labels),
+        pruning=pruning,
+    )
+
+
+def pushed_preds(pushed: Iterable[Expr]) -> list[Pred]:
+    return [e.pred for e in pushed if e.pred is not None]

@@ -1,0 +1,177 @@
+"""Where tables come from: a pyiceberg catalog, or a metadata file named in `iceberg_scan(...)`.
+
+Every file the reader opens goes through `PathMap`, so copied or moved tables read where they
+lie; matching and bounds checks keep using the paths as recorded in the metadata.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.io import FileIO, InputFile, OutputFile, load_file_io
+from pyiceberg.serializers import FromInputFile
+from pyiceberg.table.metadata import TableMetadata
+
+from planner.errors import MetadataError, MorError, TableNotFoundError
+
+
+@dataclass(frozen=True, slots=True)
+class PathMap:
+    """Prefix substitutions `{recorded: actual}`; the longest matching prefix wins."""
+
+    pairs: tuple[tuple[str, str], ...] = ()
+
+    @staticmethod
+    def of(mapping: dict[str, str] | None) -> PathMap:
+        items = sorted((mapping or {}).items(), key=lambda kv: -len(kv[0]))
+        return PathMap(tuple((str(k), str(v)) for k, v in items))
+
+    def __call__(self, path: str) -> str:
+        local = _local_form(path)
+        for old, new in self.pairs:
+            if path.startswith(old):
+                return new + path[len(old):]
+            # a local path may be recorded as /x, file:/x or file:///x: match them alike
+            old_local = _local_form(old)
+            if local is not None and old_local is not None and local.startswith(old_local):
+                return new + local[len(old_local):]
+        return path
+
+
+def _local_form(path: str) -> str | None:
+    """/x for a local path written /x, file:/x or file:///x; None for other schemes."""
+    if path.startswith("file://"):
+        return path[len("file://"):]
+    if path.startswith("file:"):
+        return path[len("file:"):]
+    if "://" in path:
+        return None
+    return path
+
+
+class MappedFileIO(FileIO):
+    """A read-only FileIO that applies a path map before opening anything."""
+
+    def __init__(self, inner: FileIO, path_map: PathMap) -> None:
+        super().__init__(properties=inner.properties)
+        self._inner = inner
+        self._map = path_map
+
+    def new_input(self, location: str) -> InputFile:
+        return self._inner.new_input(self._map(location))
+
+    def new_output(self, location: str) -> OutputFile:
+        raise MorError(f"mor only reads tables: refusing to write {location}")
+
+    def delete(self, location: str | InputFile | OutputFile) -> None:
+        raise MorError(f"mor only reads tables: refusing to delete {location}")
+
+
+@dataclass(frozen=True, slots=True)
+class TableSource:
+    """A loaded table: its metadata and the FileIO to read its files with."""
+
+    key: str  # metadata location as given: stable identity for the physical layer
+    name: str  # printable name
+    metadata: TableMetadata
+    io: MappedFileIO
+    path_map: PathMap
+
+    def read_path(self, recorded: str) -> str:
+        return self.path_map(recorded)
+
+
+def _metadata_file_in(directory: str) -> str:
+    meta = os.path.join(directory, "metadata")
+    if not os.path.isdir(meta):
+        raise TableNotFoundError(f"iceberg_scan: {directory} has no metadata/ folder")
+    hint = os.path.join(meta, "version-hint.text")
+    if os.path.exists(hint):
+        with open(hint) as f:
+            v = f.read().strip()
+        for cand in (f"v{v}.metadata.json", f"{v}.metadata.json"):
+            if os.path.exists(os.path.join(meta, cand)):
+                return os.path.join(meta, cand)
+    best: tuple[int, str] | None = None
+    for name in os.listdir(meta):
+        m = re.match(r"^v?(\d+)(?:-[0-9a-f-]+)?\.metadata\.json$", name)
+        if m and (best is None or int(m.group(1)) > best[0]):
+            best = (int(m.group(1)), name)
+    if best is None:
+        raise TableNotFoundError(f"iceberg_scan: no *.metadata.json file in {meta}")
+    return os.path.join(meta, best[1])
+
+
+class Resolver:
+    """Loads tables by name (through a catalog) or by metadata path, each once per query."""
+
+    def __init__(self, catalog: Catalog | None, path_map: PathMap) -> None:
+        self._catalog = catalog
+        self._map = path_map
+        self._cache: dict[str, TableSource] = {}
+
+    @property
+    def sources(self) -> dict[str, TableSource]:
+        return self._cache
+
+    def by_path(self, path: str) -> TableSource:
+        actual = self._map(path)
+        if os.path.isdir(actual):
+            location = _metadata_file_in(actual)
+        elif os.path.exists(actual) or "://" in actual:
+            location = actual
+        else:
+            raise TableNotFoundError(f"iceberg_scan: no table or metadata file at {path}")
+        if location in self._cache:
+            return self._cache[location]
+        io = MappedFileIO(load_file_io({}, location), self._map)
+        try:
+            metadata = FromInputFile.table_metadata(io.new_input(location))
+        except Exception as e:  # noqa: BLE001 - any parse failure is the user's file
+            raise MetadataError(f"cannot read table metadata {location}: {_short(e)}") from e
+        src = TableSource(location, path, metadata, io, self._map)
+        self._cache[location] = src
+        return src
+
+    def by_name(self, parts: tuple[str, ...]) -> TableSource:
+        catalog = self._catalog
+        if catalog is None:
+            raise TableNotFoundError(f"table {'.'.join(parts)}: no catalog is configured")
+        if len(parts) == 3:
+            if parts[0] != catalog.name:
+                catalog = _load_named_catalog(parts[0])
+            parts = parts[1:]
+        if len(parts) != 2:
+            raise TableNotFoundError(
+                f"table name {'.'.join(parts)!r} must be namespace.table or catalog.namespace.table"
+            )
+        key = f"{catalog.name}:{'.'.join(parts)}"
+        if key in self._cache:
+            return self._cache[key]
+        try:
+            table = catalog.load_table(parts)
+        except (NoSuchTableError, NoSuchNamespaceError) as e:
+            raise TableNotFoundError(
+                f"table {'.'.join(parts)} not found in catalog {catalog.name!r}"
+            ) from e
+        io = MappedFileIO(table.io, self._map)
+        src = TableSource(key, ".".join(parts), table.metadata, io, self._map)
+        self._cache[key] = src
+        return src
+
+
+def _load_named_catalog(name: str) -> Catalog:
+    try:
+        return load_catalog(name)
+    except Exception as e:  # noqa: BLE001 - pyiceberg raises several kinds here
+        raise TableNotFoundError(f"unknown catalog {name!r}: {_short(e)}") from e
+
+
+def _short(e: Any) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__

@@ -1,0 +1,53 @@
+"""Rewrite rules over logical plans: pure functions, no I/O, no pyspark.
+
+Two ordered lists, because equality-delete routing needs to know the files of each scan and
+scan planning (reading manifests) is I/O done by the planner between them:
+
+    LOGICAL_RULES  ->  planner.planning.attach_files  ->  MOR_RULES
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from planner.nodes import Plan
+from rules.prune_columns import prune_columns
+from rules.push_filters_into_scans import push_filters_into_scans
+from rules.split_equality_deletes import split_equality_deletes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuleContext:
+    """What rules may consult besides the plan. Empty today; kept so rules share one signature."""
+
+
+Rule = Callable[[Plan, RuleContext], Plan]
+
+# push_filters_into_scans runs before prune_columns: pruning must keep the columns the pushed
+# filters read. Both run before scan planning so that pruning by metadata sees the filters.
+LOGICAL_RULES: tuple[Rule, ...] = (push_filters_into_scans, prune_columns)
+
+# split_equality_deletes needs each scan's files (attached by scan planning); it adds the
+# equality columns itself, so column pruning must not run after it.
+MOR_RULES: tuple[Rule, ...] = (split_equality_deletes,)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceStep:
+    rule: str
+    changed: bool
+    plan: Plan
+
+
+def optimize(
+    plan: Plan, rules: tuple[Rule, ...], ctx: RuleContext | None = None
+) -> tuple[Plan, list[TraceStep]]:
+    """Apply `rules` in order; the trace records, by identity, which ones changed the plan."""
+    ctx = ctx or RuleContext()
+    trace = []
+    for rule in rules:
+        out = rule(plan, ctx)
+        trace.append(TraceStep(rule.__name__, out is not plan, out))
+        plan = out
+    return plan, trace

@@ -1,0 +1,119 @@
+"""The equality-delete rewrite, as StarRocks does it for Iceberg merge-on-read.
+
+A scan whose data files carry equality deletes becomes a Union of:
+- the fast lane: files without equality deletes (position deletes are applied in the scan);
+- one branch per distinct combination of equality id sets, whose scan is anti-joined
+  (null-safe, guarded by sequence number and partition scope) with the delete scan of each
+  id set in turn: a file reached by several id sets is anti-joined with every one of them.
+The delete scan of one id set is one node shared by all branches that need it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from planner.nodes import (
+    DATA_SEQ,
+    PART,
+    AntiJoin,
+    Col,
+    DataTask,
+    EqDeleteScan,
+    IcebergScan,
+    Plan,
+    ReadField,
+    ScanFiles,
+    Union,
+)
+
+if TYPE_CHECKING:
+    from rules import RuleContext
+
+
+def split_equality_deletes(plan: Plan, ctx: RuleContext) -> Plan:
+    """Split each scan that carries equality deletes into a Union of anti-joined branches."""
+    return plan.transform_up(_split)
+
+
+def _split(node: Plan) -> Plan:
+    match node:
+        case IcebergScan(files=ScanFiles() as files, branch=None) if any(
+            d.eq_sets for d in files.data
+        ):
+            return _union(node, files)
+        case _:
+            return node  # unchanged: same object
+
+
+def _union(scan: IcebergScan, files: ScanFiles) -> Plan:
+    groups: dict[tuple[frozenset[int], ...], list[DataTask]] = {}
+    for d in files.data:
+        groups.setdefault(d.eq_sets, []).append(d)
+    keys = sorted(groups, key=lambda k: (len(k), [sorted(s) for s in k]))
+    delete_scans = {s: _delete_scan(scan, files, s) for k in keys for s in k}
+    branches = []
+    for i, key in enumerate(keys, start=1):
+        branch_scan = _branch_scan(scan, files, groups[key], key, (i, len(keys)))
+        plan: Plan = branch_scan
+        for s in key:
+            keys_lr = tuple(
+                (_left_key(branch_scan, fid), k.col.name)
+                for fid, k in zip(sorted(s), delete_scans[s].keys)
+            )
+            plan = AntiJoin(left=plan, right=delete_scans[s], eq_set=s, keys=keys_lr)
+        branches.append(plan)
+    return Union(inputs=tuple(branches), columns=scan.output)
+
+
+def _left_key(scan: IcebergScan, field_id: int) -> str:
+    for f in scan.fields:
+        if f.field_id == field_id and (not f.path or f.col.name == f"$eq{field_id}"):
+            return f.col.name
+    raise AssertionError(f"equality field {field_id} missing from branch scan")
+
+
+def _branch_scan(
+    scan: IcebergScan,
+    files: ScanFiles,
+    data: list[DataTask],
+    eq_sets: tuple[frozenset[int], ...],
+    branch: tuple[int, int],
+) -> IcebergScan:
+    need = sorted({fid for s in eq_sets for fid in s})
+    present = {f.field_id for f in scan.fields if not f.path}
+    extra = []
+    for ef in files.eq_fields:
+        if ef.field_id in need and (ef.field_id not in present or ef.path):
+            col = Col(name=f"$eq{ef.field_id}", label=ef.name, field_id=ef.field_id)
+            extra.append(ReadField(col=col, field_id=ef.field_id, type_str=ef.type_str, path=ef.path))
+    pos_ids = {p for d in data for p in d.pos_deletes}
+    keep = tuple(
+        t for t in files.deletes
+        if t.file_id in pos_ids or (t.kind == "equality" and t.eq_ids in eq_sets)
+    )
+    sub = replace(files, data=tuple(data), deletes=keep)
+    meta = (DATA_SEQ, PART) if eq_sets else ()
+    return replace(
+        scan, files=sub, branch=branch, eq_sets=eq_sets, meta=meta,
+        fields=scan.fields + tuple(extra),
+    )
+
+
+def _delete_scan(scan: IcebergScan, files: ScanFiles, eq_set: frozenset[int]) -> EqDeleteScan:
+    by_id = {ef.field_id: ef for ef in files.eq_fields}
+    tag = "_".join(str(i) for i in sorted(eq_set))
+    keys = tuple(
+        ReadField(
+            col=Col(name=f"$del{tag}_{fid}", label=by_id[fid].name, field_id=fid),
+            field_id=fid,
+            type_str=by_id[fid].type_str,
+            path=by_id[fid].path,
+        )
+        for fid in sorted(eq_set)
+    )
+    deletes = tuple(t for t in files.deletes if t.kind == "equality" and t.eq_ids == eq_set)
+    return EqDeleteScan(
+        table=scan.table, source_key=scan.source_key, eq_set=eq_set, keys=keys,
+        files=deletes, partitions=files.partitions,
+    )
