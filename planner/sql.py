@@ -59,7 +59,10 @@ def parse_statements(sql: str) -> list[exp.Expression]:
         first = e.errors[0] if e.errors else {}
         desc = str(first.get("description") or e).split(". Line")[0]
         desc = re.sub(r"<Token token_type: [^,]+, text: ([^,]*), line.*?>", r"'\1'", desc)
-        raise SqlSyntaxError(desc, first.get("line"), first.get("col")) from e
+        col = first.get("col")
+        if col is not None and first.get("highlight"):
+            col = max(1, col - len(first["highlight"]) + 1)  # sqlglot points at the token's end
+        raise SqlSyntaxError(desc, first.get("line"), col) from e
     except TokenError as e:
         raise SqlSyntaxError(str(e)) from e
     return [s for s in stmts if s is not None]

@@ -1,0 +1,212 @@
+"""The `mor` command: run or explain SQL files against an Iceberg catalog, or build the demo.
+
+Exit codes: 0 success, 1 query or data error, 2 usage error. `--debug` shows tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+from planner.errors import MorError, SqlSyntaxError
+from planner.sql import check_is_query, parse_statements
+
+
+class UsageError(Exception):
+    pass
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mor", description="SQL over Iceberg merge-on-read tables")
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("file", nargs="?", help="a .sql file of ;-separated statements")
+        sp.add_argument("-e", dest="sql", help="SQL text instead of a file")
+        sp.add_argument("--catalog", help="a catalog name from pyiceberg's configuration")
+        sp.add_argument("--warehouse", help="warehouse of the embedded catalog (default ./warehouse)")
+        sp.add_argument("--path-map", action="append", default=[], metavar="OLD=NEW",
+                        help="read files recorded under OLD from NEW (repeatable)")
+        sp.add_argument("--debug", action="store_true", help="show Python tracebacks")
+
+    run = sub.add_parser("run", help="run the statements and print their results")
+    common(run)
+    run.add_argument("--format", choices=["table", "csv", "json", "parquet"], default="table")
+    run.add_argument("--output", help="write results here (required for parquet)")
+    run.add_argument("--limit", type=int, help="print at most N rows of each result")
+    ex = sub.add_parser("explain", help="print the merge-on-read plan (no JVM)")
+    common(ex)
+    ex.add_argument("--verbose", action="store_true", help="add the rule trace")
+    demo = sub.add_parser("demo", help="create demo.orders in the embedded catalog and query it")
+    demo.add_argument("--warehouse", help="warehouse directory (default ./warehouse)")
+    demo.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    return p
+
+
+def _statements(args: argparse.Namespace) -> list[str]:
+    if args.sql is not None and args.file is not None:
+        raise UsageError("give either a .sql file or -e SQL, not both")
+    if args.sql is not None:
+        text = args.sql
+    elif args.file is not None:
+        if not os.path.isfile(args.file):
+            raise UsageError(f"no such SQL file: {args.file}")
+        with open(args.file, encoding="utf-8") as f:
+            text = f.read()
+    else:
+        raise UsageError("give a .sql file or -e SQL")
+    stmts = parse_statements(text)
+    if not stmts:
+        raise SqlSyntaxError("empty statement: the input holds no SQL")
+    for s in stmts:
+        check_is_query(s)
+    return [s.sql(dialect="spark") for s in stmts]
+
+
+def _path_map(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise UsageError(f"--path-map needs OLD=NEW, got {item!r}")
+        old, new = item.split("=", 1)
+        out[old] = new
+    return out
+
+
+def _catalog(args: argparse.Namespace) -> Any:
+    from mor.api import resolve_catalog
+
+    return resolve_catalog(args.catalog, args.warehouse)
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from mor.api import explain
+
+    cat = _catalog(args)
+    pm = _path_map(args.path_map)
+    texts = [explain(s, catalog=cat, path_map=pm, verbose=args.verbose) for s in _statements(args)]
+    sys.stdout.write("\n".join(texts))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from mor.api import plan_query
+
+    stmts = _statements(args)
+    if args.format == "parquet" and not args.output:
+        raise UsageError("--format parquet needs --output PATH")
+    cat = _catalog(args)
+    pm = _path_map(args.path_map)
+    planned = [plan_query(s, catalog=cat, path_map=pm) for s in stmts]  # fail before any output
+    from physical import local_session, to_dataframe
+
+    spark = local_session()
+    results = []
+    for p in planned:
+        df = to_dataframe(p.optimized, spark)
+        if args.limit is not None:
+            df = df.limit(args.limit)
+        results.append(df)
+    if args.format == "parquet":
+        for i, df in enumerate(results):
+            out = args.output if len(results) == 1 else f"{args.output}.{i}"
+            _run_spark(lambda df=df, out=out: df.write.mode("overwrite").parquet(out))
+        return 0
+    collected = [_run_spark(lambda df=df: (df.columns, df.collect())) for df in results]
+    text = "\n".join(_format(cols, rows, args.format) for cols, rows in collected)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _run_spark(fn: Any) -> Any:
+    try:
+        return fn()
+    except MorError:
+        raise
+    except Exception as e:  # noqa: BLE001 - Spark errors arrive as Py4J/Analysis exceptions
+        raise MorError(_spark_error(e)) from e
+
+
+def _spark_error(e: BaseException) -> str:
+    import re
+
+    text = str(e)
+    m = re.search(r"(mor: [^\n]*)", text)
+    if m:
+        return m.group(1)
+    m = re.search(r"(?:FileNotFoundException|PATH_NOT_FOUND\]?)[:\s]*([^\n]*)", text)
+    if m:
+        return f"file missing: {m.group(1).strip()[:300]}"
+    m = re.search(r"((?:is not a Parquet file|Could not read footer|Can not read value)[^\n]*)", text)
+    if m:
+        return f"unreadable file: {m.group(1)[:300]}"
+    first = next((ln for ln in text.splitlines() if ln.strip()), type(e).__name__)
+    return f"query failed: {first[:300]}"
+
+
+def _format(cols: list[str], rows: list[Any], fmt: str) -> str:
+    if fmt == "json":
+        return "".join(json.dumps(dict(zip(cols, [_plain(v) for v in r])), default=str) + "\n" for r in rows)
+    if fmt == "csv":
+        import csv
+        import io
+
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(cols)
+        for r in rows:
+            w.writerow(["" if v is None else v for v in r])
+        return buf.getvalue()
+    cells = [[("NULL" if v is None else str(v)) for v in r] for r in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    out = [line, "| " + " | ".join(c.ljust(w) for c, w in zip(cols, widths)) + " |", line]
+    out += ["| " + " | ".join(v.ljust(w) for v, w in zip(r, widths)) + " |" for r in cells]
+    out += [line, f"({len(rows)} row{'s' if len(rows) != 1 else ''})", ""]
+    return "\n".join(out)
+
+
+def _plain(v: Any) -> Any:
+    return v.asDict(recursive=True) if hasattr(v, "asDict") else v
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from mor.demo import run_demo
+
+    return run_demo(args.warehouse)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    try:
+        return {"run": cmd_run, "explain": cmd_explain, "demo": cmd_demo}[args.cmd](args)
+    except UsageError as e:
+        if debug:
+            traceback.print_exc()
+        print(f"mor: {e}", file=sys.stderr)
+        return 2
+    except MorError as e:
+        if debug:
+            traceback.print_exc()
+        print(f"mor: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

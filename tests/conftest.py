@@ -1,0 +1,41 @@
+"""Shared fixtures: one local SparkSession per test session, the real tables in ../shared."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+REALDATA = Path(os.environ.get("MOR_SHARED", ROOT.parent / "shared")) / "realdata"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    from physical import local_session
+
+    os.environ.setdefault("MOR_SPARK_MASTER", "local[2]")
+    session = local_session()
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def realdata() -> dict[str, dict]:
+    if not (REALDATA / "tables.json").exists():
+        pytest.skip(f"../shared/realdata is absent ({REALDATA}): real-table conformance skipped")
+    tables = json.loads((REALDATA / "tables.json").read_text())
+    expected = json.loads((REALDATA / "expected_results.json").read_text())
+    return {name: {**t, "expected": expected[name]} for name, t in tables.items()}
+
+
+@pytest.fixture()
+def catalog(tmp_path: Path) -> object:
+    from mor.api import default_catalog
+
+    return default_catalog(str(tmp_path / "wh"))

@@ -1,0 +1,62 @@
+"""Clear one-line errors for bad input, CLI exit codes, and the one-way import rule."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from mor import explain
+from mor.cli import main
+from planner.errors import ColumnNotFoundError, NotAQueryError, SqlSyntaxError, TableNotFoundError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_not_a_query_is_refused(catalog: object) -> None:
+    with pytest.raises(NotAQueryError, match="only reads"):
+        explain("DELETE FROM ns.t WHERE id = 1", catalog=catalog)
+
+
+def test_syntax_error_has_line_and_column(catalog: object) -> None:
+    with pytest.raises(SqlSyntaxError, match="line 2, column 6"):
+        explain("SELECT a,\nFROM WHERE", catalog=catalog)
+
+
+def test_unknown_table_and_column(catalog: object, tmp_path: Path) -> None:
+    with pytest.raises(TableNotFoundError, match="nope.t"):
+        explain("SELECT * FROM nope.t", catalog=catalog)
+    from tests_support import small_table
+
+    small_table(catalog)
+    with pytest.raises(ColumnNotFoundError, match=r"unknown column 'zz'.*columns of s.t: id, p, v"):
+        explain("SELECT zz FROM s.t", catalog=catalog)
+
+
+def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    wh = str(tmp_path / "wh")
+    assert main(["explain", "-e", "DROP TABLE x", "--warehouse", wh]) == 1
+    assert main(["explain", str(tmp_path / "missing.sql"), "--warehouse", wh]) == 2
+    assert main(["explain", "-e", "  ", "--warehouse", wh]) == 1
+    out = capsys.readouterr()
+    assert out.out == ""
+    lines = out.err.strip().splitlines()
+    assert len(lines) == 3 and all(ln.startswith("mor: ") for ln in lines)
+
+
+LAYERS = {"planner": 0, "rules": 1, "physical": 2, "mor": 3}
+
+
+@pytest.mark.parametrize("pkg", list(LAYERS))
+def test_imports_flow_one_way(pkg: str) -> None:
+    for path in (ROOT / pkg).glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                top = name.split(".")[0]
+                if top in LAYERS:
+                    assert LAYERS[top] <= LAYERS[pkg], f"{path.name} imports {name}"
+                if top == "pyspark":
+                    assert pkg in ("physical", "mor"), f"{path.name} imports pyspark"
