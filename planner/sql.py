@@ -338,8 +338,8 @@ class _Binder:
             out.append((f"$g{i}", col))
         bound_aggs: list[tuple[Col, Expr]] = []
         for i, a in enumerate(aggs):
-            col = Col(name=f"$a{i}_{self.fresh('agg')}", label=a.sql(DIALECT))
-            bound_aggs.append((col, self._expr(a, scope)))
+            bound = self._expr(a, scope)
+            bound_aggs.append((Col(name=f"$a{i}_{self.fresh('agg')}", label=bound.text), bound))
             out.append((f"$a{i}", col))
         new_scope = _Scope()
         new_scope.by_qual[_AGG_SCOPE] = out
@@ -439,14 +439,18 @@ class _Binder:
                 return exp.column(exp.to_identifier(col.name, quoted=True))
             return node
 
+        labels: list[str] = []
+
         def to_label(node: exp.Expression) -> exp.Expression:
             if isinstance(node, exp.Column):
-                col = self._lookup(node, scope)
-                return exp.column(exp.to_identifier(col.label))
+                labels.append(self._lookup(node, scope).label)
+                return exp.column(f"__mor_label{len(labels) - 1}__")
             return node
 
         spark_sql = e.copy().transform(to_internal).sql(DIALECT)
         text = e.copy().transform(to_label).sql(DIALECT)
+        for i in reversed(range(len(labels))):  # EXPLAIN shows names as the user wrote them
+            text = text.replace(f"__mor_label{i}__", labels[i])
         return Expr(sql=spark_sql, text=text, refs=frozenset(refs), pred=self._pred(e, scope))
 
     def _lookup(self, c: exp.Column, scope: _Scope) -> Col:
