@@ -37,12 +37,12 @@ from pyiceberg.manifest import (
     ManifestWriterV2,
 )
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
-from pyiceberg.schema import Schema
+from pyiceberg.schema import Schema, prune_columns
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.typedef import Record
-from pyiceberg.types import LongType, NestedField, StringType
+from pyiceberg.types import LongType, NestedField, StringType, StructType
 
 POS_DELETE_SCHEMA = Schema(
     NestedField(2147483546, "file_path", StringType(), required=True),
@@ -144,9 +144,14 @@ class TableWriter:
         md = self.refresh().metadata
         schema = md.schema()
         order = list(write_order or ids)
-        del_schema = Schema(*[_find_any(md, i, schema) for i in order])
+        top = [i for i in order if _is_top_level(schema, i) or not _in_schema(schema, i)]
+        nested = [i for i in order if i not in top]
+        fields = [_find_any(md, i, schema) for i in top]
+        if nested:  # keep the struct around a nested field, as Iceberg's TypeUtil.select does
+            fields += list(prune_columns(schema, set(nested), select_full_types=False).fields)
+        del_schema = Schema(*fields)
         arrow_schema = schema_to_pyarrow(del_schema)
-        cols = {f.name: [r.get(f.field_id) for r in rows] for f in del_schema.fields}
+        cols = {f.name: [_value(f, r) for r in rows] for f in del_schema.fields}
         table = pa.table(cols, schema=arrow_schema)
         sid = md.default_spec_id if spec_id is None else spec_id
         return self._delete_file(table, del_schema, DataFileContent.EQUALITY_DELETES,
@@ -185,6 +190,24 @@ class TableWriter:
     def append(self, rows: pa.Table) -> tuple[int, list[DataFile]]:
         files = self.data_files(rows)
         return self.commit(data=files), files
+
+
+def _is_top_level(schema: Schema, field_id: int) -> bool:
+    return any(f.field_id == field_id for f in schema.fields)
+
+
+def _in_schema(schema: Schema, field_id: int) -> bool:
+    try:
+        schema.find_field(field_id)
+        return True
+    except ValueError:
+        return False
+
+
+def _value(f: NestedField, row: dict[int, Any]) -> Any:
+    if isinstance(f.field_type, StructType):
+        return {c.name: _value(c, row) for c in f.field_type.fields}
+    return row.get(f.field_id)
 
 
 def _find_any(md: Any, field_id: int, prefer: Schema) -> NestedField:

@@ -123,7 +123,24 @@ class Compiler:
         raise UnsupportedError(f"internal: no physical operator for {type(node).__name__}")
 
 
+NESTED_PRUNING_CONF = "spark.sql.optimizer.nestedSchemaPruning.enabled"
+
+
+def _reads_nested_fields(plan: Plan) -> bool:
+    for node in plan.walk():
+        fields = node.fields if isinstance(node, IcebergScan) else (
+            node.keys if isinstance(node, EqDeleteScan) else ())
+        if any(f.path for f in fields):
+            return True
+    return False
+
+
 def to_dataframe(plan: Plan, spark: SparkSession) -> DataFrame:
     """The query's result, columns named as the user wrote them."""
+    if _reads_nested_fields(plan):
+        # Spark 3.5's nested schema pruning rebuilds the read schema without the Parquet field
+        # ids of nested fields when _metadata columns are read too; the nested key would then
+        # read as NULL (and NULL keys match each other). Reading whole structs avoids that.
+        spark.conf.set(NESTED_PRUNING_CONF, "false")
     df = Compiler(spark).compile(plan)
     return df.select(*[_c(c.name).alias(c.label) for c in plan.output])

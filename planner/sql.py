@@ -339,7 +339,8 @@ class _Binder:
         bound_aggs: list[tuple[Col, Expr]] = []
         for i, a in enumerate(aggs):
             bound = self._expr(a, scope)
-            bound_aggs.append((Col(name=f"$a{i}_{self.fresh('agg')}", label=bound.text), bound))
+            col = Col(name=f"$a{i}_{self.fresh('agg')}", label=bound.text)
+            bound_aggs.append((col, bound))
             out.append((f"$a{i}", col))
         new_scope = _Scope()
         new_scope.by_qual[_AGG_SCOPE] = out
