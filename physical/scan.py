@@ -27,6 +27,7 @@ from planner.nodes import (
     DeleteTask,
     EqDeleteScan,
     IcebergScan,
+    Layout,
     ReadField,
 )
 
@@ -35,15 +36,35 @@ POS = "$pos"
 FILE_ID = "$file_id"
 
 
-def _read_schema(fields: Sequence[ReadField], where: str) -> T.StructType:
-    """Top-level fields named f<id>; nested reads merge into their top-level struct."""
+def _name(layout: Layout, field_id: int) -> str:
+    """The name a column is read by: its mapped name in a by-name layout, else f<id>."""
+    if layout.by_name:
+        o = layout.override(field_id)
+        return o[0] if o and o[0] else f"__mor_absent_{field_id}"  # absent: reads as NULL
+    return f"f{field_id}"
+
+
+def _read_type(layout: Layout, rf: ReadField, where: str) -> T.DataType:
+    o = layout.override(rf.field_id)
+    return spark_type(f'"{o[1]}"' if o and o[1] else rf.type_str, where)
+
+
+def _struct_field(layout: Layout, name: str, fid: int, dtype: T.DataType) -> T.StructField:
+    if layout.by_name:
+        return T.StructField(name, dtype, True)  # no id: Spark matches this column by name
+    return field(name, fid, dtype)
+
+
+def _read_schema(fields: Sequence[ReadField], where: str, layout: Layout) -> T.StructType:
+    """Top-level fields named f<id> (or mapped names); nested reads merge into their struct."""
     top: dict[int, T.StructField] = {}
     order: list[int] = []
     for rf in fields:
-        dtype = spark_type(rf.type_str, where)
-        node = field(f"f{rf.field_id}", rf.field_id, dtype)
-        for name, fid in reversed(rf.path):
-            node = field(f"f{fid}", fid, T.StructType([node]))
+        node = _struct_field(layout, _leaf_name(layout, rf), rf.field_id, _read_type(layout, rf, where))
+        for i in range(len(rf.path) - 1, -1, -1):
+            name, fid = rf.path[i]
+            outer = _name(layout, fid) if i == 0 else (name if layout.by_name else f"f{fid}")
+            node = _struct_field(layout, outer, fid, T.StructType([node]))
         tid = rf.path[0][1] if rf.path else rf.field_id
         if tid in top:
             node = _merge(top[tid], node)
@@ -51,6 +72,12 @@ def _read_schema(fields: Sequence[ReadField], where: str) -> T.StructType:
             order.append(tid)
         top[tid] = node
     return T.StructType([top[i] for i in order])
+
+
+def _leaf_name(layout: Layout, rf: ReadField) -> str:
+    if not rf.path:
+        return _name(layout, rf.field_id)
+    return rf.col.label if layout.by_name else f"f{rf.field_id}"
 
 
 def _merge(a: T.StructField, b: T.StructField) -> T.StructField:
@@ -62,12 +89,17 @@ def _merge(a: T.StructField, b: T.StructField) -> T.StructField:
     return T.StructField(a.name, T.StructType(list(kids.values())), True, a.metadata)
 
 
-def _column(rf: ReadField) -> Column:
-    c = F.col(f"`f{rf.path[0][1]}`") if rf.path else F.col(f"`f{rf.field_id}`")
-    for _, fid in rf.path[1:]:
-        c = c.getField(f"f{fid}")
-    if rf.path:
-        c = c.getField(f"f{rf.field_id}")
+def _column(rf: ReadField, layout: Layout, where: str) -> Column:
+    if not rf.path:
+        c = F.col(f"`{_name(layout, rf.field_id)}`")
+    else:
+        c = F.col(f"`{_name(layout, rf.path[0][1])}`")
+        for name, fid in rf.path[1:]:
+            c = c.getField(name if layout.by_name else f"f{fid}")
+        c = c.getField(_leaf_name(layout, rf))
+    o = layout.override(rf.field_id)
+    if o is not None and o[1]:
+        c = c.cast(spark_type(rf.type_str, where))  # promoted since the file was written
     return c.alias(rf.col.name)
 
 
@@ -108,15 +140,25 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
             + [T.StructField(m, T.LongType()) for m in scan.meta]
         )
         return spark.createDataFrame([], empty)
-    schema = _read_schema(scan.fields, f"table {scan.table}")
-    df = _read(spark, schema, [t.read_path for t in tasks], f"data files of {scan.table}")
     deletes = {d.file_id: d for d in scan.files.deletes} if scan.files else {}
     need_pos = any(t.pos_deletes for t in tasks)
     need_ids = need_pos or bool(scan.meta)
-    cols = [_column(f) for f in scan.fields]
-    if need_ids:
-        cols += [F.col("_metadata.file_path").alias(PATH), F.col("_metadata.row_index").alias(POS)]
-    df = df.select(*cols)
+    layouts = scan.files.layouts if scan.files else (Layout(),)
+    where = f"table {scan.table}"
+    frames = []
+    for lay_idx in sorted({t.layout for t in tasks}):
+        layout = layouts[lay_idx]
+        group = [t for t in tasks if t.layout == lay_idx]
+        part = _read(spark, _read_schema(scan.fields, where, layout), [t.read_path for t in group],
+                     f"data files of {scan.table}")
+        cols = [_column(f, layout, where) for f in scan.fields]
+        if need_ids:
+            cols += [F.col("_metadata.file_path").alias(PATH),
+                     F.col("_metadata.row_index").alias(POS)]
+        frames.append(part.select(*cols))
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.unionByName(other)
     if scan.pushed:
         df = df.where(F.expr(" AND ".join(f"({e.sql})" for e in scan.pushed)))
     if not need_ids:
@@ -164,10 +206,18 @@ def _positions(
 
 
 def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) -> DataFrame:
-    schema = _read_schema(node.keys, f"equality deletes of {node.table}")
+    where = f"equality deletes of {node.table}"
     key_names = [k.col.name for k in node.keys]
-    df = _read(spark, schema, [f.read_path for f in node.files], f"equality deletes of {node.table}")
-    df = df.select(*[_column(k) for k in node.keys], F.col("_metadata.file_path").alias(PATH))
+    frames = []
+    for lay_idx in sorted({f.layout for f in node.files}):
+        layout = node.layouts[lay_idx]
+        group = [f for f in node.files if f.layout == lay_idx]
+        part = _read(spark, _read_schema(node.keys, where, layout), [f.read_path for f in group], where)
+        frames.append(part.select(*[_column(k, layout, where) for k in node.keys],
+                                  F.col("_metadata.file_path").alias(PATH)))
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.unionByName(other)
     rows = [(paths(f.read_path), f.file_id, f.data_seq, f.partition_id) for f in node.files]
     df = df.join(_file_table(spark, rows, ("$del_file", DEL_SEQ, DEL_PART)), PATH, "left")
     return df.select(*key_names, _guard(DEL_SEQ, f"equality deletes of {node.table}"), DEL_PART)

@@ -70,6 +70,24 @@ class ReadField:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Layout:
+    """How a group of files is read when it differs from the table schema (see planner.layouts).
+
+    `fields`: (field id, name to read it by or None for by-id, physical type or None).
+    The default layout (index 0 of ScanFiles.layouts) reads every column by id, table types.
+    """
+
+    by_name: bool = False
+    fields: tuple[tuple[int, str | None, str | None], ...] = ()
+
+    def override(self, field_id: int) -> tuple[str | None, str | None] | None:
+        for fid, name, phys in self.fields:
+            if fid == field_id:
+                return name, phys
+        return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DataTask:
     """One data file of a scan, with what the planner decided about its deletes."""
 
@@ -83,6 +101,7 @@ class DataTask:
     size_bytes: int
     pos_deletes: tuple[int, ...] = ()  # file ids of position delete files that apply
     eq_sets: tuple[frozenset[int], ...] = ()  # equality id sets with a delete that applies
+    layout: int = 0  # index into ScanFiles.layouts
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,6 +118,7 @@ class DeleteTask:
     record_count: int
     size_bytes: int
     eq_ids: frozenset[int] = frozenset()
+    layout: int = 0  # index into ScanFiles.layouts
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,6 +153,7 @@ class ScanFiles:
     partitions: tuple[str, ...]  # partition id -> printable "spec 0: category='widget'"
     pruning: Pruning = field(default_factory=Pruning)
     eq_fields: tuple[EqField, ...] = ()
+    layouts: tuple[Layout, ...] = (Layout(),)
 
     def delete(self, file_id: int) -> DeleteTask:
         for d in self.deletes:
@@ -216,6 +237,7 @@ class EqDeleteScan(Plan):
     keys: tuple[ReadField, ...]  # one per field id of eq_set, in field-id order
     files: tuple[DeleteTask, ...]
     partitions: tuple[str, ...] = ()
+    layouts: tuple[Layout, ...] = (Layout(),)
 
     @property
     def output(self) -> tuple[Col, ...]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from planner.nodes import EqField, IcebergScan, Plan
+from planner.layouts import layout_of, needs_footers
+from planner.nodes import EqField, IcebergScan, Layout, Plan, ScanFiles
 from planner.scan_planning import plan_scan
-from planner.schemas import TableSchema, find_field
+from planner.schemas import find_field
 from planner.sources import Resolver
 
 
@@ -21,6 +22,8 @@ def attach_files(plan: Plan, resolver: Resolver) -> Plan:
             (s for s in src.metadata.schemas if s.schema_id == node.schema_id), src.metadata.schema()
         )
         files = plan_scan(node, src, schema)
+        if needs_footers(src):
+            files = _with_layouts(files, src, schema)
         ids = sorted({i for d in files.deletes for i in d.eq_ids})
         eq_fields = []
         for fid in ids:
@@ -33,4 +36,18 @@ def attach_files(plan: Plan, resolver: Resolver) -> Plan:
     return plan.transform_up(visit)
 
 
-__all__ = ["attach_files", "TableSchema"]
+def _with_layouts(files: ScanFiles, src: object, schema: object) -> ScanFiles:
+    """Read footers (only for tables that can hold ids-less or promoted files): group by layout."""
+    index: dict[Layout, int] = {Layout(): 0}
+
+    def idx(path: str) -> int:
+        lay = layout_of(src, path, schema)  # type: ignore[arg-type]
+        return index.setdefault(lay, len(index))
+
+    data = tuple(replace(d, layout=idx(d.path)) for d in files.data)
+    deletes = tuple(
+        replace(d, layout=idx(d.path)) if d.kind == "equality" else d for d in files.deletes
+    )
+    layouts = tuple(sorted(index, key=index.__getitem__))
+    return replace(files, data=data, deletes=deletes, layouts=layouts)
+

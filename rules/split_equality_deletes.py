@@ -115,5 +115,5 @@ def _delete_scan(scan: IcebergScan, files: ScanFiles, eq_set: frozenset[int]) ->
     deletes = tuple(t for t in files.deletes if t.kind == "equality" and t.eq_ids == eq_set)
     return EqDeleteScan(
         table=scan.table, source_key=scan.source_key, eq_set=eq_set, keys=keys,
-        files=deletes, partitions=files.partitions,
+        files=deletes, partitions=files.partitions, layouts=files.layouts,
     )

@@ -108,3 +108,32 @@ def test_regression_14_many_keys_and_several_files_with_nulls(catalog: Any, spar
     assert cnt == n // 2
     (total,) = mor_sql("SELECT count(*) FROM e.m", catalog=catalog, spark=spark).collect()[0]
     assert total == n // 2
+
+
+def test_promoted_column_reads_old_files_with_their_type(catalog: Any, spark: Any) -> None:
+    from pyiceberg.types import IntegerType
+
+    schema = Schema(NestedField(1, "id", IntegerType(), required=False),
+                    NestedField(2, "p", StringType(), required=False))
+    w = TableWriter(catalog, "e.pr", schema)
+    # repeated values: pyarrow writes dictionary pages, which Spark 3.5 cannot upcast
+    w.append(pa.table({"id": pa.array([1, 1, 2, 2, 3] * 20, pa.int32()), "p": ["a"] * 100}))
+    with w.refresh().update_schema() as u:
+        u.update_column("id", LongType())
+    w.append(pa.table({"id": pa.array([2**40, 2], pa.int64()), "p": ["b", "b"]}))
+    w.commit(deletes=[w.equality_delete_file([1], [{1: 2}])])
+    got = _q(catalog, spark, "SELECT id, count(*) FROM e.pr GROUP BY id")
+    assert got == Counter({(1, 40): 1, (3, 20): 1, (2**40, 1): 1})
+
+
+def test_files_without_field_ids_use_the_name_mapping(catalog: Any, spark: Any, tmp_path: Any) -> None:
+    import pyarrow.parquet as pq
+
+    w = TableWriter(catalog, "e.nm", SCHEMA)
+    path = str(tmp_path / "imported.parquet")
+    pq.write_table(_t([1, 2, 3], ["a", "a", "a"], [10, 20, 30]), path)  # no field ids
+    w.refresh().add_files([path])
+    assert "schema.name-mapping.default" in w.refresh().properties
+    w.append(_t([4], ["a"], [40]))
+    w.commit(deletes=[w.equality_delete_file([3], [{3: 20}, {3: 40}])])
+    assert _q(catalog, spark, "SELECT id, v FROM e.nm") == Counter({(1, 10): 1, (3, 30): 1})
