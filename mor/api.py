@@ -96,8 +96,17 @@ def explain(
     catalog: Catalog | str | None = None,
     path_map: dict[str, str] | None = None,
     verbose: bool = False,
+    physical: bool = False,
 ) -> str:
-    """The merge-on-read plan of `sql`. Reads metadata only: starts no JVM, reads no data file."""
+    """The merge-on-read plan of `sql`. Reads metadata only: starts no JVM, reads no data file.
+
+    `verbose` adds the rule trace; `physical` lists the DataFrame operations in order.
+    """
     planned = plan_query(sql, catalog=catalog, path_map=path_map)
     trace = [(t.rule, t.changed, t.plan) for t in planned.trace] if verbose else None
-    return explain_text(planned.optimized, trace)
+    text = explain_text(planned.optimized, trace)
+    if physical:
+        from physical.describe import describe
+
+        text += "\n" + describe(planned.optimized)
+    return text

@@ -12,6 +12,7 @@ import sys
 import traceback
 from typing import Any
 
+from mor import progress
 from planner.errors import MorError, SqlSyntaxError
 from planner.sql import check_is_query, parse_statements
 
@@ -42,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("explain", help="print the merge-on-read plan (no JVM)")
     common(ex)
     ex.add_argument("--verbose", action="store_true", help="add the rule trace")
+    ex.add_argument("--physical", action="store_true", help="add the DataFrame operations")
     demo = sub.add_parser("demo", help="create demo.orders in the embedded catalog and query it")
     demo.add_argument("--warehouse", help="warehouse directory (default ./warehouse)")
     demo.add_argument("--debug", action="store_true", help="show Python tracebacks")
@@ -89,7 +91,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     cat = _catalog(args)
     pm = _path_map(args.path_map)
-    texts = [explain(s, catalog=cat, path_map=pm, verbose=args.verbose) for s in _statements(args)]
+    texts = [
+        explain(s, catalog=cat, path_map=pm, verbose=args.verbose, physical=args.physical)
+        for s in _statements(args)
+    ]
     sys.stdout.write("\n".join(texts))
     return 0
 
@@ -102,10 +107,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--format parquet needs --output PATH")
     cat = _catalog(args)
     pm = _path_map(args.path_map)
+    progress.note("planning ...")
     planned = [plan_query(s, catalog=cat, path_map=pm) for s in stmts]  # fail before any output
+    progress.note("starting Spark ...")
     from physical import local_session, to_dataframe
 
     spark = local_session()
+    progress.clear()
     results = []
     for p in planned:
         df = to_dataframe(p.optimized, spark)
@@ -115,9 +123,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.format == "parquet":
         for i, df in enumerate(results):
             out = args.output if len(results) == 1 else f"{args.output}.{i}"
-            _run_spark(lambda df=df, out=out: df.write.mode("overwrite").parquet(out))
+            with progress.spark_stages(spark, f"writing {out}"):
+                _run_spark(lambda df=df, out=out: df.write.mode("overwrite").parquet(out))
         return 0
-    collected = [_run_spark(lambda df=df: (df.columns, df.collect())) for df in results]
+    collected = []
+    for i, df in enumerate(results, start=1):
+        with progress.spark_stages(spark, f"statement {i}/{len(results)}"):
+            collected.append(_run_spark(lambda df=df: (df.columns, df.collect())))
     text = "\n".join(_format(cols, rows, args.format) for cols, rows in collected)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:

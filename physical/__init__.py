@@ -1,6 +1,27 @@
-"""Physical layer: logical plan -> PySpark DataFrame. The only layer that imports pyspark."""
+"""Physical layer: logical plan -> PySpark DataFrame. The only layer that imports pyspark.
 
-from physical.compile import Compiler, to_dataframe
-from physical.session import FIELD_ID_CONF, local_session, prepare_session
+Names are loaded on first use, so `physical.describe` (EXPLAIN PHYSICAL) needs no pyspark.
+"""
 
-__all__ = ["Compiler", "to_dataframe", "local_session", "prepare_session", "FIELD_ID_CONF"]
+from __future__ import annotations
+
+from typing import Any
+
+_EXPORTS = {
+    "Compiler": "physical.compile",
+    "to_dataframe": "physical.compile",
+    "local_session": "physical.session",
+    "prepare_session": "physical.session",
+    "FIELD_ID_CONF": "physical.session",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(name)
+
+
+__all__ = list(_EXPORTS)

@@ -21,6 +21,7 @@ def local_session() -> SparkSession:
     active = SparkSession.getActiveSession()
     if active is not None:
         return prepare_session(active)
+    log_conf = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
     builder = (
         SparkSession.builder.master(os.environ.get("MOR_SPARK_MASTER", "local[*]"))
         .appName("mor")
@@ -30,6 +31,7 @@ def local_session() -> SparkSession:
         .config("spark.driver.memory", os.environ.get("MOR_DRIVER_MEMORY", "4g"))
         .config("spark.sql.session.timeZone", os.environ.get("MOR_TIMEZONE", "UTC"))
         .config(FIELD_ID_CONF, "true")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log_conf}")
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("MOR_SPARK_LOG_LEVEL", "ERROR"))

@@ -1,0 +1,124 @@
+"""EXPLAIN PHYSICAL: the DataFrame operations `Compiler` builds, in order, without a JVM.
+
+Kept beside compile.py and scan.py: each line names what those modules do for a node.
+This module does not import pyspark.
+"""
+
+from __future__ import annotations
+
+from planner.nodes import (
+    Aggregate,
+    AntiJoin,
+    Distinct,
+    EqDeleteScan,
+    Filter,
+    IcebergScan,
+    Join,
+    Limit,
+    Plan,
+    Project,
+    SetOp,
+    Sort,
+    Union,
+)
+
+
+def _ids(s: frozenset[int]) -> str:
+    return "{" + ",".join(str(i) for i in sorted(s)) + "}"
+
+
+class _Describer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.done: dict[int, int] = {}
+
+    def emit(self, text: str) -> int:
+        self.lines.append(f"{len(self.lines) + 1:>3}. {text}")
+        return len(self.lines)
+
+    def visit(self, node: Plan) -> int:
+        if id(node) in self.done:
+            return self.done[id(node)]
+        step = self._visit(node)
+        self.done[id(node)] = step
+        return step
+
+    def _visit(self, node: Plan) -> int:
+        match node:
+            case IcebergScan():
+                return self._scan(node)
+            case EqDeleteScan():
+                kinds = sorted({"global" if f.partition_id < 0 else "partition" for f in node.files})
+                self.emit(f"read parquet: {len(node.files)} equality delete file(s) of {node.table} "
+                          f"{_ids(node.eq_set)}, key columns by field id: "
+                          + ", ".join(k.col.show() for k in node.keys))
+                return self.emit(f"join broadcast(delete file table) on _metadata.file_path "
+                                 f"-> $del_seq, $del_partition ({', '.join(kinds)})")
+            case AntiJoin(left=left, right=right):
+                a, b = self.visit(left), self.visit(right)
+                keys = " AND ".join(f"{lk} <=> {rk}" for lk, rk in node.keys)
+                return self.emit(f"left_anti join [{a}] with [{b}] on {keys} AND $data_seq < $del_seq "
+                                 "AND ($del_partition = -1 OR $partition = $del_partition)")
+            case Union(inputs=inputs):
+                steps = [self.visit(i) for i in inputs]
+                return self.emit("unionAll " + ", ".join(f"[{s}]" for s in steps)
+                                 + " (each projected to the scan's columns)")
+            case Filter(child=c):
+                s = self.visit(c)
+                return self.emit(f"where [{s}] " + " AND ".join(x.text for x in node.conditions))
+            case Project(child=c):
+                s = self.visit(c)
+                return self.emit(f"select [{s}] " + ", ".join(c.label for c, _ in node.exprs))
+            case Aggregate(child=c):
+                s = self.visit(c)
+                g = ", ".join(e.text for _, e in node.groups)
+                a = ", ".join(e.text for _, e in node.aggs)
+                return self.emit(f"groupBy [{s}] ({g}).agg({a})" if g else f"agg [{s}] ({a})")
+            case Join(left=left, right=right):
+                a, b = self.visit(left), self.visit(right)
+                cond = node.condition.text if node.condition else "true"
+                return self.emit(f"{node.kind} join [{a}] with [{b}] on {cond}")
+            case Sort(child=c):
+                s = self.visit(c)
+                return self.emit(f"orderBy [{s}] " + ", ".join(
+                    f"{k.expr.text} {'asc' if k.ascending else 'desc'}" for k in node.keys))
+            case Limit(child=c):
+                s = self.visit(c)
+                off = f" offset {node.offset}" if node.offset else ""
+                return self.emit(f"limit [{s}] {node.limit}{off}")
+            case Distinct(child=c):
+                return self.emit(f"distinct [{self.visit(c)}]")
+            case SetOp(left=left, right=right):
+                a, b = self.visit(left), self.visit(right)
+                return self.emit(f"{node.kind}{'' if node.distinct else ' all'} [{a}] [{b}]")
+        return self.emit(type(node).__name__)
+
+    def _scan(self, node: IcebergScan) -> int:
+        tasks = node.data_files()
+        layouts = sorted({t.layout for t in tasks}) or [0]
+        cols = ", ".join(f.col.show() for f in node.fields) or "no columns"
+        step = self.emit(
+            f"read parquet: {len(tasks)} data file(s) of {node.table}"
+            + (f" in {len(layouts)} layouts" if len(layouts) > 1 else "")
+            + f", columns by field id: {cols}"
+        )
+        if node.pushed:
+            step = self.emit("where " + " AND ".join(e.text for e in node.pushed)
+                             + " (pushed into the Parquet scan)")
+        pos = sorted({p for t in tasks for p in t.pos_deletes})
+        if pos or node.meta:
+            step = self.emit("join broadcast(data file table) on _metadata.file_path "
+                             "-> $file_id, $data_seq, $partition")
+        if pos:
+            self.emit(f"read parquet: {len(pos)} position delete file(s) (file_path, pos) "
+                      "joined with broadcast(applicable pairs) on the recorded data file path")
+            step = self.emit("left_anti join on ($file_id, _metadata.row_index): "
+                             "deleted positions removed in the scan")
+        return step
+
+
+def describe(plan: Plan) -> str:
+    d = _Describer()
+    d.visit(plan)
+    d.emit("select the output columns by their user-facing names")
+    return "== Physical Plan (DataFrame operations) ==\n" + "\n".join(d.lines) + "\n"
