@@ -149,18 +149,22 @@ def _run_spark(fn: Any) -> Any:
 
 
 def _spark_error(e: BaseException) -> str:
+    """One line naming what failed (and the file, when a file is to blame) from a Spark error."""
     import re
 
     text = str(e)
     m = re.search(r"(mor: [^\n]*)", text)
     if m:
-        return m.group(1)
-    m = re.search(r"(?:FileNotFoundException|PATH_NOT_FOUND\]?)[:\s]*([^\n]*)", text)
+        return m.group(1)[len("mor: "):]
+    m = re.search(r"(\S+) is not a Parquet file", text)
     if m:
-        return f"file missing: {m.group(1).strip()[:300]}"
-    m = re.search(r"((?:is not a Parquet file|Could not read footer|Can not read value)[^\n]*)", text)
+        return f"unreadable file {m.group(1)}: not a Parquet file (truncated or another format)"
+    m = re.search(r"(?:FileNotFoundException|PATH_NOT_FOUND\]?)[:\s]*(?:File )?(\S+)", text)
     if m:
-        return f"unreadable file: {m.group(1)[:300]}"
+        return f"file missing: {m.group(1).rstrip('.')}"
+    m = re.search(r"(?:Could not read footer for file|Error while reading file)[:\s]*(\S+)", text)
+    if m:
+        return f"unreadable file {m.group(1).rstrip('.')}"
     first = next((ln for ln in text.splitlines() if ln.strip()), type(e).__name__)
     return f"query failed: {first[:300]}"
 

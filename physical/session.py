@@ -34,5 +34,5 @@ def local_session() -> SparkSession:
         .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log_conf}")
     )
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("MOR_SPARK_LOG_LEVEL", "ERROR"))
+    spark.sparkContext.setLogLevel(os.environ.get("MOR_SPARK_LOG_LEVEL", "FATAL"))
     return spark

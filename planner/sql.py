@@ -65,7 +65,8 @@ def parse_statements(sql: str) -> list[exp.Expression]:
         raise SqlSyntaxError(desc, first.get("line"), col) from e
     except TokenError as e:
         raise SqlSyntaxError(str(e)) from e
-    return [s for s in stmts if s is not None]
+    # a statement holding only comments parses as a bare Semicolon: it is empty, not a query
+    return [s for s in stmts if s is not None and not isinstance(s, exp.Semicolon)]
 
 
 def build_plan(sql: str | exp.Expression, resolver: Resolver) -> Plan:
@@ -166,12 +167,15 @@ class _Binder:
         m = re.match(r"Column '([^']*)' could not be resolved(?:\. Line: (\d+), Col: (\d+))?", message)
         if not m:
             return ColumnNotFoundError(message.splitlines()[0])
-        where = f" at line {m.group(2)}, column {m.group(3)}" if m.group(2) else ""
-        cols = sorted({c for t in self.tables.values() for c in t.schema.top_level_names()})
-        tables = ", ".join(sorted({t.label for t in self.tables.values()}))
-        return ColumnNotFoundError(
-            f"unknown column {m.group(1).split('.')[-1]!r}{where}; columns of {tables}: {', '.join(cols)}"
-        )
+        name = m.group(1).split(".")[-1]
+        where = ""
+        if m.group(2):  # sqlglot points at the name's last character
+            where = f" at line {m.group(2)}, column {max(1, int(m.group(3)) - len(name) + 1)}"
+        hints = []
+        for label in sorted({t.label for t in self.tables.values()}):
+            t = next(x for x in self.tables.values() if x.label == label)
+            hints.append(f"columns of {label}: {', '.join(t.schema.top_level_names())}")
+        return ColumnNotFoundError(f"unknown column {name!r}{where}; {'; '.join(hints)}")
 
     def _resolve_table(self, table: exp.Table) -> _TableRef:
         if isinstance(table.this, exp.Anonymous) or isinstance(table.this, exp.Func):
