@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test java venv dev clean
+.PHONY: demo test java venv dev clean golden
 
 java:
 	@command -v java >/dev/null 2>&1 || { echo "mor needs Java 17 or newer (for Spark): install a JDK, e.g. 'apt-get install openjdk-17-jre-headless'" >&2; exit 1; }
@@ -33,3 +33,6 @@ test: java dev
 
 clean:
 	rm -rf $(VENV) warehouse .pytest_cache .hypothesis
+
+golden: dev
+	$(BIN)/python tests/test_golden.py
