@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test java venv dev clean golden
+.PHONY: demo test java venv dev clean golden soak
 
 java:
 	@command -v java >/dev/null 2>&1 || { echo "mor needs Java 17 or newer (for Spark): install a JDK, e.g. 'apt-get install openjdk-17-jre-headless'" >&2; exit 1; }
@@ -33,6 +33,11 @@ test: java dev
 
 clean:
 	rm -rf $(VENV) warehouse .pytest_cache .hypothesis
+
+# the long differential run against Iceberg's own reader: HISTORIES=200 by default
+HISTORIES ?= 200
+soak: java dev
+	$(BIN)/python -m tests.oracle.run --histories $(HISTORIES) --seed 1000
 
 golden: dev
 	$(BIN)/python tests/test_golden.py

@@ -66,7 +66,10 @@ def plan_query(
     sql: Any, *, catalog: Catalog | str | None = None, path_map: dict[str, str] | None = None,
     warehouse: str | None = None,
 ) -> Planned:
-    resolver = Resolver(resolve_catalog(catalog, warehouse), PathMap.of(path_map))
+    if isinstance(catalog, str):
+        catalog = resolve_catalog(catalog)  # an unknown catalog name fails even for iceberg_scan
+    # the embedded catalog is created only when a query names a table
+    resolver = Resolver(lambda: resolve_catalog(catalog, warehouse), PathMap.of(path_map))
     logical = build_plan(sql, resolver)
     plan, trace1 = optimize(logical, LOGICAL_RULES)
     planned = attach_files(plan, resolver)

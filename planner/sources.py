@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,7 +111,10 @@ def _metadata_file_in(directory: str) -> str:
 class Resolver:
     """Loads tables by name (through a catalog) or by metadata path, each once per query."""
 
-    def __init__(self, catalog: Catalog | None, path_map: PathMap) -> None:
+    def __init__(
+        self, catalog: Catalog | Callable[[], Catalog] | None, path_map: PathMap
+    ) -> None:
+        """`catalog` may be a factory: it is then called only when a table is named."""
         self._catalog = catalog
         self._map = path_map
         self._cache: dict[str, TableSource] = {}
@@ -139,6 +143,8 @@ class Resolver:
         return src
 
     def by_name(self, parts: tuple[str, ...]) -> TableSource:
+        if callable(self._catalog) and not isinstance(self._catalog, Catalog):
+            self._catalog = self._catalog()
         catalog = self._catalog
         if catalog is None:
             raise TableNotFoundError(f"table {'.'.join(parts)}: no catalog is configured")

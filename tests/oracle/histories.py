@@ -1,0 +1,292 @@
+"""Random merge-on-read histories written by Apache Iceberg's own Java writer.
+
+Each history is driven by a seeded `random.Random`, so a failing seed replays exactly. It uses:
+- Spark SQL INSERT, and DELETE / UPDATE / MERGE INTO in merge-on-read mode (position deletes);
+- equality deletes committed through the JVM `RowDelta` API, on several id sets (also listed in
+  non-schema order), with NULL keys, keys that match nothing, scoped to partitions (with the
+  partition of a live data file) or global (unpartitioned spec);
+- partition evolution (a field added mid-history; older-spec equality deletes stay global);
+- schema evolution: a rename, an added column, an equality column dropped after its delete;
+- small row groups (several per file) and position delete files covering several data files.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+_ROW = ("id", "k", "name", "amt", "p", "extra")  # what rows() generates, by original name
+ARROW = {"bigint": pa.int64(), "int": pa.int32(), "string": pa.string(), "double": pa.float64()}
+
+
+@dataclass
+class History:
+    name: str  # local.db.<name>
+    location: Path
+    layout: str
+    seed: int
+    snapshots: list[int] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)
+    columns: dict[str, str] = field(default_factory=dict)  # current name -> SQL type
+    coverage: Counter = field(default_factory=Counter)
+    key_col: str = "name"  # a string column whose values queries filter on
+
+    @property
+    def table(self) -> str:
+        return f"local.db.{self.name}"
+
+
+class Writer:
+    def __init__(self, spark: Any, warehouse: Path, seed: int) -> None:
+        self.spark = spark
+        self.rng = random.Random(seed)
+        self.jvm = spark._jvm
+        self.next_id = 0
+        layout = self.rng.choice(["unpartitioned", "identity", "bucket"])
+        name = f"h{seed}"
+        self.h = History(name, warehouse / "db" / name, layout, seed)
+        self.h.columns = {"id": "bigint", "k": "int", "name": "string", "amt": "double", "p": "string"}
+
+    # ---- helpers -------------------------------------------------------------------------
+    def sql(self, text: str) -> None:
+        self.h.log.append(text)
+        self.spark.sql(text)
+
+    def table(self) -> Any:
+        return self.jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+            self.spark._jsparkSession, self.h.table
+        )
+
+    def snapshot(self) -> None:
+        snap = self.table().currentSnapshot()
+        if snap is not None and (not self.h.snapshots or self.h.snapshots[-1] != snap.snapshotId()):
+            self.h.snapshots.append(snap.snapshotId())
+
+    def rows(self, n: int) -> list[tuple]:
+        out = []
+        for _ in range(n):
+            self.next_id += 1
+            i = self.next_id if self.rng.random() > 0.1 else self.rng.randint(1, self.next_id)
+            out.append((
+                i,
+                self.rng.choice([None, 1, 2, 3]),
+                self.rng.choice([None, "ann", "bob", "cy", "dee", "eve"]),
+                round(self.rng.uniform(0, 100), 2),
+                self.rng.choice(["x", "y", "z", None]),
+                self.rng.choice(["e1", "e2", None]),
+            ))
+        return out
+
+    def _data_cols(self) -> list[str]:
+        """Current columns that rows() fills, in table order (after renames and drops)."""
+        return [c for c in self.h.columns if self.orig(c) in _ROW]
+
+    def _values(self, rows: list[tuple]) -> str:
+        cols = self._data_cols()
+        out = []
+        for r in rows:
+            d = dict(zip(_ROW, r))
+            out.append("(" + ", ".join(_lit(d[self.orig(c)], self.h.columns[c]) for c in cols) + ")")
+        return ", ".join(out)
+
+    def insert(self, rows: list[tuple]) -> None:
+        cols = self._data_cols()
+        self.sql(f"INSERT INTO {self.h.table} ({', '.join(cols)}) VALUES {self._values(rows)}")
+        self.h.coverage["insert"] += 1
+
+    def orig(self, name: str) -> str:
+        return {"label": "name"}.get(name, name)
+
+    # ---- the history ---------------------------------------------------------------------
+    def create(self) -> None:
+        part = {"unpartitioned": "", "identity": "PARTITIONED BY (p)",
+                "bucket": "PARTITIONED BY (bucket(3, id))"}[self.h.layout]
+        small_groups = self.rng.random() < 0.5
+        props = {
+            "format-version": "2", "write.delete.mode": "merge-on-read",
+            "write.update.mode": "merge-on-read", "write.merge.mode": "merge-on-read",
+            "write.distribution-mode": "none",
+        }
+        if small_groups:
+            props["write.parquet.row-group-size-bytes"] = "256"
+            props["write.parquet.page-size-bytes"] = "64"
+            self.h.coverage["multi-row-group files"] += 1
+        tp = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
+        self.sql(f"CREATE TABLE {self.h.table} (id bigint, k int, name string, amt double, "
+                 f"p string) USING iceberg {part} TBLPROPERTIES ({tp})")
+        self.h.coverage[f"layout {self.h.layout}"] += 1
+
+    def step(self) -> None:
+        ops = ["insert", "insert", "delete", "update", "merge", "eq", "eq", "eq"]
+        if not self.h.coverage["partition evolution"] and self.h.layout != "bucket":
+            ops.append("evolve_partition")
+        if not self.h.coverage["rename"]:
+            ops.append("rename")
+        if not self.h.coverage["add column"]:
+            ops.append("add_column")
+        if self.h.coverage["eq {1,2}"] + self.h.coverage["eq {2,1}"] and "k" in self.h.columns and (
+            not self.h.coverage["drop equality column"]
+        ):
+            ops.append("drop_k")
+        op = self.rng.choice(ops)
+        getattr(self, f"op_{op}")()
+        self.snapshot()
+
+    def op_insert(self) -> None:
+        self.insert(self.rows(self.rng.randint(3, 25)))
+
+    def _pred(self) -> str:
+        name = "label" if "label" in self.h.columns else "name"
+        return self.rng.choice([
+            f"id % {self.rng.randint(2, 7)} = {self.rng.randint(0, 1)}",
+            f"{name} IS NULL", f"{name} = '{self.rng.choice(['ann', 'bob', 'cy'])}'",
+            f"amt < {self.rng.randint(5, 60)}",
+        ] + ([f"k = {self.rng.randint(1, 3)}", "k IS NULL"] if "k" in self.h.columns else []))
+
+    def op_delete(self) -> None:
+        self.sql(f"DELETE FROM {self.h.table} WHERE {self._pred()}")
+        self.h.coverage["sql DELETE"] += 1
+
+    def op_update(self) -> None:
+        self.sql(f"UPDATE {self.h.table} SET amt = amt + 1000 WHERE {self._pred()}")
+        self.h.coverage["sql UPDATE"] += 1
+
+    def op_merge(self) -> None:
+        by_id = {r[0]: r for r in self.rows(self.rng.randint(2, 8))}  # one source row per id
+        cols = self._data_cols()
+        src = f"SELECT * FROM VALUES {self._values(list(by_id.values()))} AS s({', '.join(cols)})"
+        self.sql(
+            f"MERGE INTO {self.h.table} t USING ({src}) s ON t.id = s.id "
+            f"WHEN MATCHED AND s.amt < 30 THEN DELETE "
+            f"WHEN MATCHED THEN UPDATE SET t.amt = s.amt "
+            f"WHEN NOT MATCHED THEN INSERT ({', '.join(cols)}) VALUES ({', '.join('s.' + c for c in cols)})"
+        )
+        self.h.coverage["sql MERGE"] += 1
+
+    def op_evolve_partition(self) -> None:
+        self.sql(f"ALTER TABLE {self.h.table} ADD PARTITION FIELD bucket(2, id)")
+        self.h.coverage["partition evolution"] += 1
+
+    def op_rename(self) -> None:
+        self.sql(f"ALTER TABLE {self.h.table} RENAME COLUMN name TO label")
+        self.h.columns = {("label" if c == "name" else c): t for c, t in self.h.columns.items()}
+        self.h.key_col = "label"
+        self.h.coverage["rename"] += 1
+
+    def op_add_column(self) -> None:
+        self.sql(f"ALTER TABLE {self.h.table} ADD COLUMN extra string")
+        self.h.columns["extra"] = "string"
+        self.h.coverage["add column"] += 1
+
+    def op_drop_k(self) -> None:
+        self.sql(f"ALTER TABLE {self.h.table} DROP COLUMN k")
+        del self.h.columns["k"]
+        self.h.coverage["drop equality column"] += 1
+
+    def op_eq(self) -> None:
+        """Equality delete files through RowDelta, one per chosen partition (or one global)."""
+        table = self.table()
+        schema = table.schema()
+        name = "label" if "label" in self.h.columns else "name"
+        choices = [("id",), (name,), ("id", name)]
+        if "k" in self.h.columns:
+            choices += [("k", name), (name, "k")]
+        cols = self.rng.choice(choices)
+        ids = [schema.findField(c).fieldId() for c in cols]
+        tag = "{" + ",".join(str(i) for i in ids) + "}"
+        self.h.coverage[f"eq {tag}"] += 1
+        live = self.spark.sql(f"SELECT {', '.join(cols)} FROM {self.h.table}").collect()
+        keys = [tuple(r) for r in self.rng.sample(live, min(len(live), self.rng.randint(1, 4)))]
+        if self.rng.random() < 0.5:
+            keys.append(tuple(None for _ in cols))
+            self.h.coverage["NULL keys"] += 1
+        if self.rng.random() < 0.3:
+            keys.append(tuple(_nomatch(self.h.columns[c]) for c in cols))
+            self.h.coverage["keys matching nothing"] += 1
+        scopes = self._scopes(table)
+        if not keys or not scopes:
+            return
+        builder = self.jvm.org.apache.iceberg.FileMetadata
+        delta = table.newRowDelta()
+        for spec, partition in scopes:
+            path = self._write_keys(cols, ids, keys)
+            b = builder.deleteFileBuilder(spec).ofEqualityDeletes(self._int_array(ids)) \
+                .withPath(path).withFormat("parquet") \
+                .withFileSizeInBytes(Path(path).stat().st_size).withRecordCount(len(keys))
+            if partition is not None:
+                b = b.withPartition(partition)
+            delta = delta.addDeletes(b.build())
+            self.h.coverage["global eq delete" if partition is None else "partition eq delete"] += 1
+        delta.commit()
+        self.h.log.append(f"-- RowDelta: equality delete on {cols} ids {ids} keys {keys} "
+                          f"in {len(scopes)} scope(s)")
+
+    def _scopes(self, table: Any) -> list[tuple[Any, Any]]:
+        specs = table.specs()
+        unpart = [specs.get(s) for s in specs.keySet() if specs.get(s).isUnpartitioned()]
+        if table.spec().isUnpartitioned() or (unpart and self.rng.random() < 0.3):
+            return [(unpart[0], None)]  # a global delete, also after partition evolution
+        seen = {}
+        it = table.newScan().planFiles().iterator()
+        while it.hasNext():
+            task = it.next()
+            f = task.file()
+            key = (task.spec().specId(), str(f.partition()))
+            if key not in seen and not task.spec().isUnpartitioned():
+                seen[key] = (task.spec(), f.partition())
+        it.close()
+        chosen = list(seen.values())
+        self.rng.shuffle(chosen)
+        if not chosen:
+            return [(unpart[0], None)] if unpart else []
+        return chosen[: self.rng.randint(1, len(chosen))]
+
+    def _int_array(self, ids: list[int]) -> Any:
+        arr = self.spark.sparkContext._gateway.new_array(self.jvm.int, len(ids))
+        for i, v in enumerate(ids):
+            arr[i] = v
+        return arr
+
+    def _write_keys(self, cols: tuple[str, ...], ids: list[int], keys: list[tuple]) -> str:
+        fields = [pa.field(c, ARROW[self.h.columns[c]], metadata={b"PARQUET:field_id": str(i).encode()})
+                  for c, i in zip(cols, ids)]
+        # write the columns in an order other than the ids' now and then
+        order = list(range(len(cols)))
+        if self.rng.random() < 0.5:
+            order.reverse()
+        table = pa.table({fields[i].name: pa.array([k[i] for k in keys], fields[i].type) for i in order},
+                         schema=pa.schema([fields[i] for i in order]))
+        path = str(self.h.location / "data" / f"eqdel-{uuid.uuid4()}.parquet")
+        pq.write_table(table, path)
+        return path
+
+    def run(self, steps: int) -> History:
+        self.create()
+        self.op_insert()
+        self.snapshot()
+        for _ in range(steps):
+            self.step()
+        return self.h
+
+
+def _lit(v: Any, sql_type: str) -> str:
+    if v is None:
+        return f"CAST(NULL AS {sql_type})"
+    if sql_type == "string":
+        return "'" + str(v).replace("'", "''") + "'"
+    if sql_type == "double":
+        return f"CAST({v!r} AS DOUBLE)"
+    if sql_type == "int":
+        return f"CAST({v} AS INT)"
+    return str(v)
+
+
+def _nomatch(sql_type: str) -> Any:
+    return {"bigint": 10**9, "int": 999, "string": "nobody", "double": -1.5}[sql_type]

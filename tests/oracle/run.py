@@ -1,0 +1,131 @@
+"""Differential runs: random Java-written histories, each query through mor and through Iceberg.
+
+    python -m tests.oracle.run --histories 6            # the CI-sized run (make test runs it)
+    python -m tests.oracle.run --histories 200 --seed 1000   # the soak (make soak)
+
+Both readers run in one Spark session; results must be equal as multisets. Exit code 0 when
+there are no differences, 1 when there are (each printed with its seed, query and rows), 2
+when the Iceberg runtime cannot be set up here (the reason is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.oracle.histories import History, Writer  # noqa: E402
+from tests.oracle.runtime import RuntimeUnavailable, iceberg_session  # noqa: E402
+
+
+def queries(h: History, rng_pick: Any) -> list[str]:
+    """Templates over {t}: the table as each reader names it."""
+    n = h.key_col
+    qs = [
+        "SELECT * FROM {t}",
+        "SELECT count(*) FROM {t}",
+        "SELECT amt FROM {t}",  # leaves out every equality column
+        f"SELECT id, {n} FROM {{t}} WHERE {n} = 'bob'",
+        f"SELECT id, {n}, amt FROM {{t}} WHERE {n} <> 'bob'",  # NULLs never pass
+        "SELECT id, amt FROM {t} WHERE id BETWEEN 3 AND 15",
+        "SELECT p, count(*), sum(amt), min(id), max(id) FROM {t} GROUP BY p",
+        f"SELECT a.id, b.{n} FROM {{t}} a JOIN {{t}} b ON a.id = b.id",
+        "SELECT count(DISTINCT id) FROM {t} WHERE amt > 10",
+    ]
+    if "k" in h.columns:
+        qs.append("SELECT k, count(*) FROM {t} WHERE k <> 2 OR k IS NULL GROUP BY k")
+    for sid in rng_pick(h.snapshots[:-1], 2):
+        qs.append(f"SELECT * FROM {{t}} VERSION AS OF {sid}")
+        qs.append(f"SELECT count(*) FROM {{t}} VERSION AS OF {sid}")
+    return qs
+
+
+def _norm(v: Any) -> Any:
+    if isinstance(v, float):
+        return None if math.isnan(v) else round(v, 6)
+    return v
+
+
+def _bag(rows: list[Any]) -> Counter:
+    return Counter(tuple(_norm(v) for v in r) for r in rows)
+
+
+def compare(spark: Any, h: History, sql: str) -> str | None:
+    from mor import mor_sql
+
+    ours = mor_sql(sql.format(t=f"iceberg_scan('{h.location}')"), spark=spark).collect()
+    theirs = spark.sql(sql.format(t=h.table)).collect()
+    a, b = _bag(ours), _bag(theirs)
+    if a == b:
+        return None
+    missing = list((b - a).elements())[:5]
+    extra = list((a - b).elements())[:5]
+    return (f"seed {h.seed} ({h.layout}): {sql}\n  mor rows {sum(a.values())}, iceberg rows "
+            f"{sum(b.values())}\n  missing from mor: {missing}\n  extra in mor: {extra}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--histories", type=int, default=6)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=10, help="operations per history")
+    ap.add_argument("--keep", help="keep the warehouse here instead of a temporary folder")
+    args = ap.parse_args(argv)
+
+    warehouse = Path(args.keep or tempfile.mkdtemp(prefix="mor-oracle-"))
+    cache = ROOT / ".venv" / "mor-oracle"
+    try:
+        spark = iceberg_session(warehouse, cache)
+    except RuntimeUnavailable as e:
+        print(f"oracle: the Iceberg runtime cannot be set up here: {e}")
+        return 2
+    import random
+
+    started = time.monotonic()
+    coverage: Counter = Counter()
+    diffs: list[str] = []
+    n_queries = 0
+    for i in range(args.histories):
+        seed = args.seed + i
+        rng = random.Random(seed * 7919)
+        try:
+            h = Writer(spark, warehouse, seed).run(args.steps)
+        except Exception:  # noqa: BLE001 - a writer failure is the harness's bug: report it
+            diffs.append(f"seed {seed}: the history could not be written\n{traceback.format_exc()}")
+            continue
+        coverage.update(h.coverage)
+        coverage[f"snapshots {min(len(h.snapshots), 10)}{'+' if len(h.snapshots) >= 10 else ''}"] += 1
+        for q in queries(h, lambda xs, k: rng.sample(xs, min(k, len(xs)))):
+            n_queries += 1
+            try:
+                d = compare(spark, h, q)
+            except Exception as e:  # noqa: BLE001 - an error from either reader is a difference
+                d = f"seed {seed} ({h.layout}): {q}\n  error: {str(e).splitlines()[0][:300]}"
+            if d:
+                diffs.append(d + "\n  history:\n    " + "\n    ".join(h.log))
+    spark.stop()
+    if not args.keep:
+        shutil.rmtree(warehouse, ignore_errors=True)
+
+    print(f"oracle: {args.histories} histories (seeds {args.seed}..{args.seed + args.histories - 1}), "
+          f"{n_queries} queries, {len(diffs)} differences, {time.monotonic() - started:.0f}s")
+    print("coverage:")
+    for key, count in sorted(coverage.items()):
+        print(f"  {key:<28} {count}")
+    for d in diffs:
+        print("DIFFERENCE " + d)
+    return 1 if diffs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
