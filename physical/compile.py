@@ -68,8 +68,10 @@ class Compiler:
                 cond = reduce(
                     lambda a, b: a & b, [_c(lk).eqNullSafe(_c(rk)) for lk, rk in keys]
                 )
-                cond = cond & (_c(DATA_SEQ) < _c(DEL_SEQ))
-                cond = cond & ((_c(DEL_PART) == F.lit(GLOBAL_PART)) | (_c(PART) == _c(DEL_PART)))
+                if node.seq_guard:
+                    cond = cond & (_c(DATA_SEQ) < _c(DEL_SEQ))
+                if node.part_guard:
+                    cond = cond & ((_c(DEL_PART) == F.lit(GLOBAL_PART)) | (_c(PART) == _c(DEL_PART)))
                 return self.compile(left).join(self.compile(right), cond, "left_anti")
             case Union(inputs=inputs, columns=cols):
                 names = [_c(c.name) for c in cols]

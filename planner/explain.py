@@ -68,8 +68,10 @@ def _label(node: Plan) -> str:
                 parts = {f.partition_id < 0 for f in node.right.files}
                 scope = {frozenset({True}): "global", frozenset({False}): "partition"}.get(
                     frozenset(parts), "partition+global")
-            return (f"eq_set={_ids(node.eq_set)} on=[{on}] null_safe scope={scope} "
-                    f"guard=data_seq<del_seq")
+            guards = [g for g, on_ in (("data_seq<del_seq", node.seq_guard),
+                                       ("partition", node.part_guard)) if on_]
+            guard = ",".join(guards) or "none(proven)"
+            return f"eq_set={_ids(node.eq_set)} on=[{on}] null_safe scope={scope} guard={guard}"
         case Union():
             return f"branches={len(node.inputs)}"
         case Filter():

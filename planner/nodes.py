@@ -261,14 +261,19 @@ class AntiJoin(Plan):
     right: Plan
     eq_set: frozenset[int]
     keys: tuple[tuple[str, str], ...]  # (left column, right column), in field-id order
+    # the guards stay unless planning proved them true for every pair of files they could see
+    seq_guard: bool = True  # left.$data_seq < right.$del_seq
+    part_guard: bool = True  # right is global, or left.$partition = right.$del_partition
 
     def __post_init__(self) -> None:
         lnames, rnames = _names(self.left.output), _names(self.right.output)
         for lk, rk in self.keys:
             if lk not in lnames or rk not in rnames:
                 raise MorError(f"internal: anti-join key {lk}/{rk} is not produced by its input")
-        if DATA_SEQ not in lnames or PART not in lnames:
-            raise MorError("internal: the left side of an anti-join must carry $data_seq, $partition")
+        if self.seq_guard and DATA_SEQ not in lnames:
+            raise MorError("internal: a sequence-guarded anti-join needs $data_seq on its left")
+        if self.part_guard and PART not in lnames:
+            raise MorError("internal: a partition-guarded anti-join needs $partition on its left")
 
     @property
     def output(self) -> tuple[Col, ...]:

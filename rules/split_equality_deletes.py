@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from planner.nodes import (
     DATA_SEQ,
+    GLOBAL_PART,
     PART,
     AntiJoin,
     Col,
@@ -54,16 +55,42 @@ def _union(scan: IcebergScan, files: ScanFiles) -> Plan:
     delete_scans = {s: _delete_scan(scan, files, s) for k in keys for s in k}
     branches = []
     for i, key in enumerate(keys, start=1):
-        branch_scan = _branch_scan(scan, files, groups[key], key, (i, len(keys)))
+        guards = {s: _guards(groups[key], delete_scans[s], files) for s in key}
+        meta = tuple(m for m, need in ((DATA_SEQ, any(g[0] for g in guards.values())),
+                                       (PART, any(g[1] for g in guards.values()))) if need)
+        branch_scan = _branch_scan(scan, files, groups[key], key, (i, len(keys)), meta)
         plan: Plan = branch_scan
         for s in key:
             keys_lr = tuple(
                 (_left_key(branch_scan, fid), k.col.name)
                 for fid, k in zip(sorted(s), delete_scans[s].keys)
             )
-            plan = AntiJoin(left=plan, right=delete_scans[s], eq_set=s, keys=keys_lr)
+            plan = AntiJoin(left=plan, right=delete_scans[s], eq_set=s, keys=keys_lr,
+                            seq_guard=guards[s][0], part_guard=guards[s][1])
         branches.append(plan)
     return Union(inputs=tuple(branches), columns=scan.output)
+
+
+def _guards(data: list[DataTask], deletes: EqDeleteScan, files: ScanFiles) -> tuple[bool, bool]:
+    """Which of (sequence guard, partition guard) this anti-join still needs.
+
+    A delete row can only meet data rows whose file is in `data`. Scan planning decided for each
+    file which delete files apply; a guard is dropped only when it is true for every pair of a
+    data file and a delete file of this scan that it would let through.
+    """
+    glob = all(d.partition_id == GLOBAL_PART for d in deletes.files)
+    one_part = len({t.partition_id for t in data}) == 1 and all(
+        d.partition_id in (GLOBAL_PART, data[0].partition_id) for d in deletes.files)
+    part_needed = not (glob or one_part)
+    seq_needed = False
+    for t in data:
+        for d in deletes.files:
+            same_scope = d.partition_id in (GLOBAL_PART, t.partition_id)
+            if same_scope and not t.data_seq < d.data_seq:
+                seq_needed = True
+            if not same_scope and not part_needed:
+                raise AssertionError("partition scope check is inconsistent")
+    return seq_needed, part_needed
 
 
 def _left_key(scan: IcebergScan, field_id: int) -> str:
@@ -79,6 +106,7 @@ def _branch_scan(
     data: list[DataTask],
     eq_sets: tuple[frozenset[int], ...],
     branch: tuple[int, int],
+    meta: tuple[str, ...],
 ) -> IcebergScan:
     need = sorted({fid for s in eq_sets for fid in s})
     present = {f.field_id for f in scan.fields if not f.path}
@@ -93,7 +121,6 @@ def _branch_scan(
         if t.file_id in pos_ids or (t.kind == "equality" and t.eq_ids in eq_sets)
     )
     sub = replace(files, data=tuple(data), deletes=keep)
-    meta = (DATA_SEQ, PART) if eq_sets else ()
     return replace(
         scan, files=sub, branch=branch, eq_sets=eq_sets, meta=meta,
         fields=scan.fields + tuple(extra),

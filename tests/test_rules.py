@@ -28,11 +28,11 @@ def test_split_equality_deletes_builds_fast_lane_and_branches() -> None:
     assert _text(out) == "\n".join([
         "Union #0: branches=3  rows~300",
         "  IcebergScan #1: lake.orders branch=1/3 eq_sets=[]  rows~100",
-        "  AntiJoin #2: eq_set={1} on=[id] null_safe scope=partition guard=data_seq<del_seq  rows~100",
+        "  AntiJoin #2: eq_set={1} on=[id] null_safe scope=partition guard=none(proven)  rows~100",
         "    IcebergScan #3: lake.orders branch=2/3 eq_sets=[{1}]  rows~100",
         "    EqDeleteScan #4: lake.orders eq_set={1}  rows=10",
-        "  AntiJoin #5: eq_set={1,3} on=[id, amount] null_safe scope=partition guard=data_seq<del_seq  rows~100",
-        "    AntiJoin #6: eq_set={1} on=[id] null_safe scope=partition guard=data_seq<del_seq  rows~100",
+        "  AntiJoin #5: eq_set={1,3} on=[id, amount] null_safe scope=partition guard=none(proven)  rows~100",
+        "    AntiJoin #6: eq_set={1} on=[id] null_safe scope=partition guard=none(proven)  rows~100",
         "      IcebergScan #7: lake.orders branch=3/3 eq_sets=[{1}, {1,3}]  rows~100",
         "      Reuse #4",
         "    EqDeleteScan #8: lake.orders eq_set={1,3}  rows=10",
@@ -98,3 +98,25 @@ def test_optimize_records_which_rules_fired() -> None:
     plan = Project(child=s, exprs=((s.fields[0].col, Expr(sql="`c_id`", text="id", refs=frozenset({"c_id"}))),))
     _, trace = optimize(plan, (push_filters_into_scans, prune_columns))
     assert [(t.rule, t.changed) for t in trace] == [("push_filters_into_scans", False), ("prune_columns", True)]
+
+
+def test_split_equality_deletes_keeps_only_the_guards_it_cannot_prove() -> None:
+    s1 = frozenset({1})
+    # file 1 (seq 6) is reached only by delete 11 (seq 9); delete 10 (seq 5) must not touch it
+    s = scan(
+        data=(data_file(0, seq=1, eq=(s1,)), data_file(1, seq=6, eq=(s1,))),
+        deletes=(eq_delete(10, ids={1}, seq=5), eq_delete(11, ids={1}, seq=9)),
+    )
+    join = split_equality_deletes(s, CTX)
+    assert isinstance(join, Union) and isinstance(join.inputs[0], AntiJoin)
+    aj = join.inputs[0]
+    assert (aj.seq_guard, aj.part_guard) == (True, False)
+    assert "guard=data_seq<del_seq" in _text(join)
+    # two partitions, deletes newer than all data: only the partition guard is needed
+    s = scan(
+        data=(data_file(0, part=0, eq=(s1,)), data_file(1, part=1, eq=(s1,))),
+        deletes=(eq_delete(10, ids={1}, part=0), eq_delete(11, ids={1}, part=1)),
+    )
+    aj = split_equality_deletes(s, CTX).inputs[0]
+    assert (aj.seq_guard, aj.part_guard) == (False, True)
+    assert aj.left.meta == ("$partition",)

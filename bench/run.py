@@ -1,0 +1,121 @@
+"""Scan benchmarks: mor vs Iceberg's own Spark reader vs a plain Parquet scan, in one session.
+
+    .venv/bin/python bench/run.py                      # the default matrix (see --help)
+    .venv/bin/python bench/run.py --rows 5000000 --pos 0.01 --eq 0.1 --eq-sets 2 --reps 5
+
+For every table and query the three runs alternate (ours, native, plain) `--reps` times;
+results of ours and native are checked for equality (a fingerprint for SELECT *) before any time
+is reported. Prints medians and the ratios ours/native and ours/plain; `--json` saves them.
+Planning time (reading manifests) is part of "ours", as it is part of "native".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.tables import build, data_files, table_name  # noqa: E402
+from tests.oracle.runtime import iceberg_session  # noqa: E402
+
+QUERIES = {
+    "count": "SELECT count(*) FROM {t}",
+    "group_agg": "SELECT k % 10 AS b, count(*) AS n, sum(v) AS s FROM {t} GROUP BY k % 10",
+    "range": "SELECT id, v FROM {t} WHERE id BETWEEN {lo} AND {hi}",
+    "select_star": "SELECT * FROM {t}",
+}
+
+
+def _action(df: Any, query: str) -> Any:
+    if query == "select_star":
+        df.write.format("noop").mode("overwrite").save()
+        return None
+    return df.collect()
+
+
+def _fingerprint(df: Any) -> tuple:
+    from pyspark.sql import functions as F
+
+    row = df.agg(F.count(F.lit(1)), F.sum(F.xxhash64(*df.columns))).collect()[0]
+    return tuple(row)
+
+
+def _bag(rows: list[Any]) -> list[tuple]:
+    return sorted(tuple(round(x, 6) if isinstance(x, float) else x for x in r) for r in rows)
+
+
+def run_table(spark: Any, warehouse: Path, rows: int, pos: float, eq: float, eq_sets: int,
+              reps: int, queries: list[str]) -> list[dict[str, Any]]:
+    from mor import mor_sql
+
+    name = build(spark, warehouse, rows, pos, eq, eq_sets)
+    location = warehouse / "bench" / table_name(rows, pos, eq, eq_sets)
+    spark.read.parquet(*data_files(location)).createOrReplaceTempView("plain_scan")
+    ours_t = f"iceberg_scan('{location}')"
+    lo = rows // 3
+    out = []
+    for q in queries:
+        sql = QUERIES[q].replace("{lo}", str(lo)).replace("{hi}", str(lo + 5000))
+        ours = lambda: mor_sql(sql.format(t=ours_t), spark=spark)  # noqa: E731
+        native = lambda: spark.sql(sql.format(t=name))  # noqa: E731
+        plain = lambda: spark.sql(sql.format(t="plain_scan"))  # noqa: E731
+        if q == "select_star":
+            same = _fingerprint(ours()) == _fingerprint(native())
+        else:
+            same = _bag(ours().collect()) == _bag(native().collect())
+        if not same:
+            raise SystemExit(f"RESULTS DIFFER for {name} {q}: no time reported")
+        times: dict[str, list[float]] = {"ours": [], "native": [], "plain": []}
+        for _ in range(reps):
+            for label, make in (("ours", ours), ("native", native), ("plain", plain)):
+                t0 = time.perf_counter()
+                _action(make(), q)
+                times[label].append(time.perf_counter() - t0)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        out.append({
+            "rows": rows, "pos": pos, "eq": eq, "eq_sets": eq_sets, "query": q,
+            "ours_s": med["ours"], "native_s": med["native"], "plain_s": med["plain"],
+            "ours/native": med["ours"] / med["native"], "ours/plain": med["ours"] / med["plain"],
+        })
+        r = out[-1]
+        print(f"{rows / 1e6:>5.1f}M pos={pos:<5} eq={eq:<5} sets={eq_sets} {q:<12} "
+              f"ours {r['ours_s']:6.2f}s  native {r['native_s']:6.2f}s  plain {r['plain_s']:6.2f}s  "
+              f"ours/native {r['ours/native']:5.2f}  ours/plain {r['ours/plain']:5.2f}", flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, nargs="*", default=[1_000_000, 5_000_000])
+    ap.add_argument("--pos", type=float, nargs="*", default=[0.01])
+    ap.add_argument("--eq", type=float, nargs="*", default=[0.0, 0.1])
+    ap.add_argument("--eq-sets", type=int, nargs="*", default=[1, 2])
+    ap.add_argument("--queries", nargs="*", default=list(QUERIES), choices=list(QUERIES))
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--warehouse", default=str(Path(tempfile.gettempdir()) / "mor-bench"))
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args(argv)
+    warehouse = Path(args.warehouse)
+    spark = iceberg_session(warehouse, ROOT / ".venv" / "mor-oracle")
+    results = []
+    for rows in args.rows:
+        for pos in args.pos:
+            for eq in args.eq:
+                for sets in (args.eq_sets if eq else [1]):
+                    results += run_table(spark, warehouse, rows, pos, eq, sets, args.reps, args.queries)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
