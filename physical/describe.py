@@ -52,8 +52,11 @@ class _Describer:
                 self.emit(f"read parquet: {len(node.files)} equality delete file(s) of {node.table} "
                           f"{_ids(node.eq_set)}, key columns by field id: "
                           + ", ".join(k.col.show() for k in node.keys))
-                return self.emit(f"join broadcast(delete file table) on _metadata.file_path "
-                                 f"-> $del_seq, $del_partition ({', '.join(kinds)})")
+                self.emit(f"join broadcast(delete file table) on the file key "
+                          f"-> $del_seq, $del_partition ({', '.join(kinds)})")
+                if len(node.files) > 1:
+                    self.emit("compact: one row per key and $del_partition with max($del_seq)")
+                return len(self.lines)
             case AntiJoin(left=left, right=right):
                 a, b = self.visit(left), self.visit(right)
                 keys = " AND ".join(f"{lk} <=> {rk}" for lk, rk in node.keys)
@@ -106,14 +109,15 @@ class _Describer:
             step = self.emit("where " + " AND ".join(e.text for e in node.pushed)
                              + " (pushed into the Parquet scan)")
         pos = sorted({p for t in tasks for p in t.pos_deletes})
-        if pos or node.meta:
-            step = self.emit("join broadcast(data file table) on _metadata.file_path "
-                             "-> $file_id, $data_seq, $partition")
+        key = "_metadata.file_size" if len({t.size_bytes for t in tasks}) == len(tasks) else (
+            "_metadata.file_path")
         if pos:
             self.emit(f"read parquet: {len(pos)} position delete file(s) (file_path, pos) "
                       "joined with broadcast(applicable pairs) on the recorded data file path")
-            step = self.emit("left_anti join on ($file_id, _metadata.row_index): "
+            step = self.emit(f"left_anti join on ({key}, _metadata.row_index): "
                              "deleted positions removed in the scan")
+        if node.meta:
+            step = self.emit(f"join broadcast(data file table) on {key} -> {', '.join(node.meta)}")
         return step
 
 

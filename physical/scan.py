@@ -3,13 +3,17 @@
 Columns are read by Parquet field id (`spark.sql.parquet.fieldId.read.enabled`), so renamed,
 reordered and later-added columns read correctly. Position deletes are applied inside the scan:
 the rows at deleted positions (`_metadata.row_index`) are removed before anything else sees them.
-Per-file values ($data_seq, $partition) come from a small broadcast table keyed by the path
-Spark reports; a row whose file is not in that table stops the query rather than vanishing.
+
+Rows name their file by a key: `_metadata.file_size` when the sizes of the files read are unique
+(a long), else the path Spark reports. Per-file values ($data_seq, $partition) come from a small
+broadcast table on that key; a row whose key is not in it stops the query rather than vanishing.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -31,7 +35,6 @@ from planner.nodes import (
     ReadField,
 )
 
-PATH = "$path"
 POS = "$pos"
 FILE_ID = "$file_id"
 
@@ -115,11 +118,28 @@ def _first_line(e: BaseException) -> str:
     return text[0] if text else type(e).__name__
 
 
+FKEY = "$fkey"
+
+
+def _file_keys(files: Sequence[DataTask | DeleteTask], paths: SparkPaths) -> tuple[str, dict[int, Any]]:
+    """How rows name their file: `_metadata.file_size` when the sizes are unique (a long per
+    file, cheap to join on; Iceberg records exact sizes, its own readers depend on them), else
+    the path Spark reports (a string hash per row)."""
+    sizes = [f.size_bytes for f in files]
+    if len(set(sizes)) == len(sizes):
+        return "file_size", {f.file_id: f.size_bytes for f in files}
+    return "file_path", {f.file_id: paths(f.read_path) for f in files}
+
+
+def _key_type(kind: str) -> T.DataType:
+    return T.LongType() if kind == "file_size" else T.StringType()
+
+
 def _file_table(
-    spark: SparkSession, rows: list[tuple[str, int, int, int]], names: tuple[str, str, str]
+    spark: SparkSession, kind: str, rows: list[tuple[Any, int, int, int]], names: tuple[str, str, str]
 ) -> DataFrame:
     schema = T.StructType(
-        [T.StructField(PATH, T.StringType(), False)]
+        [T.StructField(FKEY, _key_type(kind), False)]
         + [T.StructField(n, T.LongType() if n != names[0] else T.IntegerType(), False) for n in names]
     )
     return F.broadcast(spark.createDataFrame(rows, schema))
@@ -129,6 +149,12 @@ def _guard(c: str, what: str) -> Column:
     """The column itself, or a query failure when a row came from a file not in the plan."""
     msg = f"mor: a row of {what} came from a file the plan does not list"
     return F.coalesce(F.col(f"`{c}`"), F.raise_error(F.lit(msg))).alias(c)
+
+
+def _broadcast_if_small(df: DataFrame, rows: int) -> DataFrame:
+    """Broadcast a delete side whose row count planning knows to be small enough."""
+    limit = int(os.environ.get("MOR_BROADCAST_ROWS", "20000000"))
+    return F.broadcast(df) if rows <= limit else df
 
 
 def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> DataFrame:
@@ -142,7 +168,7 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
         return spark.createDataFrame([], empty)
     deletes = {d.file_id: d for d in scan.files.deletes} if scan.files else {}
     need_pos = any(t.pos_deletes for t in tasks)
-    need_ids = need_pos or bool(scan.meta)
+    kind, keys = _file_keys(tasks, paths)
     layouts = scan.files.layouts if scan.files else (Layout(),)
     where = f"table {scan.table}"
     frames = []
@@ -152,8 +178,8 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
         part = _read(spark, _read_schema(scan.fields, where, layout), [t.read_path for t in group],
                      f"data files of {scan.table}")
         cols = [_column(f, layout, where) for f in scan.fields]
-        if need_ids:
-            cols += [F.col("_metadata.file_path").alias(PATH),
+        if need_pos or scan.meta:
+            cols += [F.col(f"_metadata.{kind}").alias(FKEY),
                      F.col("_metadata.row_index").alias(POS)]
         frames.append(part.select(*cols))
     df = frames[0]
@@ -161,14 +187,16 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
         df = df.unionByName(other)
     if scan.pushed:
         df = df.where(F.expr(" AND ".join(f"({e.sql})" for e in scan.pushed)))
-    if not need_ids:
-        return df
-    rows = [(paths(t.read_path), t.file_id, t.data_seq, t.partition_id) for t in tasks]
-    df = df.join(_file_table(spark, rows, (FILE_ID, DATA_SEQ, PART)), PATH, "left")
-    df = df.select(*out_cols, POS, _guard(FILE_ID, scan.table), DATA_SEQ, PART)
     if need_pos:
-        df = df.join(_positions(spark, tasks, deletes, paths, scan.table), [FILE_ID, POS], "left_anti")
-    return df.select(*out_cols, *scan.meta)
+        positions = _positions(spark, tasks, deletes, paths, kind, keys, scan.table)
+        n = sum(deletes[p].record_count for p in {p for t in tasks for p in t.pos_deletes})
+        df = df.join(_broadcast_if_small(positions, n), [FKEY, POS], "left_anti")
+    if scan.meta:
+        rows = [(keys[t.file_id], t.file_id, t.data_seq, t.partition_id) for t in tasks]
+        df = df.join(_file_table(spark, kind, rows, (FILE_ID, DATA_SEQ, PART)), FKEY, "left")
+        # guard the columns the anti-joins read, so Spark cannot prune the check away
+        return df.select(*out_cols, *[_guard(m, scan.table) for m in scan.meta])
+    return df.select(*out_cols)
 
 
 def _positions(
@@ -176,9 +204,11 @@ def _positions(
     tasks: Sequence[DataTask],
     deletes: dict[int, DeleteTask],
     paths: SparkPaths,
+    kind: str,
+    keys: dict[int, Any],
     table: str,
 ) -> DataFrame:
-    """(file id, position) of every deleted row of these data files."""
+    """($fkey, position) of every deleted row of these data files."""
     used = sorted({p for t in tasks for p in t.pos_deletes})
     schema = T.StructType(
         [T.StructField("file_path", T.StringType()), T.StructField("pos", T.LongType())]
@@ -186,7 +216,7 @@ def _positions(
     pdf = _read(spark, schema, [deletes[i].read_path for i in used], f"position deletes of {table}")
     pdf = pdf.select("file_path", "pos", F.col("_metadata.file_path").alias("$dpath"))
     pairs = [
-        (paths(deletes[p].read_path), t.path, t.file_id) for t in tasks for p in t.pos_deletes
+        (paths(deletes[p].read_path), t.path, keys[t.file_id]) for t in tasks for p in t.pos_deletes
     ]
     ptab = F.broadcast(
         spark.createDataFrame(
@@ -195,29 +225,37 @@ def _positions(
                 [
                     T.StructField("$dpath", T.StringType(), False),
                     T.StructField("$recorded", T.StringType(), False),
-                    T.StructField(FILE_ID, T.IntegerType(), False),
+                    T.StructField(FKEY, _key_type(kind), False),
                 ]
             ),
         )
     )
-    # match on the data file path exactly as recorded, never a mapped one
+    # match on the data file path exactly as recorded, never a mapped one; the delete side is
+    # small next to the data, so its string joins cost little
     cond = (pdf["$dpath"] == ptab["$dpath"]) & (pdf["file_path"] == ptab["$recorded"])
-    return pdf.join(ptab, cond, "inner").select(F.col(FILE_ID), F.col("pos").alias(POS))
+    return pdf.join(ptab, cond, "inner").select(F.col(FKEY), F.col("pos").alias(POS))
 
 
 def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) -> DataFrame:
     where = f"equality deletes of {node.table}"
     key_names = [k.col.name for k in node.keys]
+    kind, keys = _file_keys(node.files, paths)
     frames = []
     for lay_idx in sorted({f.layout for f in node.files}):
         layout = node.layouts[lay_idx]
         group = [f for f in node.files if f.layout == lay_idx]
         part = _read(spark, _read_schema(node.keys, where, layout), [f.read_path for f in group], where)
         frames.append(part.select(*[_column(k, layout, where) for k in node.keys],
-                                  F.col("_metadata.file_path").alias(PATH)))
+                                  F.col(f"_metadata.{kind}").alias(FKEY)))
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other)
-    rows = [(paths(f.read_path), f.file_id, f.data_seq, f.partition_id) for f in node.files]
-    df = df.join(_file_table(spark, rows, ("$del_file", DEL_SEQ, DEL_PART)), PATH, "left")
-    return df.select(*key_names, _guard(DEL_SEQ, f"equality deletes of {node.table}"), DEL_PART)
+    rows = [(keys[f.file_id], f.file_id, f.data_seq, f.partition_id) for f in node.files]
+    df = df.join(_file_table(spark, kind, rows, ("$del_file", DEL_SEQ, DEL_PART)), FKEY, "left")
+    df = df.select(*key_names, _guard(DEL_SEQ, f"equality deletes of {node.table}"), DEL_PART)
+    if len(node.files) > 1:
+        # compaction: one row per key and scope, with the highest sequence number (a key is
+        # deleted for a data file iff some delete of it is newer; the newest decides)
+        df = df.groupBy(*key_names, DEL_PART).agg(F.max(DEL_SEQ).alias(DEL_SEQ)).select(
+            *key_names, DEL_SEQ, DEL_PART)
+    return _broadcast_if_small(df, node.rows())

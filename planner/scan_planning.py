@@ -16,8 +16,11 @@ are pruned only by partition (never a global one) and by having no surviving dat
 from __future__ import annotations
 
 import bisect
-from collections import defaultdict
-from collections.abc import Callable, Iterable
+import os
+import threading
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,7 +133,61 @@ def _manifests(src: TableSource, snap: Snapshot) -> list[ManifestFile]:
         raise MetadataError(f"table {src.name}: cannot read manifest list {snap.manifest_list}: {e}")
 
 
+class _ManifestCache:
+    """Manifests are immutable: their live entries are kept across queries of one process.
+
+    Keyed by the path actually read, its length and the manifest's sequence number (inherited
+    numbers depend on it); bounded by the number of entries held (MOR_MANIFEST_CACHE_ENTRIES).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._data: OrderedDict[tuple[str, int, int], list[Any]] = OrderedDict()
+        self._held = 0
+
+    def get(self, key: tuple[str, int, int]) -> list[Any] | None:
+        with self._lock:
+            hit = self._data.get(key)
+            if hit is not None:
+                self._data.move_to_end(key)
+            return hit
+
+    def put(self, key: tuple[str, int, int], entries: list[Any]) -> None:
+        limit = int(os.environ.get("MOR_MANIFEST_CACHE_ENTRIES", "500000"))
+        with self._lock:
+            if key in self._data or len(entries) > limit:
+                return
+            self._data[key] = entries
+            self._held += len(entries)
+            while self._held > limit and self._data:
+                _, old = self._data.popitem(last=False)
+                self._held -= len(old)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self._held = 0
+
+
+_CACHE = _ManifestCache()
+
+
+def clear_manifest_cache() -> None:
+    _CACHE.clear()
+
+
 def _entries(src: TableSource, manifest: ManifestFile) -> list[Any]:
+    key = (src.read_path(manifest.manifest_path), manifest.manifest_length,
+           manifest.sequence_number or 0)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
+    entries = _fetch(src, manifest)
+    _CACHE.put(key, entries)
+    return entries
+
+
+def _fetch(src: TableSource, manifest: ManifestFile) -> list[Any]:
     try:
         return manifest.fetch_manifest_entry(src.io, discard_deleted=True)
     except FileNotFoundError as e:
@@ -191,17 +248,27 @@ def plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles:
     data: list[_Entry] = []
     deletes: list[_Entry] = []
     n_data_total = n_data_part = 0
-    metrics = _InclusiveMetricsEvaluator(schema, filt, case_sensitive=True).eval
+    unfiltered = isinstance(filt, AlwaysTrue)
+    # with nothing pushed there is nothing to prune by: skip building per-file metrics
+    metrics = (lambda _f: True) if unfiltered else _InclusiveMetricsEvaluator(
+        schema, filt, case_sensitive=True, include_empty_files=True).eval
     n_del_total = {"position": 0, "equality": defaultdict(int)}
 
+    kept = []
+    manifest_eval: dict[int, Callable[[ManifestFile], bool]] = {}
     for m in manifests:
         spec_id = m.partition_spec_id
         if spec_id not in part_eval:
-            part_eval[spec_id] = _partition_evaluator(src, schema, spec_id, filt)
-        if not _manifest_may_match(src, schema, spec_id, filt, m):
-            continue
-        kept_m[m.content] += 1
-        for entry in _entries(src, m):
+            part_eval[spec_id] = (lambda _f: True) if unfiltered else _partition_evaluator(
+                src, schema, spec_id, filt)
+            manifest_eval[spec_id] = (lambda _m: True) if unfiltered else _manifest_evaluator(
+                src, schema, spec_id, filt)
+        if manifest_eval[spec_id](m):
+            kept_m[m.content] += 1
+            kept.append(m)
+    for m, entries in _read_all(src, kept):
+        spec_id = m.partition_spec_id
+        for entry in entries:
             f = entry.data_file
             _check_supported(src, f)
             seq = entry.sequence_number
@@ -229,6 +296,17 @@ def plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles:
                   n_del_total)
 
 
+def _read_all(src: TableSource, manifests: list[ManifestFile]) -> Iterator[tuple[ManifestFile, list[Any]]]:
+    """Manifests read on a thread pool (MOR_PLANNING_THREADS), yielded in order."""
+    workers = min(len(manifests), int(os.environ.get("MOR_PLANNING_THREADS", "8")))
+    if workers <= 1:
+        for m in manifests:
+            yield m, _entries(src, m)
+        return
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mor-manifests") as pool:
+        yield from zip(manifests, pool.map(lambda m: _entries(src, m), manifests))
+
+
 def _bindable(expr: BooleanExpression, schema: Schema) -> BooleanExpression:
     """The filter if pyiceberg can bind it (types and names agree), else no filter at all."""
     try:
@@ -251,15 +329,24 @@ def _partition_evaluator(
     return lambda f: ev(f.partition)
 
 
-def _manifest_may_match(
-    src: TableSource, schema: Schema, spec_id: int, filt: BooleanExpression, m: ManifestFile
-) -> bool:
+def _manifest_evaluator(
+    src: TableSource, schema: Schema, spec_id: int, filt: BooleanExpression
+) -> Callable[[ManifestFile], bool]:
+    """Prunes manifests of one spec by their partition summaries."""
     spec = src.metadata.specs()[spec_id]
     try:
         projected = inclusive_projection(schema, spec, True)(filt)
-        return manifest_evaluator(spec, schema, projected, True)(m)
+        ev = manifest_evaluator(spec, schema, projected, True)
     except Exception:  # noqa: BLE001 - pruning only: keep the manifest when unsure
-        return True
+        return lambda _m: True
+
+    def may_match(m: ManifestFile) -> bool:
+        try:
+            return ev(m)
+        except Exception:  # noqa: BLE001 - e.g. a summary pyiceberg cannot decode
+            return True
+
+    return may_match
 
 
 def _index(deletes: list[_Entry], src: TableSource) -> tuple[_Indexed, _Indexed]:

@@ -1,0 +1,121 @@
+"""Planning benchmark: mor's scan planning vs pyiceberg's `plan_files()` on a many-file table.
+
+    .venv/bin/python bench/planning.py [--files 2000 --manifests 50 --reps 7]
+
+The table (written with mor.fixtures, no equality deletes so pyiceberg can plan it) has
+`--files` data files in `--manifests` manifests, identity-partitioned on `p`, plus position
+deletes on a few files. Timed: the full plan, a partition filter (`p = 7`), and a metrics-only
+filter (`id < 100`). "cold" clears mor's manifest cache before every run; "warm" keeps it (as a
+long-lived process planning many queries does). pyiceberg has no such cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def build(warehouse: Path, files: int, manifests: int) -> object:
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    from mor.api import default_catalog
+    from mor.fixtures import TableWriter
+
+    cat = default_catalog(str(warehouse))
+    if cat.table_exists("bench.many"):
+        return cat
+    schema = Schema(NestedField(1, "id", LongType(), required=False),
+                    NestedField(2, "p", LongType(), required=False),
+                    NestedField(3, "s", StringType(), required=False))
+    w = TableWriter(cat, "bench.many", schema,
+                    PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "p")))
+    per = files // manifests
+    for m in range(manifests):
+        ps = [m * per + j for j in range(per)]
+        ids = [p * 10 + r for p in ps for r in range(3)]
+        rows = pa.table({"id": pa.array(ids, pa.int64()), "p": pa.array([i // 10 for i in ids], pa.int64()),
+                         "s": [f"v{i}" for i in ids]})
+        _, written = w.append(rows)
+        if m % 10 == 0:
+            f = written[0]
+            w.commit(deletes=[w.position_delete_file({f.file_path: [0]}, f)])
+    return cat
+
+
+def _bound(cat: object, sql: str) -> tuple[object, object]:
+    """The logical plan after the logical rules, and its resolver (table loaded once)."""
+    from planner.sources import PathMap, Resolver
+    from planner.sql import build_plan
+    from rules import LOGICAL_RULES, optimize
+
+    resolver = Resolver(cat, PathMap.of(None))  # type: ignore[arg-type]
+    plan, _ = optimize(build_plan(sql, resolver), LOGICAL_RULES)
+    return plan, resolver
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--files", type=int, default=2000)
+    ap.add_argument("--manifests", type=int, default=50)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--warehouse", default=str(Path(tempfile.gettempdir()) / "mor-bench-planning"))
+    args = ap.parse_args(argv)
+
+    from pyiceberg.expressions import AlwaysTrue, EqualTo, LessThan
+
+    from mor.api import plan_query
+    from planner import scan_planning
+    from planner.nodes import IcebergScan
+    from planner.planning import attach_files
+
+    cat = build(Path(args.warehouse), args.files, args.manifests)
+    table = cat.load_table("bench.many")  # type: ignore[attr-defined]
+    cases = [("full", AlwaysTrue(), ""), ("p = 7", EqualTo("p", 7), " WHERE p = 7"),
+             ("id < 100", LessThan("id", 100), " WHERE id < 100")]
+    print(f"table: {args.files} data files in {args.manifests} data manifests (+ delete manifests)")
+    print("scan planning alone (same loaded metadata, same filter), medians of "
+          f"{args.reps}; end to end adds SQL binding and loading the table from the catalog")
+    print(f"{'filter':<10} {'pyiceberg':>10} {'mor cold':>10} {'mor warm':>10} {'cold/py':>8} "
+          f"{'warm/py':>8} {'end-to-end':>11}  files")
+    for label, expr, where in cases:
+        py, cold, warm, e2e = [], [], [], []
+        n_py = n_mor = 0
+        bound, resolver = _bound(cat, f"SELECT id FROM bench.many{where}")
+        for _ in range(args.reps):
+            t0 = time.perf_counter()
+            n_py = len(list(table.scan(row_filter=expr).plan_files()))
+            py.append(time.perf_counter() - t0)
+            scan_planning.clear_manifest_cache()
+            t0 = time.perf_counter()
+            attach_files(bound, resolver)
+            cold.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            planned = attach_files(bound, resolver)
+            warm.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            plan_query(f"SELECT id FROM bench.many{where}", catalog=cat)
+            e2e.append(time.perf_counter() - t0)
+            n_mor = sum(len(s.files.data) for s in planned.walk() if isinstance(s, IcebergScan))
+        p, c, w, e = (statistics.median(x) for x in (py, cold, warm, e2e))
+        print(f"{label:<10} {p * 1000:>8.1f}ms {c * 1000:>8.1f}ms {w * 1000:>8.1f}ms {c / p:>8.2f} "
+              f"{w / p:>8.2f} {e * 1000:>9.1f}ms  pyiceberg {n_py}, mor {n_mor}")
+        if n_py != n_mor:
+            print(f"  FILE COUNTS DIFFER for {label}")
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
