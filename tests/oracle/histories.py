@@ -114,6 +114,10 @@ class Writer:
             "write.update.mode": "merge-on-read", "write.merge.mode": "merge-on-read",
             "write.distribution-mode": "none",
         }
+        if self.rng.random() < 0.5:
+            # one position delete file per partition, covering several data files
+            props["write.delete.granularity"] = "partition"
+            self.h.coverage["pos delete files spanning files"] += 1
         if small_groups:
             props["write.parquet.row-group-size-bytes"] = "256"
             props["write.parquet.page-size-bytes"] = "64"
@@ -131,7 +135,7 @@ class Writer:
             ops.append("rename")
         if not self.h.coverage["add column"]:
             ops.append("add_column")
-        if self.h.coverage["eq {1,2}"] + self.h.coverage["eq {2,1}"] and "k" in self.h.columns and (
+        if self.h.coverage["eq on k"] and "k" in self.h.columns and (
             not self.h.coverage["drop equality column"]
         ):
             ops.append("drop_k")
@@ -202,6 +206,8 @@ class Writer:
         ids = [schema.findField(c).fieldId() for c in cols]
         tag = "{" + ",".join(str(i) for i in ids) + "}"
         self.h.coverage[f"eq {tag}"] += 1
+        if "k" in cols:
+            self.h.coverage["eq on k"] += 1
         live = self.spark.sql(f"SELECT {', '.join(cols)} FROM {self.h.table}").collect()
         keys = [tuple(r) for r in self.rng.sample(live, min(len(live), self.rng.randint(1, 4)))]
         if self.rng.random() < 0.5:
