@@ -6,7 +6,7 @@
 pyspark is imported only when a query runs, so `explain` works without a JVM.
 """
 
-from mor.api import default_catalog, explain, mor_sql, plan_query
+from mor.api import default_catalog, explain, metrics, mor_sql, plan_query
 from planner.errors import MorError
 
-__all__ = ["mor_sql", "explain", "plan_query", "default_catalog", "MorError"]
+__all__ = ["mor_sql", "explain", "metrics", "plan_query", "default_catalog", "MorError"]

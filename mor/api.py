@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +11,8 @@ from pyiceberg.catalog import Catalog, load_catalog
 
 from planner.errors import MorError, TableNotFoundError
 from planner.explain import explain_text
+from planner.metrics import MorMetrics, static_metrics
+from planner.metrics import render as render_metrics
 from planner.nodes import Plan
 from planner.planning import attach_files
 from planner.sources import PathMap, Resolver
@@ -60,6 +63,11 @@ class Planned:
     logical: Plan
     optimized: Plan
     trace: tuple[TraceStep, ...]
+    planning_seconds: float = 0.0
+
+    def metrics(self) -> MorMetrics:
+        """Delete files and bytes read by kind, data rows, planning time (no data is read)."""
+        return static_metrics(self.optimized, self.planning_seconds)
 
 
 def plan_query(
@@ -70,12 +78,14 @@ def plan_query(
         catalog = resolve_catalog(catalog)  # an unknown catalog name fails even for iceberg_scan
     # the embedded catalog is created only when a query names a table
     resolver = Resolver(lambda: resolve_catalog(catalog, warehouse), PathMap.of(path_map))
+    started = time.perf_counter()
     logical = build_plan(sql, resolver)
     plan, trace1 = optimize(logical, LOGICAL_RULES)
     planned = attach_files(plan, resolver)
     step = TraceStep("plan_files (scan planning)", planned is not plan, planned)
     optimized, trace2 = optimize(planned, MOR_RULES)
-    return Planned(logical, optimized, tuple(trace1 + [step] + trace2))
+    return Planned(logical, optimized, tuple(trace1 + [step] + trace2),
+                   time.perf_counter() - started)
 
 
 def mor_sql(
@@ -100,10 +110,14 @@ def explain(
     path_map: dict[str, str] | None = None,
     verbose: bool = False,
     physical: bool = False,
+    analyze: bool = False,
+    spark: SparkSession | None = None,
 ) -> str:
     """The merge-on-read plan of `sql`. Reads metadata only: starts no JVM, reads no data file.
 
     `verbose` adds the rule trace; `physical` lists the DataFrame operations in order.
+    `analyze` adds the merge-on-read metrics and, running counts on Spark (it does start one),
+    the rows each kind of delete removed.
     """
     planned = plan_query(sql, catalog=catalog, path_map=path_map)
     trace = [(t.rule, t.changed, t.plan) for t in planned.trace] if verbose else None
@@ -112,4 +126,16 @@ def explain(
         from physical.describe import describe
 
         text += "\n" + describe(planned.optimized)
+    if analyze:
+        from physical import local_session, prepare_session
+        from physical.analyze import count_removed
+
+        session = prepare_session(spark) if spark is not None else local_session()
+        text += "\n" + render_metrics(count_removed(planned.metrics(), planned.optimized, session))
     return text
+
+
+def metrics(sql: str, *, catalog: Catalog | str | None = None,
+            path_map: dict[str, str] | None = None) -> MorMetrics:
+    """Merge-on-read metrics of `sql` known from planning: delete files, bytes, planning time."""
+    return plan_query(sql, catalog=catalog, path_map=path_map).metrics()

@@ -44,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     common(ex)
     ex.add_argument("--verbose", action="store_true", help="add the rule trace")
     ex.add_argument("--physical", action="store_true", help="add the DataFrame operations")
+    ex.add_argument("--analyze", action="store_true",
+                    help="add merge-on-read metrics and count the rows each delete kind removes "
+                         "(runs Spark)")
     demo = sub.add_parser("demo", help="create demo.orders in the embedded catalog and query it")
     demo.add_argument("--warehouse", help="warehouse directory (default ./warehouse)")
     demo.add_argument("--debug", action="store_true", help="show Python tracebacks")
@@ -92,7 +95,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     cat = _catalog(args)
     pm = _path_map(args.path_map)
     texts = [
-        explain(s, catalog=cat, path_map=pm, verbose=args.verbose, physical=args.physical)
+        explain(s, catalog=cat, path_map=pm, verbose=args.verbose, physical=args.physical,
+                analyze=args.analyze)
         for s in _statements(args)
     ]
     sys.stdout.write("\n".join(texts))

@@ -144,3 +144,23 @@ def test_run_formats(wh: Path, tmp_path: Path, spark: Any, capsys: pytest.Captur
     import pyarrow.parquet as pq
 
     assert pq.read_table(str(target)).to_pylist() == [{"region": "EU", "n": 8}, {"region": "US", "n": 8}]
+
+
+def test_explain_analyze_counts_rows_removed_by_each_kind(wh: Path, spark: Any,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "explain", "--analyze", "-e", "SELECT count(*) FROM demo.orders",
+                        "--warehouse", str(wh))
+    assert code == 0
+    metrics = out[out.index("== Merge-on-read metrics =="):]
+    # demo.orders: 22 rows written; order 2 by position; 3 and NULL by {1}; (4,c4), (12,c5),
+    # (13,NULL) by {1,3}; the re-appended order 3 lives
+    assert "rows removed  by position deletes 1\n" in metrics
+    assert "rows removed  by equality deletes {1} 2\n" in metrics
+    assert "rows removed  by equality deletes {1,3} 3\n" in metrics
+    assert "rows live     16 (of 22 in the files read)" in metrics
+    from mor import metrics as mor_metrics
+    from mor.api import default_catalog
+
+    m = mor_metrics("SELECT * FROM demo.orders", catalog=default_catalog(str(wh)))
+    assert (m.data_files, m.pos_delete_files, m.eq_delete_files) == (3, 1, {"{1}": 1, "{1,3}": 2})
+    assert m.planning_seconds > 0

@@ -1,0 +1,61 @@
+"""EXPLAIN ANALYZE: count the rows each kind of delete removes, by running the plan's pieces."""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from physical.compile import Compiler
+from planner.metrics import MorMetrics
+from planner.nodes import AntiJoin, IcebergScan, Plan, Union
+
+
+def _top_scans(plan: Plan) -> list[Plan]:
+    """Each table read: a scan, or the Union the equality rule made of one."""
+    out: list[Plan] = []
+
+    def visit(node: Plan) -> None:
+        if isinstance(node, IcebergScan) or (
+            isinstance(node, Union) and all(_is_branch(i) for i in node.inputs)
+        ):
+            out.append(node)
+            return
+        for c in node.children:
+            visit(c)
+
+    visit(plan)
+    return out
+
+
+def _is_branch(node: Plan) -> bool:
+    while isinstance(node, AntiJoin):
+        node = node.left
+    return isinstance(node, IcebergScan) and node.branch is not None
+
+
+def count_removed(m: MorMetrics, plan: Plan, spark: SparkSession) -> MorMetrics:
+    compiler = Compiler(spark)
+    by_pos = 0
+    by_eq: dict[str, int] = {}
+    live = 0
+    for top in _top_scans(plan):
+        branches = top.inputs if isinstance(top, Union) else (top,)
+        for b in branches:
+            chain = []
+            node = b
+            while isinstance(node, AntiJoin):
+                chain.append(node)
+                node = node.left
+            assert isinstance(node, IcebergScan)
+            scanned = compiler.compile(node).count()
+            by_pos += node.rows_estimate() - scanned
+            before = scanned
+            for aj in reversed(chain):
+                after = compiler.compile(aj).count()
+                key = "{" + ",".join(str(i) for i in sorted(aj.eq_set)) + "}"
+                by_eq[key] = by_eq.get(key, 0) + before - after
+                before = after
+            live += before
+    m.rows_removed_by_position = by_pos
+    m.rows_removed_by_equality = by_eq
+    m.rows_live = live
+    return m
