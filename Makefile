@@ -29,6 +29,7 @@ demo: java venv
 	$(BIN)/mor demo
 
 test: java dev
+	$(BIN)/ruff check planner rules physical mor tests bench
 	$(BIN)/python -m pytest -q
 
 clean:

@@ -36,17 +36,25 @@ def build(warehouse: Path, files: int, manifests: int) -> object:
     cat = default_catalog(str(warehouse))
     if cat.table_exists("bench.many"):
         return cat
-    schema = Schema(NestedField(1, "id", LongType(), required=False),
-                    NestedField(2, "p", LongType(), required=False),
-                    NestedField(3, "s", StringType(), required=False))
-    w = TableWriter(cat, "bench.many", schema,
-                    PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "p")))
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "p", LongType(), required=False),
+        NestedField(3, "s", StringType(), required=False),
+    )
+    w = TableWriter(
+        cat, "bench.many", schema, PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "p"))
+    )
     per = files // manifests
     for m in range(manifests):
         ps = [m * per + j for j in range(per)]
         ids = [p * 10 + r for p in ps for r in range(3)]
-        rows = pa.table({"id": pa.array(ids, pa.int64()), "p": pa.array([i // 10 for i in ids], pa.int64()),
-                         "s": [f"v{i}" for i in ids]})
+        rows = pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "p": pa.array([i // 10 for i in ids], pa.int64()),
+                "s": [f"v{i}" for i in ids],
+            }
+        )
         _, written = w.append(rows)
         if m % 10 == 0:
             f = written[0]
@@ -82,13 +90,20 @@ def main(argv: list[str] | None = None) -> int:
 
     cat = build(Path(args.warehouse), args.files, args.manifests)
     table = cat.load_table("bench.many")  # type: ignore[attr-defined]
-    cases = [("full", AlwaysTrue(), ""), ("p = 7", EqualTo("p", 7), " WHERE p = 7"),
-             ("id < 100", LessThan("id", 100), " WHERE id < 100")]
+    cases = [
+        ("full", AlwaysTrue(), ""),
+        ("p = 7", EqualTo("p", 7), " WHERE p = 7"),
+        ("id < 100", LessThan("id", 100), " WHERE id < 100"),
+    ]
     print(f"table: {args.files} data files in {args.manifests} data manifests (+ delete manifests)")
-    print("scan planning alone (same loaded metadata, same filter), medians of "
-          f"{args.reps}; end to end adds SQL binding and loading the table from the catalog")
-    print(f"{'filter':<10} {'pyiceberg':>10} {'mor cold':>10} {'mor warm':>10} {'cold/py':>8} "
-          f"{'warm/py':>8} {'end-to-end':>11}  files")
+    print(
+        "scan planning alone (same loaded metadata, same filter), medians of "
+        f"{args.reps}; end to end adds SQL binding and loading the table from the catalog"
+    )
+    print(
+        f"{'filter':<10} {'pyiceberg':>10} {'mor cold':>10} {'mor warm':>10} {'cold/py':>8} "
+        f"{'warm/py':>8} {'end-to-end':>11}  files"
+    )
     for label, expr, where in cases:
         py, cold, warm, e2e = [], [], [], []
         n_py = n_mor = 0
@@ -109,8 +124,10 @@ def main(argv: list[str] | None = None) -> int:
             e2e.append(time.perf_counter() - t0)
             n_mor = sum(len(s.files.data) for s in planned.walk() if isinstance(s, IcebergScan))
         p, c, w, e = (statistics.median(x) for x in (py, cold, warm, e2e))
-        print(f"{label:<10} {p * 1000:>8.1f}ms {c * 1000:>8.1f}ms {w * 1000:>8.1f}ms {c / p:>8.2f} "
-              f"{w / p:>8.2f} {e * 1000:>9.1f}ms  pyiceberg {n_py}, mor {n_mor}")
+        print(
+            f"{label:<10} {p * 1000:>8.1f}ms {c * 1000:>8.1f}ms {w * 1000:>8.1f}ms {c / p:>8.2f} "
+            f"{w / p:>8.2f} {e * 1000:>9.1f}ms  pyiceberg {n_py}, mor {n_mor}"
+        )
         if n_py != n_mor:
             print(f"  FILE COUNTS DIFFER for {label}")
             return 1

@@ -52,8 +52,16 @@ def _bag(rows: list[Any]) -> list[tuple]:
     return sorted(tuple(round(x, 6) if isinstance(x, float) else x for x in r) for r in rows)
 
 
-def run_table(spark: Any, warehouse: Path, rows: int, pos: float, eq: float, eq_sets: int,
-              reps: int, queries: list[str]) -> list[dict[str, Any]]:
+def run_table(
+    spark: Any,
+    warehouse: Path,
+    rows: int,
+    pos: float,
+    eq: float,
+    eq_sets: int,
+    reps: int,
+    queries: list[str],
+) -> list[dict[str, Any]]:
     from mor import mor_sql
 
     name = build(spark, warehouse, rows, pos, eq, eq_sets)
@@ -80,15 +88,27 @@ def run_table(spark: Any, warehouse: Path, rows: int, pos: float, eq: float, eq_
                 _action(make(), q)
                 times[label].append(time.perf_counter() - t0)
         med = {k: statistics.median(v) for k, v in times.items()}
-        out.append({
-            "rows": rows, "pos": pos, "eq": eq, "eq_sets": eq_sets, "query": q,
-            "ours_s": med["ours"], "native_s": med["native"], "plain_s": med["plain"],
-            "ours/native": med["ours"] / med["native"], "ours/plain": med["ours"] / med["plain"],
-        })
+        out.append(
+            {
+                "rows": rows,
+                "pos": pos,
+                "eq": eq,
+                "eq_sets": eq_sets,
+                "query": q,
+                "ours_s": med["ours"],
+                "native_s": med["native"],
+                "plain_s": med["plain"],
+                "ours/native": med["ours"] / med["native"],
+                "ours/plain": med["ours"] / med["plain"],
+            }
+        )
         r = out[-1]
-        print(f"{rows / 1e6:>5.1f}M pos={pos:<5} eq={eq:<5} sets={eq_sets} {q:<12} "
-              f"ours {r['ours_s']:6.2f}s  native {r['native_s']:6.2f}s  plain {r['plain_s']:6.2f}s  "
-              f"ours/native {r['ours/native']:5.2f}  ours/plain {r['ours/plain']:5.2f}", flush=True)
+        print(
+            f"{rows / 1e6:>5.1f}M pos={pos:<5} eq={eq:<5} sets={eq_sets} {q:<12} "
+            f"ours {r['ours_s']:6.2f}s  native {r['native_s']:6.2f}s  plain {r['plain_s']:6.2f}s  "
+            f"ours/native {r['ours/native']:5.2f}  ours/plain {r['ours/plain']:5.2f}",
+            flush=True,
+        )
     return out
 
 
@@ -109,8 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     for rows in args.rows:
         for pos in args.pos:
             for eq in args.eq:
-                for sets in (args.eq_sets if eq else [1]):
-                    results += run_table(spark, warehouse, rows, pos, eq, sets, args.reps, args.queries)
+                for sets in args.eq_sets if eq else [1]:
+                    results += run_table(
+                        spark, warehouse, rows, pos, eq, sets, args.reps, args.queries
+                    )
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=1))

@@ -18,44 +18,56 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-PROPS = ("'format-version'='2', 'write.delete.mode'='merge-on-read', "
-         "'write.update.mode'='merge-on-read', 'write.merge.mode'='merge-on-read', "
-         "'write.distribution-mode'='none'")
+PROPS = (
+    "'format-version'='2', 'write.delete.mode'='merge-on-read', "
+    "'write.update.mode'='merge-on-read', 'write.merge.mode'='merge-on-read', "
+    "'write.distribution-mode'='none'"
+)
 
 
 def table_name(rows: int, pos: float, eq: float, eq_sets: int) -> str:
     def pct(x: float) -> str:
         return str(x).replace(".", "p")
+
     return f"t{rows // 1_000_000}m_pos{pct(pos)}_eq{pct(eq)}_s{eq_sets}"
 
 
-def build(spark: Any, warehouse: Path, rows: int, pos: float, eq: float, eq_sets: int,
-          files: int = 8) -> str:
+def build(
+    spark: Any, warehouse: Path, rows: int, pos: float, eq: float, eq_sets: int, files: int = 8
+) -> str:
     """Create the table unless it exists; returns its full name."""
     name = f"local.bench.{table_name(rows, pos, eq, eq_sets)}"
     location = warehouse / "bench" / table_name(rows, pos, eq, eq_sets)
     if (location / "metadata" / "version-hint.text").exists():
         return name
     spark.sql(f"DROP TABLE IF EXISTS {name}")
-    spark.sql(f"CREATE TABLE {name} (id bigint, k int, grp string, v double, pad string) "
-              f"USING iceberg TBLPROPERTIES ({PROPS})")
+    spark.sql(
+        f"CREATE TABLE {name} (id bigint, k int, grp string, v double, pad string) "
+        f"USING iceberg TBLPROPERTIES ({PROPS})"
+    )
     spark.range(0, rows, 1, files).selectExpr(
-        "id", "CAST(id % 1000 AS INT) AS k", "concat('g', CAST(id % 50 AS STRING)) AS grp",
-        "CAST(id % 9973 AS DOUBLE) / 7 AS v", "repeat('x', 20) AS pad",
+        "id",
+        "CAST(id % 1000 AS INT) AS k",
+        "concat('g', CAST(id % 50 AS STRING)) AS grp",
+        "CAST(id % 9973 AS DOUBLE) / 7 AS v",
+        "repeat('x', 20) AS pad",
     ).writeTo(name).append()
     if pos:
         spark.sql(f"DELETE FROM {name} WHERE id % {round(1 / pos)} = 0")
     if eq:
         m = round(1 / eq)
         table = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-            spark._jsparkSession, name)
+            spark._jsparkSession, name
+        )
         ids = np.arange(1, rows, m, dtype=np.int64)
         deletes = [_eq_file(spark, table, location, {"id": (1, pa.array(ids))}, [1])]
         if eq_sets == 2:
             # a second id set {grp, k}: (grp, k) pairs that remove about the same share again
             pairs = [(f"g{i % 50}", i % 1000) for i in range(2, 1000, m)]
-            cols = {"grp": (3, pa.array([p[0] for p in pairs])),
-                    "k": (2, pa.array([p[1] for p in pairs], pa.int32()))}
+            cols = {
+                "grp": (3, pa.array([p[0] for p in pairs])),
+                "k": (2, pa.array([p[1] for p in pairs], pa.int32())),
+            }
             deletes.append(_eq_file(spark, table, location, cols, [3, 2]))
         delta = table.newRowDelta()
         for d in deletes:
@@ -64,27 +76,38 @@ def build(spark: Any, warehouse: Path, rows: int, pos: float, eq: float, eq_sets
     return name
 
 
-def _eq_file(spark: Any, table: Any, location: Path, cols: dict[str, tuple[int, pa.Array]],
-             ids: list[int]) -> Any:
-    fields = [pa.field(n, a.type, metadata={b"PARQUET:field_id": str(i).encode()})
-              for n, (i, a) in cols.items()]
+def _eq_file(
+    spark: Any, table: Any, location: Path, cols: dict[str, tuple[int, pa.Array]], ids: list[int]
+) -> Any:
+    fields = [
+        pa.field(n, a.type, metadata={b"PARQUET:field_id": str(i).encode()})
+        for n, (i, a) in cols.items()
+    ]
     t = pa.table([a for _, a in cols.values()], schema=pa.schema(fields))
     path = str(location / "data" / f"eqdel-{uuid.uuid4()}.parquet")
     pq.write_table(t, path)
     arr = spark.sparkContext._gateway.new_array(spark._jvm.int, len(ids))
     for i, v in enumerate(ids):
         arr[i] = v
-    return (spark._jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(table.spec())
-            .ofEqualityDeletes(arr).withPath(path).withFormat("parquet")
-            .withFileSizeInBytes(Path(path).stat().st_size).withRecordCount(t.num_rows).build())
+    return (
+        spark._jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(table.spec())
+        .ofEqualityDeletes(arr)
+        .withPath(path)
+        .withFormat("parquet")
+        .withFileSizeInBytes(Path(path).stat().st_size)
+        .withRecordCount(t.num_rows)
+        .build()
+    )
 
 
 def data_files(location: Path) -> list[str]:
     """The table's current data files, for the plain-Parquet peer (deletes ignored)."""
     from pyiceberg.table import StaticTable
 
-    meta = sorted((location / "metadata").glob("v*.metadata.json"),
-                  key=lambda p: int(p.name[1:].split(".")[0]))[-1]
+    meta = sorted(
+        (location / "metadata").glob("v*.metadata.json"),
+        key=lambda p: int(p.name[1:].split(".")[0]),
+    )[-1]
     t = StaticTable.from_metadata(str(meta))
     snap = t.metadata.current_snapshot()
     out = []

@@ -71,7 +71,10 @@ class Planned:
 
 
 def plan_query(
-    sql: Any, *, catalog: Catalog | str | None = None, path_map: dict[str, str] | None = None,
+    sql: Any,
+    *,
+    catalog: Catalog | str | None = None,
+    path_map: dict[str, str] | None = None,
     warehouse: str | None = None,
 ) -> Planned:
     if isinstance(catalog, str):
@@ -84,8 +87,9 @@ def plan_query(
     planned = attach_files(plan, resolver)
     step = TraceStep("plan_files (scan planning)", planned is not plan, planned)
     optimized, trace2 = optimize(planned, MOR_RULES)
-    return Planned(logical, optimized, tuple(trace1 + [step] + trace2),
-                   time.perf_counter() - started)
+    return Planned(
+        logical, optimized, tuple(trace1 + [step] + trace2), time.perf_counter() - started
+    )
 
 
 def mor_sql(
@@ -135,7 +139,8 @@ def explain(
     return text
 
 
-def metrics(sql: str, *, catalog: Catalog | str | None = None,
-            path_map: dict[str, str] | None = None) -> MorMetrics:
+def metrics(
+    sql: str, *, catalog: Catalog | str | None = None, path_map: dict[str, str] | None = None
+) -> MorMetrics:
     """Merge-on-read metrics of `sql` known from planning: delete files, bytes, planning time."""
     return plan_query(sql, catalog=catalog, path_map=path_map).metrics()

@@ -30,9 +30,16 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("file", nargs="?", help="a .sql file of ;-separated statements")
         sp.add_argument("-e", dest="sql", help="SQL text instead of a file")
         sp.add_argument("--catalog", help="a catalog name from pyiceberg's configuration")
-        sp.add_argument("--warehouse", help="warehouse of the embedded catalog (default ./warehouse)")
-        sp.add_argument("--path-map", action="append", default=[], metavar="OLD=NEW",
-                        help="read files recorded under OLD from NEW (repeatable)")
+        sp.add_argument(
+            "--warehouse", help="warehouse of the embedded catalog (default ./warehouse)"
+        )
+        sp.add_argument(
+            "--path-map",
+            action="append",
+            default=[],
+            metavar="OLD=NEW",
+            help="read files recorded under OLD from NEW (repeatable)",
+        )
         sp.add_argument("--debug", action="store_true", help="show Python tracebacks")
 
     run = sub.add_parser("run", help="run the statements and print their results")
@@ -44,9 +51,11 @@ def _parser() -> argparse.ArgumentParser:
     common(ex)
     ex.add_argument("--verbose", action="store_true", help="add the rule trace")
     ex.add_argument("--physical", action="store_true", help="add the DataFrame operations")
-    ex.add_argument("--analyze", action="store_true",
-                    help="add merge-on-read metrics and count the rows each delete kind removes "
-                         "(runs Spark)")
+    ex.add_argument(
+        "--analyze",
+        action="store_true",
+        help="add merge-on-read metrics and count the rows each delete kind removes (runs Spark)",
+    )
     demo = sub.add_parser("demo", help="create demo.orders in the embedded catalog and query it")
     demo.add_argument("--warehouse", help="warehouse directory (default ./warehouse)")
     demo.add_argument("--debug", action="store_true", help="show Python tracebacks")
@@ -95,8 +104,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
     cat = _catalog(args)
     pm = _path_map(args.path_map)
     texts = [
-        explain(s, catalog=cat, path_map=pm, verbose=args.verbose, physical=args.physical,
-                analyze=args.analyze)
+        explain(
+            s,
+            catalog=cat,
+            path_map=pm,
+            verbose=args.verbose,
+            physical=args.physical,
+            analyze=args.analyze,
+        )
         for s in _statements(args)
     ]
     sys.stdout.write("\n".join(texts))
@@ -159,7 +174,7 @@ def _spark_error(e: BaseException) -> str:
     text = str(e)
     m = re.search(r"(mor: [^\n]*)", text)
     if m:
-        return m.group(1)[len("mor: "):]
+        return m.group(1)[len("mor: ") :]
     m = re.search(r"(\S+) is not a Parquet file", text)
     if m:
         return f"unreadable file {m.group(1)}: not a Parquet file (truncated or another format)"
@@ -175,7 +190,9 @@ def _spark_error(e: BaseException) -> str:
 
 def _format(cols: list[str], rows: list[Any], fmt: str) -> str:
     if fmt == "json":
-        return "".join(json.dumps(dict(zip(cols, [_plain(v) for v in r])), default=str) + "\n" for r in rows)
+        return "".join(
+            json.dumps(dict(zip(cols, [_plain(v) for v in r])), default=str) + "\n" for r in rows
+        )
     if fmt == "csv":
         import csv
         import io

@@ -26,21 +26,28 @@ SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "region"))
 
 
 def _rows(ids: list[int | None], region: str) -> pa.Table:
-    return pa.table({
-        "order_id": pa.array(ids, pa.int64()),
-        "region": [region] * len(ids),
-        "customer": [f"c{(i or 0) % 7}" if i != 13 else None for i in ids],
-        "amount": pa.array([(i or 0) * 10 for i in ids], pa.int64()),
-    })
+    return pa.table(
+        {
+            "order_id": pa.array(ids, pa.int64()),
+            "region": [region] * len(ids),
+            "customer": [f"c{(i or 0) % 7}" if i != 13 else None for i in ids],
+            "amount": pa.array([(i or 0) * 10 for i in ids], pa.int64()),
+        }
+    )
 
 
 def build_demo_table(warehouse: str | None = None) -> int:
     """demo.orders: 3 snapshots of data, position deletes, equality deletes on {1} (with a
     NULL key) and on {1, 3}, and one data file reached by both id sets. Returns snapshot 1."""
     w = TableWriter(default_catalog(warehouse), "demo.orders", SCHEMA, SPEC)
-    first, files = w.append(pa.concat_tables([
-        _rows(list(range(1, 11)) + [None], "EU"), _rows(list(range(11, 21)), "US"),
-    ]))
+    first, files = w.append(
+        pa.concat_tables(
+            [
+                _rows(list(range(1, 11)) + [None], "EU"),
+                _rows(list(range(11, 21)), "US"),
+            ]
+        )
+    )
     eu = next(f for f in files if f.partition[0] == "EU")
     us = next(f for f in files if f.partition[0] == "US")
     # snapshot 2: a position delete (order 2 sits at position 1 of the EU file)
@@ -49,10 +56,16 @@ def build_demo_table(warehouse: str | None = None) -> int:
     w.commit(deletes=[w.equality_delete_file([1], [{1: 3}, {1: None}], eu.partition, eu.spec_id)])
     # snapshot 4: equality deletes by (order_id, customer) in EU and US; the EU file now has both
     # id sets; the US key 12/'c5' matches nothing (order 12 belongs to customer c5? no: c5 is 12)
-    w.commit(deletes=[
-        w.equality_delete_file([1, 3], [{1: 4, 3: "c4"}, {1: 5, 3: "nobody"}], eu.partition, eu.spec_id),
-        w.equality_delete_file([3, 1], [{1: 12, 3: "c5"}, {1: 13, 3: None}], us.partition, us.spec_id),
-    ])
+    w.commit(
+        deletes=[
+            w.equality_delete_file(
+                [1, 3], [{1: 4, 3: "c4"}, {1: 5, 3: "nobody"}], eu.partition, eu.spec_id
+            ),
+            w.equality_delete_file(
+                [3, 1], [{1: 12, 3: "c5"}, {1: 13, 3: None}], us.partition, us.spec_id
+            ),
+        ]
+    )
     # snapshot 5: order 3 comes back in EU: appended after its delete, so it is live
     w.append(_rows([3], "EU"))
     return first

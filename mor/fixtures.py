@@ -63,7 +63,9 @@ class _DeleteManifestWriter(ManifestWriterV2):
 class _RowDelta(_FastAppendFiles):
     """One snapshot adding data files and delete files (each spec in its own manifest)."""
 
-    def __init__(self, table: Table, tx: Any, data: Sequence[DataFile], deletes: Sequence[DataFile]):
+    def __init__(
+        self, table: Table, tx: Any, data: Sequence[DataFile], deletes: Sequence[DataFile]
+    ):
         op = Operation.OVERWRITE if deletes else Operation.APPEND
         super().__init__(operation=op, transaction=tx, io=table.io)
         self._data = list(data)
@@ -72,7 +74,10 @@ class _RowDelta(_FastAppendFiles):
 
     def _manifests(self) -> list[ManifestFile]:
         out: list[ManifestFile] = []
-        for content, files in ((ManifestContent.DATA, self._data), (ManifestContent.DELETES, self._deletes)):
+        for content, files in (
+            (ManifestContent.DATA, self._data),
+            (ManifestContent.DELETES, self._deletes),
+        ):
             by_spec: dict[int, list[DataFile]] = defaultdict(list)
             for f in files:
                 by_spec[f.spec_id].append(f)
@@ -82,15 +87,21 @@ class _RowDelta(_FastAppendFiles):
                     writer = self.new_manifest_writer(spec)
                 else:
                     writer = _DeleteManifestWriter(
-                        spec, self.schema(), self.new_manifest_output(), self._snapshot_id,
+                        spec,
+                        self.schema(),
+                        self.new_manifest_output(),
+                        self._snapshot_id,
                         self._compression,
                     )
                 with writer:
                     for f in group:
                         writer.add(
                             ManifestEntry.from_args(
-                                status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
-                                sequence_number=None, file_sequence_number=None, data_file=f,
+                                status=ManifestEntryStatus.ADDED,
+                                snapshot_id=self._snapshot_id,
+                                sequence_number=None,
+                                file_sequence_number=None,
+                                data_file=f,
                             )
                         )
                 out.append(writer.to_manifest_file())
@@ -100,15 +111,22 @@ class _RowDelta(_FastAppendFiles):
 class TableWriter:
     """Builds a merge-on-read history on one table: appends, position and equality deletes."""
 
-    def __init__(self, catalog: Catalog, identifier: str, schema: Schema,
-                 spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,
-                 properties: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        identifier: str,
+        schema: Schema,
+        spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,
+        properties: dict[str, str] | None = None,
+    ) -> None:
         ns = identifier.rsplit(".", 1)[0]
         catalog.create_namespace_if_not_exists(ns)
         if catalog.table_exists(identifier):
             catalog.purge_table(identifier)
         props = {"format-version": "2", **_FULL_METRICS, **(properties or {})}
-        self.table = catalog.create_table(identifier, schema=schema, partition_spec=spec, properties=props)
+        self.table = catalog.create_table(
+            identifier, schema=schema, partition_spec=spec, properties=props
+        )
 
     def refresh(self) -> Table:
         self.table = self.table.refresh()
@@ -129,12 +147,23 @@ class TableWriter:
             {"file_path": [r[0] for r in rows], "pos": [r[1] for r in rows]},
             schema=schema_to_pyarrow(POS_DELETE_SCHEMA),
         )
-        return self._delete_file(table, POS_DELETE_SCHEMA, DataFileContent.POSITION_DELETES,
-                                 like.partition, like.spec_id, None)
+        return self._delete_file(
+            table,
+            POS_DELETE_SCHEMA,
+            DataFileContent.POSITION_DELETES,
+            like.partition,
+            like.spec_id,
+            None,
+        )
 
-    def equality_delete_file(self, ids: Sequence[int], rows: list[dict[int, Any]],
-                             partition: Record | None = None, spec_id: int | None = None,
-                             write_order: Sequence[int] | None = None) -> DataFile:
+    def equality_delete_file(
+        self,
+        ids: Sequence[int],
+        rows: list[dict[int, Any]],
+        partition: Record | None = None,
+        spec_id: int | None = None,
+        write_order: Sequence[int] | None = None,
+    ) -> DataFile:
         """An equality delete file on field ids `ids` (listed in this order in the manifest).
 
         `rows` map field id -> value (None is NULL). Columns are written in `write_order`.
@@ -154,14 +183,27 @@ class TableWriter:
         cols = {f.name: [_value(f, r) for r in rows] for f in del_schema.fields}
         table = pa.table(cols, schema=arrow_schema)
         sid = md.default_spec_id if spec_id is None else spec_id
-        return self._delete_file(table, del_schema, DataFileContent.EQUALITY_DELETES,
-                                 partition if partition is not None else Record(), sid, list(ids))
+        return self._delete_file(
+            table,
+            del_schema,
+            DataFileContent.EQUALITY_DELETES,
+            partition if partition is not None else Record(),
+            sid,
+            list(ids),
+        )
 
-    def _delete_file(self, table: pa.Table, schema: Schema, content: DataFileContent,
-                     partition: Record, spec_id: int, eq_ids: list[int] | None) -> DataFile:
+    def _delete_file(
+        self,
+        table: pa.Table,
+        schema: Schema,
+        content: DataFileContent,
+        partition: Record,
+        spec_id: int,
+        eq_ids: list[int] | None,
+    ) -> DataFile:
         location = self.table.location()
         path = f"{location}/data/delete-{uuid.uuid4()}.parquet"
-        local = path[len("file://"):] if path.startswith("file://") else path
+        local = path[len("file://") :] if path.startswith("file://") else path
         with pq.ParquetWriter(local, table.schema) as w:
             w.write_table(table)
         meta = pq.read_metadata(local)
@@ -169,8 +211,12 @@ class TableWriter:
             meta, compute_statistics_plan(schema, _FULL_METRICS), parquet_path_to_id_mapping(schema)
         )
         f = DataFile.from_args(
-            content=content, file_path=path, file_format=FileFormat.PARQUET, partition=partition,
-            file_size_in_bytes=os.path.getsize(local), equality_ids=eq_ids,
+            content=content,
+            file_path=path,
+            file_format=FileFormat.PARQUET,
+            partition=partition,
+            file_size_in_bytes=os.path.getsize(local),
+            equality_ids=eq_ids,
             **stats.to_serialized_dict(),
         )
         f.spec_id = spec_id

@@ -6,7 +6,7 @@ from pyspark.sql import SparkSession
 
 from physical.compile import Compiler
 from planner.metrics import MorMetrics
-from planner.nodes import AntiJoin, IcebergScan, Plan, Union
+from planner.nodes import AntiJoin, IcebergScan, Plan, Union, show_ids
 
 
 def _top_scans(plan: Plan) -> list[Plan]:
@@ -51,7 +51,7 @@ def count_removed(m: MorMetrics, plan: Plan, spark: SparkSession) -> MorMetrics:
             before = scanned
             for aj in reversed(chain):
                 after = compiler.compile(aj).count()
-                key = "{" + ",".join(str(i) for i in sorted(aj.eq_set)) + "}"
+                key = show_ids(aj.eq_set)
                 by_eq[key] = by_eq.get(key, 0) + before - after
                 before = after
             live += before

@@ -65,13 +65,13 @@ class Compiler:
             case EqDeleteScan():
                 return scan_eq_deletes(self.spark, node, self.paths)
             case AntiJoin(left=left, right=right, keys=keys):
-                cond = reduce(
-                    lambda a, b: a & b, [_c(lk).eqNullSafe(_c(rk)) for lk, rk in keys]
-                )
+                cond = reduce(lambda a, b: a & b, [_c(lk).eqNullSafe(_c(rk)) for lk, rk in keys])
                 if node.seq_guard:
                     cond = cond & (_c(DATA_SEQ) < _c(DEL_SEQ))
                 if node.part_guard:
-                    cond = cond & ((_c(DEL_PART) == F.lit(GLOBAL_PART)) | (_c(PART) == _c(DEL_PART)))
+                    cond = cond & (
+                        (_c(DEL_PART) == F.lit(GLOBAL_PART)) | (_c(PART) == _c(DEL_PART))
+                    )
                 return self.compile(left).join(self.compile(right), cond, "left_anti")
             case Union(inputs=inputs, columns=cols):
                 names = [_c(c.name) for c in cols]
@@ -130,8 +130,11 @@ NESTED_PRUNING_CONF = "spark.sql.optimizer.nestedSchemaPruning.enabled"
 
 def _reads_nested_fields(plan: Plan) -> bool:
     for node in plan.walk():
-        fields = node.fields if isinstance(node, IcebergScan) else (
-            node.keys if isinstance(node, EqDeleteScan) else ())
+        fields = (
+            node.fields
+            if isinstance(node, IcebergScan)
+            else (node.keys if isinstance(node, EqDeleteScan) else ())
+        )
         if any(f.path for f in fields):
             return True
     return False

@@ -20,11 +20,8 @@ from planner.nodes import (
     SetOp,
     Sort,
     Union,
+    show_ids,
 )
-
-
-def _ids(s: frozenset[int]) -> str:
-    return "{" + ",".join(str(i) for i in sorted(s)) + "}"
 
 
 class _Describer:
@@ -48,24 +45,35 @@ class _Describer:
             case IcebergScan():
                 return self._scan(node)
             case EqDeleteScan():
-                kinds = sorted({"global" if f.partition_id < 0 else "partition" for f in node.files})
-                self.emit(f"read parquet: {len(node.files)} equality delete file(s) of {node.table} "
-                          f"{_ids(node.eq_set)}, key columns by field id: "
-                          + ", ".join(k.col.show() for k in node.keys))
-                self.emit(f"join broadcast(delete file table) on the file key "
-                          f"-> $del_seq, $del_partition ({', '.join(kinds)})")
+                kinds = sorted(
+                    {"global" if f.partition_id < 0 else "partition" for f in node.files}
+                )
+                self.emit(
+                    f"read parquet: {len(node.files)} equality delete file(s) of {node.table} "
+                    f"{show_ids(node.eq_set)}, key columns by field id: "
+                    + ", ".join(k.col.show() for k in node.keys)
+                )
+                self.emit(
+                    f"join broadcast(delete file table) on the file key "
+                    f"-> $del_seq, $del_partition ({', '.join(kinds)})"
+                )
                 if len(node.files) > 1:
                     self.emit("compact: one row per key and $del_partition with max($del_seq)")
                 return len(self.lines)
             case AntiJoin(left=left, right=right):
                 a, b = self.visit(left), self.visit(right)
                 keys = " AND ".join(f"{lk} <=> {rk}" for lk, rk in node.keys)
-                return self.emit(f"left_anti join [{a}] with [{b}] on {keys} AND $data_seq < $del_seq "
-                                 "AND ($del_partition = -1 OR $partition = $del_partition)")
+                return self.emit(
+                    f"left_anti join [{a}] with [{b}] on {keys} AND $data_seq < $del_seq "
+                    "AND ($del_partition = -1 OR $partition = $del_partition)"
+                )
             case Union(inputs=inputs):
                 steps = [self.visit(i) for i in inputs]
-                return self.emit("unionAll " + ", ".join(f"[{s}]" for s in steps)
-                                 + " (each projected to the scan's columns)")
+                return self.emit(
+                    "unionAll "
+                    + ", ".join(f"[{s}]" for s in steps)
+                    + " (each projected to the scan's columns)"
+                )
             case Filter(child=c):
                 s = self.visit(c)
                 return self.emit(f"where [{s}] " + " AND ".join(x.text for x in node.conditions))
@@ -83,8 +91,12 @@ class _Describer:
                 return self.emit(f"{node.kind} join [{a}] with [{b}] on {cond}")
             case Sort(child=c):
                 s = self.visit(c)
-                return self.emit(f"orderBy [{s}] " + ", ".join(
-                    f"{k.expr.text} {'asc' if k.ascending else 'desc'}" for k in node.keys))
+                return self.emit(
+                    f"orderBy [{s}] "
+                    + ", ".join(
+                        f"{k.expr.text} {'asc' if k.ascending else 'desc'}" for k in node.keys
+                    )
+                )
             case Limit(child=c):
                 s = self.visit(c)
                 off = f" offset {node.offset}" if node.offset else ""
@@ -106,16 +118,26 @@ class _Describer:
             + f", columns by field id: {cols}"
         )
         if node.pushed:
-            step = self.emit("where " + " AND ".join(e.text for e in node.pushed)
-                             + " (pushed into the Parquet scan)")
+            step = self.emit(
+                "where "
+                + " AND ".join(e.text for e in node.pushed)
+                + " (pushed into the Parquet scan)"
+            )
         pos = sorted({p for t in tasks for p in t.pos_deletes})
-        key = "_metadata.file_size" if len({t.size_bytes for t in tasks}) == len(tasks) else (
-            "_metadata.file_path")
+        key = (
+            "_metadata.file_size"
+            if len({t.size_bytes for t in tasks}) == len(tasks)
+            else ("_metadata.file_path")
+        )
         if pos:
-            self.emit(f"read parquet: {len(pos)} position delete file(s) (file_path, pos) "
-                      "joined with broadcast(applicable pairs) on the recorded data file path")
-            step = self.emit(f"left_anti join on ({key}, _metadata.row_index): "
-                             "deleted positions removed in the scan")
+            self.emit(
+                f"read parquet: {len(pos)} position delete file(s) (file_path, pos) "
+                "joined with broadcast(applicable pairs) on the recorded data file path"
+            )
+            step = self.emit(
+                f"left_anti join on ({key}, _metadata.row_index): "
+                "deleted positions removed in the scan"
+            )
         if node.meta:
             step = self.emit(f"join broadcast(data file table) on {key} -> {', '.join(node.meta)}")
         return step

@@ -63,7 +63,9 @@ def _read_schema(fields: Sequence[ReadField], where: str, layout: Layout) -> T.S
     top: dict[int, T.StructField] = {}
     order: list[int] = []
     for rf in fields:
-        node = _struct_field(layout, _leaf_name(layout, rf), rf.field_id, _read_type(layout, rf, where))
+        node = _struct_field(
+            layout, _leaf_name(layout, rf), rf.field_id, _read_type(layout, rf, where)
+        )
         for i in range(len(rf.path) - 1, -1, -1):
             name, fid = rf.path[i]
             outer = _name(layout, fid) if i == 0 else (name if layout.by_name else f"f{fid}")
@@ -121,7 +123,9 @@ def _first_line(e: BaseException) -> str:
 FKEY = "$fkey"
 
 
-def _file_keys(files: Sequence[DataTask | DeleteTask], paths: SparkPaths) -> tuple[str, dict[int, Any]]:
+def _file_keys(
+    files: Sequence[DataTask | DeleteTask], paths: SparkPaths
+) -> tuple[str, dict[int, Any]]:
     """How rows name their file: `_metadata.file_size` when the sizes are unique (a long per
     file, cheap to join on; Iceberg records exact sizes, its own readers depend on them), else
     the path Spark reports (a string hash per row)."""
@@ -136,11 +140,17 @@ def _key_type(kind: str) -> T.DataType:
 
 
 def _file_table(
-    spark: SparkSession, kind: str, rows: list[tuple[Any, int, int, int]], names: tuple[str, str, str]
+    spark: SparkSession,
+    kind: str,
+    rows: list[tuple[Any, int, int, int]],
+    names: tuple[str, str, str],
 ) -> DataFrame:
     schema = T.StructType(
         [T.StructField(FKEY, _key_type(kind), False)]
-        + [T.StructField(n, T.LongType() if n != names[0] else T.IntegerType(), False) for n in names]
+        + [
+            T.StructField(n, T.LongType() if n != names[0] else T.IntegerType(), False)
+            for n in names
+        ]
     )
     return F.broadcast(spark.createDataFrame(rows, schema))
 
@@ -175,12 +185,18 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
     for lay_idx in sorted({t.layout for t in tasks}):
         layout = layouts[lay_idx]
         group = [t for t in tasks if t.layout == lay_idx]
-        part = _read(spark, _read_schema(scan.fields, where, layout), [t.read_path for t in group],
-                     f"data files of {scan.table}")
+        part = _read(
+            spark,
+            _read_schema(scan.fields, where, layout),
+            [t.read_path for t in group],
+            f"data files of {scan.table}",
+        )
         cols = [_column(f, layout, where) for f in scan.fields]
         if need_pos or scan.meta:
-            cols += [F.col(f"_metadata.{kind}").alias(FKEY),
-                     F.col("_metadata.row_index").alias(POS)]
+            cols += [
+                F.col(f"_metadata.{kind}").alias(FKEY),
+                F.col("_metadata.row_index").alias(POS),
+            ]
         frames.append(part.select(*cols))
     df = frames[0]
     for other in frames[1:]:
@@ -244,9 +260,15 @@ def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) 
     for lay_idx in sorted({f.layout for f in node.files}):
         layout = node.layouts[lay_idx]
         group = [f for f in node.files if f.layout == lay_idx]
-        part = _read(spark, _read_schema(node.keys, where, layout), [f.read_path for f in group], where)
-        frames.append(part.select(*[_column(k, layout, where) for k in node.keys],
-                                  F.col(f"_metadata.{kind}").alias(FKEY)))
+        part = _read(
+            spark, _read_schema(node.keys, where, layout), [f.read_path for f in group], where
+        )
+        frames.append(
+            part.select(
+                *[_column(k, layout, where) for k in node.keys],
+                F.col(f"_metadata.{kind}").alias(FKEY),
+            )
+        )
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other)
@@ -256,6 +278,9 @@ def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) 
     if len(node.files) > 1:
         # compaction: one row per key and scope, with the highest sequence number (a key is
         # deleted for a data file iff some delete of it is newer; the newest decides)
-        df = df.groupBy(*key_names, DEL_PART).agg(F.max(DEL_SEQ).alias(DEL_SEQ)).select(
-            *key_names, DEL_SEQ, DEL_PART)
+        df = (
+            df.groupBy(*key_names, DEL_PART)
+            .agg(F.max(DEL_SEQ).alias(DEL_SEQ))
+            .select(*key_names, DEL_SEQ, DEL_PART)
+        )
     return _broadcast_if_small(df, node.rows())

@@ -39,12 +39,15 @@ def spark_type(type_json: str | Any, where: str) -> T.DataType:
         raise UnsupportedError(f"{where}: Iceberg type {t} is not supported by mor on Spark 3.5")
     kind = t["type"]
     if kind == "struct":
-        return T.StructType([field(f["name"], f["id"], spark_type(f["type"], where)) for f in t["fields"]])
+        return T.StructType(
+            [field(f["name"], f["id"], spark_type(f["type"], where)) for f in t["fields"]]
+        )
     if kind == "list":
         return T.ArrayType(spark_type(t["element"], where), not t.get("element-required", False))
     if kind == "map":
         return T.MapType(
-            spark_type(t["key"], where), spark_type(t["value"], where),
+            spark_type(t["key"], where),
+            spark_type(t["value"], where),
             not t.get("value-required", False),
         )
     raise UnsupportedError(f"{where}: Iceberg type {kind} is not supported")

@@ -16,6 +16,7 @@ from planner.nodes import (
     SetOp,
     Sort,
     Union,
+    show_ids,
 )
 
 
@@ -25,10 +26,6 @@ def _n(x: int) -> str:
             v = x / size
             return f"{v:.1f}{unit}" if v < 100 else f"{v:.0f}{unit}"
     return str(x)
-
-
-def _ids(s: frozenset[int]) -> str:
-    return "{" + ",".join(str(i) for i in sorted(s)) + "}"
 
 
 def _rows(node: Plan) -> int | None:
@@ -56,30 +53,42 @@ def _label(node: Plan) -> str:
             b = f" branch={node.branch[0]}/{node.branch[1]}" if node.branch else ""
             eq = ""
             if node.branch:
-                eq = " eq_sets=[" + ", ".join(_ids(s) for s in node.eq_sets) + "]"
+                eq = " eq_sets=[" + ", ".join(show_ids(s) for s in node.eq_sets) + "]"
             return f"{node.table}{b}{eq}"
         case EqDeleteScan():
-            return f"{node.table} eq_set={_ids(node.eq_set)}  rows={_n(node.rows())}"
+            return f"{node.table} eq_set={show_ids(node.eq_set)}  rows={_n(node.rows())}"
         case AntiJoin():
-            on = ", ".join(k.col.label for k in node.right.keys) if isinstance(
-                node.right, EqDeleteScan) else ", ".join(r for _, r in node.keys)
+            on = (
+                ", ".join(k.col.label for k in node.right.keys)
+                if isinstance(node.right, EqDeleteScan)
+                else ", ".join(r for _, r in node.keys)
+            )
             scope = "partition+global"
             if isinstance(node.right, EqDeleteScan):
                 parts = {f.partition_id < 0 for f in node.right.files}
                 scope = {frozenset({True}): "global", frozenset({False}): "partition"}.get(
-                    frozenset(parts), "partition+global")
-            guards = [g for g, on_ in (("data_seq<del_seq", node.seq_guard),
-                                       ("partition", node.part_guard)) if on_]
+                    frozenset(parts), "partition+global"
+                )
+            guards = [
+                g
+                for g, on_ in (("data_seq<del_seq", node.seq_guard), ("partition", node.part_guard))
+                if on_
+            ]
             guard = ",".join(guards) or "none(proven)"
-            return f"eq_set={_ids(node.eq_set)} on=[{on}] null_safe scope={scope} guard={guard}"
+            return f"eq_set={show_ids(node.eq_set)} on=[{on}] null_safe scope={scope} guard={guard}"
         case Union():
             return f"branches={len(node.inputs)}"
         case Filter():
             return " AND ".join(c.text for c in node.conditions)
         case Project():
-            return "[" + ", ".join(
-                c.show() if e.text == c.label else f"{e.text} AS {c.label}" for c, e in node.exprs
-            ) + "]"
+            return (
+                "["
+                + ", ".join(
+                    c.show() if e.text == c.label else f"{e.text} AS {c.label}"
+                    for c, e in node.exprs
+                )
+                + "]"
+            )
         case Aggregate():
             g = ", ".join(e.text for _, e in node.groups)
             a = ", ".join(e.text for _, e in node.aggs)
@@ -89,7 +98,9 @@ def _label(node: Plan) -> str:
         case Sort():
             return ", ".join(
                 f"{k.expr.text} {'ASC' if k.ascending else 'DESC'}"
-                f" NULLS {'FIRST' if k.nulls_first else 'LAST'}" for k in node.keys)
+                f" NULLS {'FIRST' if k.nulls_first else 'LAST'}"
+                for k in node.keys
+            )
         case Limit():
             return f"{node.limit}" + (f" offset {node.offset}" if node.offset else "")
         case SetOp():
@@ -111,7 +122,9 @@ def render_plan(plan: Plan) -> tuple[list[str], list[tuple[int, Plan]]]:
         seen[id(node)] = n
         numbered.append((n, node))
         rows = _rows(node)
-        est = f"  rows~{_n(rows)}" if rows is not None and not isinstance(node, EqDeleteScan) else ""
+        est = (
+            f"  rows~{_n(rows)}" if rows is not None and not isinstance(node, EqDeleteScan) else ""
+        )
         lines.append(f"{pad}{type(node).__name__} #{n}: {_label(node)}{est}".rstrip())
         for c in node.children:
             visit(c, depth + 1)
@@ -131,7 +144,9 @@ def _scan_details(n: int, scan: IcebergScan) -> list[str]:
         for d in f.deletes:
             if d.kind == "equality":
                 eqs[d.eq_ids] = eqs.get(d.eq_ids, 0) + 1
-        eq_text = " | ".join(f"{_ids(s)}: {c}" for s, c in sorted(eqs.items(), key=lambda kv: sorted(kv[0])))
+        eq_text = " | ".join(
+            f"{show_ids(s)}: {c}" for s, c in sorted(eqs.items(), key=lambda kv: sorted(kv[0]))
+        )
         out.append(
             f"   files     data {len(f.data)} | pos-delete {pos}"
             f"{' -> position filter' if pos else ''} | eq-delete {sum(eqs.values())}"
@@ -151,13 +166,17 @@ def _pruning(scans: list[IcebergScan]) -> list[str]:
             continue
         p = s.files.pruning
         out.append(f"{s.table} @ snapshot {s.snapshot_id}")
-        out.append(f"  manifests    data {p.manifests_data[0]} of {p.manifests_data[1]}, "
-                   f"delete {p.manifests_delete[0]} of {p.manifests_delete[1]} (partition summaries)")
+        out.append(
+            f"  manifests    data {p.manifests_data[0]} of {p.manifests_data[1]}, "
+            f"delete {p.manifests_delete[0]} of {p.manifests_delete[1]} (partition summaries)"
+        )
         t, a, b = p.data_files
         out.append(f"  data files   {t} -> {a} (partition) -> {b} (column bounds)")
-        out.append(f"  pos deletes  {p.pos_deletes[0]} -> {p.pos_deletes[1]} "
-                   "(partition, sequence number, file_path bounds)")
-        eq = " | ".join(f"{_ids(ids)}: {tot} -> {kept}" for ids, tot, kept in p.eq_deletes)
+        out.append(
+            f"  pos deletes  {p.pos_deletes[0]} -> {p.pos_deletes[1]} "
+            "(partition, sequence number, file_path bounds)"
+        )
+        eq = " | ".join(f"{show_ids(ids)}: {tot} -> {kept}" for ids, tot, kept in p.eq_deletes)
         out.append(f"  eq deletes   {eq or 'none'}")
     return out
 
@@ -172,11 +191,15 @@ def explain_text(optimized: Plan, trace: list[tuple[str, bool, Plan]] | None = N
             scans.append(node)
         elif isinstance(node, EqDeleteScan):
             kinds = sorted({"global" if f.partition_id < 0 else "partition" for f in node.files})
-            out.append(f"#{n} EqDeleteScan {node.table} eq_set={_ids(node.eq_set)}")
-            out.append(f"   files     eq-delete {len(node.files)} ({', '.join(kinds)}) "
-                       f"rows={node.rows()}")
-            out.append("   columns   " + ", ".join(k.col.show() for k in node.keys)
-                       + " + $del_seq, $del_partition")
+            out.append(f"#{n} EqDeleteScan {node.table} eq_set={show_ids(node.eq_set)}")
+            out.append(
+                f"   files     eq-delete {len(node.files)} ({', '.join(kinds)}) rows={node.rows()}"
+            )
+            out.append(
+                "   columns   "
+                + ", ".join(k.col.show() for k in node.keys)
+                + " + $del_seq, $del_partition"
+            )
     out += ["", "== Pruning =="] + (_pruning(_first_of_each(scans)) or ["(no scans)"])
     if trace is not None:
         out += ["", "== Rules =="]

@@ -126,7 +126,9 @@ def layout_of(src: TableSource, path: str, table_schema: Schema) -> Layout:
             if hit is not None:
                 phys = _arrow_type(names[hit].type)
                 want = table_types.get(key[0])
-                overrides.append((key[0], hit, phys if want and phys and phys != str(want) else None))
+                overrides.append(
+                    (key[0], hit, phys if want and phys and phys != str(want) else None)
+                )
         return Layout(by_name=True, fields=tuple(overrides))
     for fid, f in sorted(ids.items()):
         phys = _arrow_type(f.type)
@@ -142,4 +144,3 @@ def _promotable(phys: str, want: IcebergType) -> bool:
     if phys == "float":
         return isinstance(want, DoubleType)
     return isinstance(want, DecimalType)
-

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from planner.nodes import EqDeleteScan, IcebergScan, Plan
+from planner.nodes import EqDeleteScan, IcebergScan, Plan, show_ids
 
 
 @dataclass
@@ -28,10 +28,6 @@ class MorMetrics:
         return dict(self.__dict__)
 
 
-def _ids(s: frozenset[int]) -> str:
-    return "{" + ",".join(str(i) for i in sorted(s)) + "}"
-
-
 def static_metrics(plan: Plan, planning_seconds: float) -> MorMetrics:
     m = MorMetrics(planning_seconds=planning_seconds)
     seen: set[int] = set()
@@ -49,9 +45,11 @@ def static_metrics(plan: Plan, planning_seconds: float) -> MorMetrics:
                     m.pos_delete_rows += d.record_count
         elif isinstance(node, EqDeleteScan) and id(node) not in seen:
             seen.add(id(node))
-            k = _ids(node.eq_set)
+            k = show_ids(node.eq_set)
             m.eq_delete_files[k] = m.eq_delete_files.get(k, 0) + len(node.files)
-            m.eq_delete_bytes[k] = m.eq_delete_bytes.get(k, 0) + sum(f.size_bytes for f in node.files)
+            m.eq_delete_bytes[k] = m.eq_delete_bytes.get(k, 0) + sum(
+                f.size_bytes for f in node.files
+            )
             m.eq_delete_rows[k] = m.eq_delete_rows.get(k, 0) + node.rows()
     return m
 
@@ -60,11 +58,15 @@ def render(m: MorMetrics) -> str:
     lines = ["== Merge-on-read metrics =="]
     lines.append(f"planning      {m.planning_seconds * 1000:.1f} ms")
     lines.append(f"data          {m.data_files} files, {m.data_bytes} bytes, {m.data_rows} rows")
-    lines.append(f"pos deletes   {m.pos_delete_files} files, {m.pos_delete_bytes} bytes, "
-                 f"{m.pos_delete_rows} positions")
+    lines.append(
+        f"pos deletes   {m.pos_delete_files} files, {m.pos_delete_bytes} bytes, "
+        f"{m.pos_delete_rows} positions"
+    )
     for k in sorted(m.eq_delete_files):
-        lines.append(f"eq deletes    {k}: {m.eq_delete_files[k]} files, {m.eq_delete_bytes[k]} bytes,"
-                     f" {m.eq_delete_rows[k]} keys")
+        lines.append(
+            f"eq deletes    {k}: {m.eq_delete_files[k]} files, {m.eq_delete_bytes[k]} bytes,"
+            f" {m.eq_delete_rows[k]} keys"
+        )
     if m.rows_live is not None:
         lines.append(f"rows removed  by position deletes {m.rows_removed_by_position}")
         for k, v in sorted((m.rows_removed_by_equality or {}).items()):

@@ -21,6 +21,11 @@ DEL_PART = "$del_partition"  # partition id of that delete file, GLOBAL_PART whe
 GLOBAL_PART = -1
 
 
+def show_ids(ids: frozenset[int]) -> str:
+    """An equality field-id set as EXPLAIN and metrics print it: {1,3}."""
+    return "{" + ",".join(str(i) for i in sorted(ids)) + "}"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Col:
     """One output column: `name` is the unique internal name, `label` what the user wrote."""
@@ -326,7 +331,6 @@ class Filter(Plan):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Project(Plan):
-
     _kids: ClassVar[tuple[str, ...]] = ("child",)
     child: Plan
     exprs: tuple[tuple[Col, Expr], ...]
@@ -338,7 +342,6 @@ class Project(Plan):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Aggregate(Plan):
-
     _kids: ClassVar[tuple[str, ...]] = ("child",)
     child: Plan
     groups: tuple[tuple[Col, Expr], ...]
@@ -354,7 +357,6 @@ JOIN_KINDS = ("inner", "left", "right", "full", "cross", "left_semi", "left_anti
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Join(Plan):
-
     _kids: ClassVar[tuple[str, ...]] = ("left", "right")
     left: Plan
     right: Plan
@@ -381,7 +383,6 @@ class SortKey:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Sort(Plan):
-
     _kids: ClassVar[tuple[str, ...]] = ("child",)
     child: Plan
     keys: tuple[SortKey, ...]
@@ -393,7 +394,6 @@ class Sort(Plan):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Limit(Plan):
-
     _kids: ClassVar[tuple[str, ...]] = ("child",)
     child: Plan
     limit: int | None
@@ -406,7 +406,6 @@ class Limit(Plan):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Distinct(Plan):
-
     _kids: ClassVar[tuple[str, ...]] = ("child",)
     child: Plan
 

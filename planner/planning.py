@@ -19,7 +19,8 @@ def attach_files(plan: Plan, resolver: Resolver) -> Plan:
             return node
         src = resolver.sources[node.source_key]
         schema = next(
-            (s for s in src.metadata.schemas if s.schema_id == node.schema_id), src.metadata.schema()
+            (s for s in src.metadata.schemas if s.schema_id == node.schema_id),
+            src.metadata.schema(),
         )
         files = plan_scan(node, src, schema)
         if needs_footers(src):
@@ -29,7 +30,9 @@ def attach_files(plan: Plan, resolver: Resolver) -> Plan:
         for fid in ids:
             f, path = find_field(src, fid, schema)
             eq_fields.append(
-                EqField(field_id=fid, name=f.name, type_str=f.field_type.model_dump_json(), path=path)
+                EqField(
+                    field_id=fid, name=f.name, type_str=f.field_type.model_dump_json(), path=path
+                )
             )
         return replace(node, files=replace(files, eq_fields=tuple(eq_fields)))
 
@@ -50,4 +53,3 @@ def _with_layouts(files: ScanFiles, src: object, schema: object) -> ScanFiles:
     )
     layouts = tuple(sorted(index, key=index.__getitem__))
     return replace(files, data=data, deletes=deletes, layouts=layouts)
-

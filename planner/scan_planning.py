@@ -130,7 +130,9 @@ def _manifests(src: TableSource, snap: Snapshot) -> list[ManifestFile]:
             f"{snap.snapshot_id} is missing"
         ) from e
     except OSError as e:
-        raise MetadataError(f"table {src.name}: cannot read manifest list {snap.manifest_list}: {e}")
+        raise MetadataError(
+            f"table {src.name}: cannot read manifest list {snap.manifest_list}: {e}"
+        )
 
 
 class _ManifestCache:
@@ -177,8 +179,11 @@ def clear_manifest_cache() -> None:
 
 
 def _entries(src: TableSource, manifest: ManifestFile) -> list[Any]:
-    key = (src.read_path(manifest.manifest_path), manifest.manifest_length,
-           manifest.sequence_number or 0)
+    key = (
+        src.read_path(manifest.manifest_path),
+        manifest.manifest_length,
+        manifest.sequence_number or 0,
+    )
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
@@ -191,7 +196,9 @@ def _fetch(src: TableSource, manifest: ManifestFile) -> list[Any]:
     try:
         return manifest.fetch_manifest_entry(src.io, discard_deleted=True)
     except FileNotFoundError as e:
-        raise MetadataError(f"table {src.name}: manifest {manifest.manifest_path} is missing") from e
+        raise MetadataError(
+            f"table {src.name}: manifest {manifest.manifest_path} is missing"
+        ) from e
     except Exception as e:  # noqa: BLE001 - a broken Avro file surfaces as many error kinds
         raise MetadataError(
             f"table {src.name}: cannot read manifest {manifest.manifest_path}: {e}"
@@ -250,8 +257,13 @@ def plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles:
     n_data_total = n_data_part = 0
     unfiltered = isinstance(filt, AlwaysTrue)
     # with nothing pushed there is nothing to prune by: skip building per-file metrics
-    metrics = (lambda _f: True) if unfiltered else _InclusiveMetricsEvaluator(
-        schema, filt, case_sensitive=True, include_empty_files=True).eval
+    metrics = (
+        (lambda _f: True)
+        if unfiltered
+        else _InclusiveMetricsEvaluator(
+            schema, filt, case_sensitive=True, include_empty_files=True
+        ).eval
+    )
     n_del_total = {"position": 0, "equality": defaultdict(int)}
 
     kept = []
@@ -259,10 +271,14 @@ def plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles:
     for m in manifests:
         spec_id = m.partition_spec_id
         if spec_id not in part_eval:
-            part_eval[spec_id] = (lambda _f: True) if unfiltered else _partition_evaluator(
-                src, schema, spec_id, filt)
-            manifest_eval[spec_id] = (lambda _m: True) if unfiltered else _manifest_evaluator(
-                src, schema, spec_id, filt)
+            part_eval[spec_id] = (
+                (lambda _f: True)
+                if unfiltered
+                else _partition_evaluator(src, schema, spec_id, filt)
+            )
+            manifest_eval[spec_id] = (
+                (lambda _m: True) if unfiltered else _manifest_evaluator(src, schema, spec_id, filt)
+            )
         if manifest_eval[spec_id](m):
             kept_m[m.content] += 1
             kept.append(m)
@@ -292,11 +308,14 @@ def plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles:
                 # (a global equality delete's spec is unpartitioned, so its evaluator keeps it)
                 if part_eval[spec_id](f):
                     deletes.append(e)
-    return _match(src, snap, data, deletes, n_data_total, n_data_part, kept_m, n_data_m, n_del_m,
-                  n_del_total)
+    return _match(
+        src, snap, data, deletes, n_data_total, n_data_part, kept_m, n_data_m, n_del_m, n_del_total
+    )
 
 
-def _read_all(src: TableSource, manifests: list[ManifestFile]) -> Iterator[tuple[ManifestFile, list[Any]]]:
+def _read_all(
+    src: TableSource, manifests: list[ManifestFile]
+) -> Iterator[tuple[ManifestFile, list[Any]]]:
     """Manifests read on a thread pool (MOR_PLANNING_THREADS), yielded in order."""
     workers = min(len(manifests), int(os.environ.get("MOR_PLANNING_THREADS", "8")))
     if workers <= 1:
@@ -467,9 +486,7 @@ def _match(
         manifests_delete=(kept_m[ManifestContent.DELETES], n_del_m),
         data_files=(n_data_total, n_data_part, len(data)),
         pos_deletes=(n_del_total["position"], sum(1 for t in delete_tasks if t.kind == "position")),
-        eq_deletes=tuple(
-            (s, eq_total[s], kept_eq.get(s, 0)) for s in sorted(eq_total, key=sorted)
-        ),
+        eq_deletes=tuple((s, eq_total[s], kept_eq.get(s, 0)) for s in sorted(eq_total, key=sorted)),
     )
     return ScanFiles(
         snapshot_id=snap.snapshot_id,

@@ -36,20 +36,20 @@ class PathMap:
         local = _local_form(path)
         for old, new in self.pairs:
             if path.startswith(old):
-                return new + path[len(old):]
+                return new + path[len(old) :]
             # a local path may be recorded as /x, file:/x or file:///x: match them alike
             old_local = _local_form(old)
             if local is not None and old_local is not None and local.startswith(old_local):
-                return new + local[len(old_local):]
+                return new + local[len(old_local) :]
         return path
 
 
 def _local_form(path: str) -> str | None:
     """/x for a local path written /x, file:/x or file:///x; None for other schemes."""
     if path.startswith("file://"):
-        return path[len("file://"):]
+        return path[len("file://") :]
     if path.startswith("file:"):
-        return path[len("file:"):]
+        return path[len("file:") :]
     if "://" in path:
         return None
     return path
@@ -111,9 +111,7 @@ def _metadata_file_in(directory: str) -> str:
 class Resolver:
     """Loads tables by name (through a catalog) or by metadata path, each once per query."""
 
-    def __init__(
-        self, catalog: Catalog | Callable[[], Catalog] | None, path_map: PathMap
-    ) -> None:
+    def __init__(self, catalog: Catalog | Callable[[], Catalog] | None, path_map: PathMap) -> None:
         """`catalog` may be a factory: it is then called only when a table is named."""
         self._catalog = catalog
         self._map = path_map

@@ -142,8 +142,10 @@ class _Binder:
         cte_names = {c.alias_or_name.lower() for c in stmt.find_all(exp.CTE)}
         schema: dict[str, dict[str, str]] = {}
         for i, table in enumerate(list(stmt.find_all(exp.Table))):
-            if isinstance(table.this, exp.Identifier) and not table.db and (
-                table.name.lower() in cte_names
+            if (
+                isinstance(table.this, exp.Identifier)
+                and not table.db
+                and (table.name.lower() in cte_names)
             ):
                 continue
             ref = self._resolve_table(table)
@@ -151,12 +153,19 @@ class _Binder:
             self.tables[synthetic] = ref
             alias = table.alias or (table.name if isinstance(table.this, exp.Identifier) else "t")
             schema[synthetic] = {c.lower(): "string" for c in ref.schema.top_level_names()}
-            new = exp.Table(this=exp.to_identifier(synthetic), alias=exp.TableAlias(this=exp.to_identifier(alias)))
+            new = exp.Table(
+                this=exp.to_identifier(synthetic),
+                alias=exp.TableAlias(this=exp.to_identifier(alias)),
+            )
             table.replace(new)
         try:
             qualified = qualify(
-                stmt, schema=schema, dialect=DIALECT, validate_qualify_columns=True,
-                quote_identifiers=False, identify=False,
+                stmt,
+                schema=schema,
+                dialect=DIALECT,
+                validate_qualify_columns=True,
+                quote_identifiers=False,
+                identify=False,
             )
         except OptimizeError as e:
             raise self._column_error(str(e)) from e
@@ -164,7 +173,9 @@ class _Binder:
         return rel.plan
 
     def _column_error(self, message: str) -> MorError:
-        m = re.match(r"Column '([^']*)' could not be resolved(?:\. Line: (\d+), Col: (\d+))?", message)
+        m = re.match(
+            r"Column '([^']*)' could not be resolved(?:\. Line: (\d+), Col: (\d+))?", message
+        )
         if not m:
             return ColumnNotFoundError(message.splitlines()[0])
         name = m.group(1).split(".")[-1]
@@ -231,7 +242,8 @@ class _Binder:
                 target = self._output_ref(o.this, rel.cols)
                 if target is None:
                     raise UnsupportedError(
-                        f"ORDER BY {o.this.sql(DIALECT)} after a set operation must name an output column"
+                        f"ORDER BY {o.this.sql(DIALECT)} after a set operation must name "
+                        "an output column"
                     )
                 keys.append(_sort_key(o, _col_expr(target)))
             rel = _Rel(Sort(child=rel.plan, keys=tuple(keys)), rel.cols)
@@ -254,8 +266,11 @@ class _Binder:
         selects = list(q.expressions)
         having = q.args.get("having")
         order = q.args.get("order")
-        aggs = _aggregates(selects + ([having.this] if having else []) + (
-            [o.this for o in order.expressions] if order else []))
+        aggs = _aggregates(
+            selects
+            + ([having.this] if having else [])
+            + ([o.this for o in order.expressions] if order else [])
+        )
         group = q.args.get("group")
         if group is not None or aggs:
             plan, scope = self._aggregate(plan, group, aggs, scope)
@@ -263,7 +278,9 @@ class _Binder:
             if having is not None:
                 plan = Filter(
                     child=plan,
-                    conditions=tuple(self._conjuncts(_replace_aggs(having.this, aggs, group), scope)),
+                    conditions=tuple(
+                        self._conjuncts(_replace_aggs(having.this, aggs, group), scope)
+                    ),
                 )
             if order is not None:
                 order = order.copy()
@@ -360,11 +377,16 @@ class _Binder:
                 return alias, self._rename(ctes[name])
             raise TableNotFoundError(f"table {node.sql(DIALECT)} not found")
         if isinstance(node, exp.Subquery):
-            rel = self._query(node.this, ctes) if not isinstance(node.this, exp.Subquery) else (
-                self._query(node.this, ctes))
+            rel = (
+                self._query(node.this, ctes)
+                if not isinstance(node.this, exp.Subquery)
+                else (self._query(node.this, ctes))
+            )
             rel = self._finish(node, rel, ctes)
             alias = node.alias_or_name.lower()
-            col_aliases = [c.name for c in (node.args.get("alias").columns if node.args.get("alias") else [])]
+            col_aliases = [
+                c.name for c in (node.args.get("alias").columns if node.args.get("alias") else [])
+            ]
             if col_aliases:
                 rel = _Rel(rel.plan, [(a.lower(), c) for a, (_, c) in zip(col_aliases, rel.cols)])
             return alias, rel
@@ -375,7 +397,9 @@ class _Binder:
         for f in ref.schema.top_level():
             col = Col(name=self.fresh(f.name), label=f.name, field_id=f.field_id)
             self.types[col.name] = str(f.field_type)
-            fields.append(ReadField(col=col, field_id=f.field_id, type_str=f.field_type.model_dump_json()))
+            fields.append(
+                ReadField(col=col, field_id=f.field_id, type_str=f.field_type.model_dump_json())
+            )
         scan = IcebergScan(
             table=ref.label,
             source_key=ref.source.key,
@@ -414,13 +438,18 @@ class _Binder:
             parts = []
             for ident in j.args["using"]:
                 name = ident.name.lower()
-                lcol = next((c for q in left_scope.by_qual for c in [left_scope.lookup(q, name)] if c), None)
+                lcol = next(
+                    (c for q in left_scope.by_qual for c in [left_scope.lookup(q, name)] if c), None
+                )
                 rcol = scope.lookup(qual, name)
                 if lcol is None or rcol is None:
                     raise ColumnNotFoundError(f"USING column {ident.name!r} is not on both sides")
                 parts.append(f"`{lcol.name}` = `{rcol.name}`")
-            cond = Expr(sql=" AND ".join(parts), text=f"USING ({', '.join(i.name for i in j.args['using'])})",
-                        refs=frozenset(re.findall(r"`([^`]+)`", " ".join(parts))))
+            cond = Expr(
+                sql=" AND ".join(parts),
+                text=f"USING ({', '.join(i.name for i in j.args['using'])})",
+                refs=frozenset(re.findall(r"`([^`]+)`", " ".join(parts))),
+            )
         if jk == "inner" and cond is None:
             jk = "cross"
         return Join(left=left, right=rel.plan, kind=jk, condition=cond)
@@ -491,11 +520,17 @@ class _Binder:
             if any(v is _NO for v in vals) or not vals:
                 return None
             return Pred(column=col.name, op="in", values=tuple(vals))
-        if isinstance(e, exp.Is) and isinstance(e.this, exp.Column) and isinstance(e.expression, exp.Null):
+        if (
+            isinstance(e, exp.Is)
+            and isinstance(e.this, exp.Column)
+            and isinstance(e.expression, exp.Null)
+        ):
             return Pred(column=self._lookup(e.this, scope).name, op="isnull")
         if (
-            isinstance(e, exp.Not) and isinstance(e.this, exp.Is)
-            and isinstance(e.this.this, exp.Column) and isinstance(e.this.expression, exp.Null)
+            isinstance(e, exp.Not)
+            and isinstance(e.this, exp.Is)
+            and isinstance(e.this.this, exp.Column)
+            and isinstance(e.this.expression, exp.Null)
         ):
             return Pred(column=self._lookup(e.this.this, scope).name, op="notnull")
         return None
@@ -546,7 +581,9 @@ def _time_travel(table: exp.Table, src: TableSource) -> int | None:
             return sid
         ref = md.refs.get(value.name) if isinstance(value, exp.Literal) else None
         if ref is None:
-            raise TableNotFoundError(f"table {src.name} has no snapshot, branch or tag {value.sql()}")
+            raise TableNotFoundError(
+                f"table {src.name} has no snapshot, branch or tag {value.sql()}"
+            )
         return ref.snapshot_id
     if kind == "TIMESTAMP":
         ms = _timestamp_ms(value)
@@ -567,7 +604,9 @@ def _timestamp_ms(value: exp.Expression) -> int:
     try:
         t = dt.datetime.fromisoformat(text.strip())
     except ValueError as e:
-        raise SqlSyntaxError(f"TIMESTAMP AS OF needs a timestamp like '2024-01-31 12:00:00', got {text!r}") from e
+        raise SqlSyntaxError(
+            f"TIMESTAMP AS OF needs a timestamp like '2024-01-31 12:00:00', got {text!r}"
+        ) from e
     if t.tzinfo is None:
         t = t.replace(tzinfo=dt.timezone.utc)  # mor's local Spark session runs in UTC
     return int(t.timestamp() * 1000)
@@ -599,7 +638,9 @@ def _is_window_func(a: exp.Expression) -> bool:
     return isinstance(a.parent, exp.Window) and a.parent.this is a
 
 
-def _replace_aggs(e: exp.Expression, aggs: list[exp.Expression], group: exp.Group | None) -> exp.Expression:
+def _replace_aggs(
+    e: exp.Expression, aggs: list[exp.Expression], group: exp.Group | None
+) -> exp.Expression:
     groups = list(group.expressions) if group is not None else []
 
     def rep(node: exp.Expression) -> exp.Expression:

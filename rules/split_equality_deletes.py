@@ -56,8 +56,14 @@ def _union(scan: IcebergScan, files: ScanFiles) -> Plan:
     branches = []
     for i, key in enumerate(keys, start=1):
         guards = {s: _guards(groups[key], delete_scans[s], files) for s in key}
-        meta = tuple(m for m, need in ((DATA_SEQ, any(g[0] for g in guards.values())),
-                                       (PART, any(g[1] for g in guards.values()))) if need)
+        meta = tuple(
+            m
+            for m, need in (
+                (DATA_SEQ, any(g[0] for g in guards.values())),
+                (PART, any(g[1] for g in guards.values())),
+            )
+            if need
+        )
         branch_scan = _branch_scan(scan, files, groups[key], key, (i, len(keys)), meta)
         plan: Plan = branch_scan
         for s in key:
@@ -65,8 +71,14 @@ def _union(scan: IcebergScan, files: ScanFiles) -> Plan:
                 (_left_key(branch_scan, fid), k.col.name)
                 for fid, k in zip(sorted(s), delete_scans[s].keys)
             )
-            plan = AntiJoin(left=plan, right=delete_scans[s], eq_set=s, keys=keys_lr,
-                            seq_guard=guards[s][0], part_guard=guards[s][1])
+            plan = AntiJoin(
+                left=plan,
+                right=delete_scans[s],
+                eq_set=s,
+                keys=keys_lr,
+                seq_guard=guards[s][0],
+                part_guard=guards[s][1],
+            )
         branches.append(plan)
     return Union(inputs=tuple(branches), columns=scan.output)
 
@@ -80,7 +92,8 @@ def _guards(data: list[DataTask], deletes: EqDeleteScan, files: ScanFiles) -> tu
     """
     glob = all(d.partition_id == GLOBAL_PART for d in deletes.files)
     one_part = len({t.partition_id for t in data}) == 1 and all(
-        d.partition_id in (GLOBAL_PART, data[0].partition_id) for d in deletes.files)
+        d.partition_id in (GLOBAL_PART, data[0].partition_id) for d in deletes.files
+    )
     part_needed = not (glob or one_part)
     seq_needed = False
     for t in data:
@@ -114,15 +127,22 @@ def _branch_scan(
     for ef in files.eq_fields:
         if ef.field_id in need and (ef.field_id not in present or ef.path):
             col = Col(name=f"$eq{ef.field_id}", label=ef.name, field_id=ef.field_id)
-            extra.append(ReadField(col=col, field_id=ef.field_id, type_str=ef.type_str, path=ef.path))
+            extra.append(
+                ReadField(col=col, field_id=ef.field_id, type_str=ef.type_str, path=ef.path)
+            )
     pos_ids = {p for d in data for p in d.pos_deletes}
     keep = tuple(
-        t for t in files.deletes
+        t
+        for t in files.deletes
         if t.file_id in pos_ids or (t.kind == "equality" and t.eq_ids in eq_sets)
     )
     sub = replace(files, data=tuple(data), deletes=keep)
     return replace(
-        scan, files=sub, branch=branch, eq_sets=eq_sets, meta=meta,
+        scan,
+        files=sub,
+        branch=branch,
+        eq_sets=eq_sets,
+        meta=meta,
         fields=scan.fields + tuple(extra),
     )
 
@@ -141,6 +161,11 @@ def _delete_scan(scan: IcebergScan, files: ScanFiles, eq_set: frozenset[int]) ->
     )
     deletes = tuple(t for t in files.deletes if t.kind == "equality" and t.eq_ids == eq_set)
     return EqDeleteScan(
-        table=scan.table, source_key=scan.source_key, eq_set=eq_set, keys=keys,
-        files=deletes, partitions=files.partitions, layouts=files.layouts,
+        table=scan.table,
+        source_key=scan.source_key,
+        eq_set=eq_set,
+        keys=keys,
+        files=deletes,
+        partitions=files.partitions,
+        layouts=files.layouts,
     )

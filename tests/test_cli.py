@@ -1,4 +1,4 @@
-"""The CLI on bad input: exit code 1 or 2, one line on stderr, nothing on stdout, warehouse intact."""
+"""The CLI on bad input: exit code 1 or 2, one line on stderr, no stdout, warehouse intact."""
 
 from __future__ import annotations
 
@@ -25,8 +25,11 @@ def wh(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _digest(d: Path) -> dict[str, str]:
-    return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(d.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(d.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -57,8 +60,9 @@ BAD_QUERIES = [
 
 
 @pytest.mark.parametrize("sql,code,needles", BAD_QUERIES)
-def test_bad_queries(sql: str, code: int, needles: list[str], wh: Path,
-                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_queries(
+    sql: str, code: int, needles: list[str], wh: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     before = _digest(wh)
     for cmd in ("explain", "run"):
         got = _run(capsys, cmd, "-e", sql, "--warehouse", str(wh))
@@ -69,10 +73,20 @@ def test_bad_queries(sql: str, code: int, needles: list[str], wh: Path,
 def test_usage_errors(wh: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = _run(capsys, "run", str(tmp_path / "missing.sql"), "--warehouse", str(wh))
     _one_line_error(code, 2, out, err, "missing.sql")
-    code, out, err = _run(capsys, "run", "-e", "SELECT 1 FROM demo.orders", "--format", "parquet",
-                          "--warehouse", str(wh))
+    code, out, err = _run(
+        capsys,
+        "run",
+        "-e",
+        "SELECT 1 FROM demo.orders",
+        "--format",
+        "parquet",
+        "--warehouse",
+        str(wh),
+    )
     _one_line_error(code, 2, out, err, "--output")
-    code, out, err = _run(capsys, "run", "-e", "SELECT 1", "--path-map", "nothing", "--warehouse", str(wh))
+    code, out, err = _run(
+        capsys, "run", "-e", "SELECT 1", "--path-map", "nothing", "--warehouse", str(wh)
+    )
     _one_line_error(code, 2, out, err, "OLD=NEW")
     assert main(["run", "--format", "xml", "-e", "x"]) == 2
 
@@ -89,18 +103,23 @@ def _copy(wh: Path, tmp_path: Path) -> Path:
     return dst
 
 
-def test_broken_data_and_delete_files(wh: Path, tmp_path: Path, spark: Any,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_broken_data_and_delete_files(
+    wh: Path, tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     data = sorted(p for p in wh.rglob("*.parquet") if not p.name.startswith("delete-"))[0]
     delete = sorted(p for p in wh.rglob("delete-*.parquet"))[0]
     saved_data, saved_delete = data.read_bytes(), delete.read_bytes()
     try:
         data.write_bytes(saved_data[:100])  # truncated
-        code, out, err = _run(capsys, "run", "-e", "SELECT * FROM demo.orders", "--warehouse", str(wh))
+        code, out, err = _run(
+            capsys, "run", "-e", "SELECT * FROM demo.orders", "--warehouse", str(wh)
+        )
         _one_line_error(code, 1, out, err, data.name, "not a Parquet file")
         data.write_bytes(saved_data)
         os.remove(delete)
-        code, out, err = _run(capsys, "run", "-e", "SELECT count(*) FROM demo.orders", "--warehouse", str(wh))
+        code, out, err = _run(
+            capsys, "run", "-e", "SELECT count(*) FROM demo.orders", "--warehouse", str(wh)
+        )
         _one_line_error(code, 1, out, err, delete.name)
     finally:
         data.write_bytes(saved_data)
@@ -111,47 +130,82 @@ def test_broken_data_and_delete_files(wh: Path, tmp_path: Path, spark: Any,
     _one_line_error(code, 1, out, err, "'nope'")
 
 
-def test_unsupported_file_format_is_refused(catalog: Any, capsys: pytest.CaptureFixture[str],
-                                            tmp_path: Path) -> None:
+def test_unsupported_file_format_is_refused(
+    catalog: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     import pyarrow as pa
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-
     from tests_support import small_table
 
     w = small_table(catalog)
-    real = w.data_files(pa.table({"id": pa.array([2], pa.int64()), "p": ["b"], "v": pa.array([2], pa.int64())}))[0]
-    orc = DataFile.from_args(content=DataFileContent.DATA, file_path=real.file_path.replace(".parquet", ".orc"),
-                             file_format=FileFormat.ORC, partition=real.partition,
-                             record_count=1, file_size_in_bytes=10)
+    real = w.data_files(
+        pa.table({"id": pa.array([2], pa.int64()), "p": ["b"], "v": pa.array([2], pa.int64())})
+    )[0]
+    orc = DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=real.file_path.replace(".parquet", ".orc"),
+        file_format=FileFormat.ORC,
+        partition=real.partition,
+        record_count=1,
+        file_size_in_bytes=10,
+    )
     orc.spec_id = real.spec_id
     w.commit(data=[orc])
-    code, out, err = _run(capsys, "explain", "-e", "SELECT * FROM s.t", "--warehouse", str(tmp_path / "wh"))
+    code, out, err = _run(
+        capsys, "explain", "-e", "SELECT * FROM s.t", "--warehouse", str(tmp_path / "wh")
+    )
     _one_line_error(code, 1, out, err, ".orc is ORC", "only Parquet")
 
 
-def test_run_formats(wh: Path, tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_formats(
+    wh: Path, tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     sql = "SELECT region, count(*) AS n FROM demo.orders GROUP BY region ORDER BY region"
     code, out, _ = _run(capsys, "run", "-e", sql, "--format", "csv", "--warehouse", str(wh))
     assert code == 0 and out == "region,n\r\nEU,8\r\nUS,8\r\n"
     code, out, _ = _run(capsys, "run", "-e", sql, "--format", "json", "--warehouse", str(wh))
-    assert code == 0 and out.splitlines() == ['{"region": "EU", "n": 8}', '{"region": "US", "n": 8}']
+    assert code == 0 and out.splitlines() == [
+        '{"region": "EU", "n": 8}',
+        '{"region": "US", "n": 8}',
+    ]
     code, out, _ = _run(capsys, "run", "-e", sql, "--warehouse", str(wh), "--limit", "1")
     assert code == 0 and "| EU     | 8 |" in out and "(1 row)" in out
     target = tmp_path / "out.parquet"
-    code, out, _ = _run(capsys, "run", "-e", sql, "--format", "parquet", "--output", str(target),
-                        "--warehouse", str(wh))
+    code, out, _ = _run(
+        capsys,
+        "run",
+        "-e",
+        sql,
+        "--format",
+        "parquet",
+        "--output",
+        str(target),
+        "--warehouse",
+        str(wh),
+    )
     assert code == 0 and out == ""
     import pyarrow.parquet as pq
 
-    assert pq.read_table(str(target)).to_pylist() == [{"region": "EU", "n": 8}, {"region": "US", "n": 8}]
+    assert pq.read_table(str(target)).to_pylist() == [
+        {"region": "EU", "n": 8},
+        {"region": "US", "n": 8},
+    ]
 
 
-def test_explain_analyze_counts_rows_removed_by_each_kind(wh: Path, spark: Any,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _run(capsys, "explain", "--analyze", "-e", "SELECT count(*) FROM demo.orders",
-                        "--warehouse", str(wh))
+def test_explain_analyze_counts_rows_removed_by_each_kind(
+    wh: Path, spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _run(
+        capsys,
+        "explain",
+        "--analyze",
+        "-e",
+        "SELECT count(*) FROM demo.orders",
+        "--warehouse",
+        str(wh),
+    )
     assert code == 0
-    metrics = out[out.index("== Merge-on-read metrics =="):]
+    metrics = out[out.index("== Merge-on-read metrics ==") :]
     # demo.orders: 22 rows written; order 2 by position; 3 and NULL by {1}; (4,c4), (12,c5),
     # (13,NULL) by {1,3}; the re-appended order 3 lives
     assert "rows removed  by position deletes 1\n" in metrics

@@ -52,8 +52,11 @@ LAYERS = {"planner": 0, "rules": 1, "physical": 2, "mor": 3}
 def test_imports_flow_one_way(pkg: str) -> None:
     for path in (ROOT / pkg).glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            )
             for name in names:
                 top = name.split(".")[0]
                 if top in LAYERS:

@@ -35,8 +35,16 @@ def test_rename_and_added_column_read_by_field_id(catalog: Any, spark: Any) -> N
     with w.refresh().update_schema() as u:
         u.rename_column("v", "value")
         u.add_column("extra", StringType())
-    w.append(pa.table({"id": pa.array([3], pa.int64()), "p": ["c"], "value": pa.array([30], pa.int64()),
-                       "extra": ["x"]}))
+    w.append(
+        pa.table(
+            {
+                "id": pa.array([3], pa.int64()),
+                "p": ["c"],
+                "value": pa.array([30], pa.int64()),
+                "extra": ["x"],
+            }
+        )
+    )
     w.commit(deletes=[w.equality_delete_file([3], [{3: 20}])])  # keyed on the renamed column
     got = _q(catalog, spark, "SELECT id, value, extra FROM e.r")
     assert got == Counter({(1, 10, None): 1, (3, 30, "x"): 1})
@@ -55,14 +63,29 @@ def test_regression_7_dropped_equality_column_still_applies(catalog: Any, spark:
 def test_regression_8_equality_delete_on_nested_field(catalog: Any, spark: Any) -> None:
     schema = Schema(
         NestedField(1, "id", LongType(), required=False),
-        NestedField(2, "addr", StructType(NestedField(3, "city", StringType(), required=False),
-                                          NestedField(4, "zip", StringType(), required=False)),
-                    required=False),
+        NestedField(
+            2,
+            "addr",
+            StructType(
+                NestedField(3, "city", StringType(), required=False),
+                NestedField(4, "zip", StringType(), required=False),
+            ),
+            required=False,
+        ),
     )
     w = TableWriter(catalog, "e.n", schema)
-    w.append(pa.table({"id": pa.array([1, 2, 3], pa.int64()),
-                       "addr": [{"city": "Oslo", "zip": "1"}, {"city": "Rome", "zip": "2"},
-                                {"city": None, "zip": "3"}]}))
+    w.append(
+        pa.table(
+            {
+                "id": pa.array([1, 2, 3], pa.int64()),
+                "addr": [
+                    {"city": "Oslo", "zip": "1"},
+                    {"city": "Rome", "zip": "2"},
+                    {"city": None, "zip": "3"},
+                ],
+            }
+        )
+    )
     w.commit(deletes=[w.equality_delete_file([3], [{3: "Rome"}, {3: None}])])
     assert _q(catalog, spark, "SELECT id FROM e.n") == Counter({(1,): 1})
 
@@ -82,12 +105,29 @@ def test_regression_10_partition_tuples_of_different_specs(catalog: Any, spark: 
     schema = Schema(*SCHEMA.fields, NestedField(4, "q", StringType(), required=False))
     spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "p"))
     w = TableWriter(catalog, "e.p", schema, spec)
-    _, files = w.append(pa.table({"id": pa.array([1], pa.int64()), "p": ["a"], "v": pa.array([0], pa.int64()),
-                                  "q": ["z"]}))
+    _, files = w.append(
+        pa.table(
+            {
+                "id": pa.array([1], pa.int64()),
+                "p": ["a"],
+                "v": pa.array([0], pa.int64()),
+                "q": ["z"],
+            }
+        )
+    )
     with w.refresh().update_spec() as u:
         u.remove_field("p")
         u.add_identity("q")
-    w.append(pa.table({"id": pa.array([1], pa.int64()), "p": ["z"], "v": pa.array([1], pa.int64()), "q": ["a"]}))
+    w.append(
+        pa.table(
+            {
+                "id": pa.array([1], pa.int64()),
+                "p": ["z"],
+                "v": pa.array([1], pa.int64()),
+                "q": ["a"],
+            }
+        )
+    )
     # a delete in spec 0 partition p='a' must not touch the spec-1 file whose tuple is also ('a',)
     w.commit(deletes=[w.equality_delete_file([1], [{1: 1}], files[0].partition, files[0].spec_id)])
     assert _q(catalog, spark, "SELECT id, v FROM e.p") == Counter({(1, 1): 1})
@@ -99,10 +139,12 @@ def test_regression_14_many_keys_and_several_files_with_nulls(catalog: Any, spar
     ids = list(range(n)) + [None] * 5
     w.append(_t(ids, ["a"] * len(ids), [i % 3 if i is not None else None for i in ids]))
     half = [{1: i} for i in range(0, n, 2)]
-    w.commit(deletes=[
-        w.equality_delete_file([1], half[: len(half) // 2] + [{1: None}]),
-        w.equality_delete_file([1], half[len(half) // 2:] + [{1: None}]),
-    ])
+    w.commit(
+        deletes=[
+            w.equality_delete_file([1], half[: len(half) // 2] + [{1: None}]),
+            w.equality_delete_file([1], half[len(half) // 2 :] + [{1: None}]),
+        ]
+    )
     # a projection without the equality column still applies the deletes
     (cnt,) = mor_sql("SELECT count(v) FROM e.m", catalog=catalog, spark=spark).collect()[0]
     assert cnt == n // 2
@@ -113,8 +155,10 @@ def test_regression_14_many_keys_and_several_files_with_nulls(catalog: Any, spar
 def test_promoted_column_reads_old_files_with_their_type(catalog: Any, spark: Any) -> None:
     from pyiceberg.types import IntegerType
 
-    schema = Schema(NestedField(1, "id", IntegerType(), required=False),
-                    NestedField(2, "p", StringType(), required=False))
+    schema = Schema(
+        NestedField(1, "id", IntegerType(), required=False),
+        NestedField(2, "p", StringType(), required=False),
+    )
     w = TableWriter(catalog, "e.pr", schema)
     # repeated values: pyarrow writes dictionary pages, which Spark 3.5 cannot upcast
     w.append(pa.table({"id": pa.array([1, 1, 2, 2, 3] * 20, pa.int32()), "p": ["a"] * 100}))
@@ -126,7 +170,9 @@ def test_promoted_column_reads_old_files_with_their_type(catalog: Any, spark: An
     assert got == Counter({(1, 40): 1, (3, 20): 1, (2**40, 1): 1})
 
 
-def test_files_without_field_ids_use_the_name_mapping(catalog: Any, spark: Any, tmp_path: Any) -> None:
+def test_files_without_field_ids_use_the_name_mapping(
+    catalog: Any, spark: Any, tmp_path: Any
+) -> None:
     import pyarrow.parquet as pq
 
     w = TableWriter(catalog, "e.nm", SCHEMA)

@@ -30,7 +30,9 @@ def render(case: str) -> str:
     cwd = os.getcwd()
     os.chdir(REALDATA)
     try:
-        return explain(sql, path_map=path_map, verbose="verbose" in case, physical="physical" in case)
+        return explain(
+            sql, path_map=path_map, verbose="verbose" in case, physical="physical" in case
+        )
     finally:
         os.chdir(cwd)
 

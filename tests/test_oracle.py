@@ -21,7 +21,10 @@ HISTORIES = os.environ.get("MOR_ORACLE_HISTORIES", "6")
 def test_random_histories_match_iceberg_reader() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "tests.oracle.run", "--histories", HISTORIES, "--seed", "1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=1500,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1500,
     )
     summary = proc.stdout
     if proc.returncode == 2:
@@ -40,10 +43,20 @@ def test_relocation_rewrites_only_jackson_names() -> None:
         pool = b"".join(b"\x01" + struct.pack(">H", len(s)) + s for s in strings)
         # a long constant takes two slots; the tail stands for the rest of the class file
         pool += b"\x05" + b"\x00" * 8
-        return b"\xca\xfe\xba\xbe\x00\x00\x00\x34" + struct.pack(">H", len(strings) + 3) + pool + b"TAIL"
+        return (
+            b"\xca\xfe\xba\xbe\x00\x00\x00\x34"
+            + struct.pack(">H", len(strings) + 3)
+            + pool
+            + b"TAIL"
+        )
 
-    out = relocate_class(cls(b"com/fasterxml/jackson/core/JsonFactory", b"java/lang/Object",
-                             b"Lcom.fasterxml.jackson.databind.X;"))
+    out = relocate_class(
+        cls(
+            b"com/fasterxml/jackson/core/JsonFactory",
+            b"java/lang/Object",
+            b"Lcom.fasterxml.jackson.databind.X;",
+        )
+    )
     assert b"org/apache/iceberg/shaded/com/fasterxml/jackson/core/JsonFactory" in out
     assert b"org.apache.iceberg.shaded.com.fasterxml.jackson.databind.X" in out
     assert b"java/lang/Object" in out and out.endswith(b"TAIL")

@@ -12,20 +12,20 @@ from mor import mor_sql
 from planner.errors import MetadataError
 
 REALDATA = Path(__file__).resolve().parent.parent.parent / "shared" / "realdata"
-_TABLES = json.loads((REALDATA / "tables.json").read_text()) if (REALDATA / "tables.json").exists() else {}
-_EXPECTED = (
-    json.loads((REALDATA / "expected_results.json").read_text()) if _TABLES else {}
+_TABLES = (
+    json.loads((REALDATA / "tables.json").read_text())
+    if (REALDATA / "tables.json").exists()
+    else {}
 )
-CASES = [
-    (name, snap)
-    for name in _TABLES
-    for snap in _EXPECTED[name]["snapshots"]
-]
+_EXPECTED = json.loads((REALDATA / "expected_results.json").read_text()) if _TABLES else {}
+CASES = [(name, snap) for name in _TABLES for snap in _EXPECTED[name]["snapshots"]]
 
 
 def _args(name: str) -> tuple[str, dict[str, str]]:
     t = _TABLES[name]
-    return f"iceberg_scan('{REALDATA / t['metadata']}')", {t["prefix_in_files"]: str(REALDATA / t["maps_to"])}
+    return f"iceberg_scan('{REALDATA / t['metadata']}')", {
+        t["prefix_in_files"]: str(REALDATA / t["maps_to"])
+    }
 
 
 def _expected_rows(snap: dict) -> list[tuple]:
@@ -62,7 +62,11 @@ def test_snapshot_rows_and_count(case: tuple[str, dict], realdata: dict, spark: 
 def test_current_snapshot_queries(name: str, realdata: dict, spark: object) -> None:
     """Projections without the equality columns, filters and aggregates on the current snapshot."""
     table, pm = _args(name)
-    snap = next(s for s in _EXPECTED[name]["snapshots"] if s["snapshot_id"] == _TABLES[name]["current_snapshot_id"])
+    snap = next(
+        s
+        for s in _EXPECTED[name]["snapshots"]
+        if s["snapshot_id"] == _TABLES[name]["current_snapshot_id"]
+    )
     want = _expected_rows(snap)
     keys = sorted(int(r[0]) for r in want)
     # the first column is field 1 in every table here
@@ -76,15 +80,23 @@ def test_current_snapshot_queries(name: str, realdata: dict, spark: object) -> N
     mid = keys[len(keys) // 2]
     got = mor_sql(f"SELECT {k} FROM {table} WHERE {k} >= {mid}", path_map=pm, spark=spark).collect()
     assert sorted(int(r[0]) for r in got) == [x for x in keys if x >= mid]
-    assert mor_sql(f"SELECT count(*) FROM {table} WHERE {k} < -1", path_map=pm, spark=spark).collect()[0][0] == 0
+    assert (
+        mor_sql(f"SELECT count(*) FROM {table} WHERE {k} < -1", path_map=pm, spark=spark).collect()[
+            0
+        ][0]
+        == 0
+    )
     # aggregates
     row = mor_sql(
         f"SELECT count(*) AS n, min({k}) AS lo, max({k}) AS hi, sum({k}) AS s FROM {table}",
-        path_map=pm, spark=spark,
+        path_map=pm,
+        spark=spark,
     ).collect()[0]
     assert (row.n, row.lo, row.hi, row.s) == (len(keys), min(keys), max(keys), sum(keys))
     grouped = mor_sql(
-        f"SELECT {k} % 2 AS parity, count(*) AS n FROM {table} GROUP BY {k} % 2 HAVING count(*) > 0",
-        path_map=pm, spark=spark,
+        f"SELECT {k} % 2 AS parity, count(*) AS n FROM {table} "
+        f"GROUP BY {k} % 2 HAVING count(*) > 0",
+        path_map=pm,
+        spark=spark,
     ).collect()
     assert {r.parity: r.n for r in grouped} == dict(Counter(x % 2 for x in keys))

@@ -25,18 +25,20 @@ def test_split_equality_deletes_builds_fast_lane_and_branches() -> None:
         deletes=(eq_delete(10, ids={1}), eq_delete(11, ids={1, 3})),
     )
     out = split_equality_deletes(s, CTX)
-    assert _text(out) == "\n".join([
-        "Union #0: branches=3  rows~300",
-        "  IcebergScan #1: lake.orders branch=1/3 eq_sets=[]  rows~100",
-        "  AntiJoin #2: eq_set={1} on=[id] null_safe scope=partition guard=none(proven)  rows~100",
-        "    IcebergScan #3: lake.orders branch=2/3 eq_sets=[{1}]  rows~100",
-        "    EqDeleteScan #4: lake.orders eq_set={1}  rows=10",
-        "  AntiJoin #5: eq_set={1,3} on=[id, amount] null_safe scope=partition guard=none(proven)  rows~100",
-        "    AntiJoin #6: eq_set={1} on=[id] null_safe scope=partition guard=none(proven)  rows~100",
-        "      IcebergScan #7: lake.orders branch=3/3 eq_sets=[{1}, {1,3}]  rows~100",
-        "      Reuse #4",
-        "    EqDeleteScan #8: lake.orders eq_set={1,3}  rows=10",
-    ])
+    assert _text(out) == "\n".join(
+        [
+            "Union #0: branches=3  rows~300",
+            "  IcebergScan #1: lake.orders branch=1/3 eq_sets=[]  rows~100",
+            "  AntiJoin #2: eq_set={1} on=[id] null_safe scope=partition guard=none(proven)  rows~100",
+            "    IcebergScan #3: lake.orders branch=2/3 eq_sets=[{1}]  rows~100",
+            "    EqDeleteScan #4: lake.orders eq_set={1}  rows=10",
+            "  AntiJoin #5: eq_set={1,3} on=[id, amount] null_safe scope=partition guard=none(proven)  rows~100",
+            "    AntiJoin #6: eq_set={1} on=[id] null_safe scope=partition guard=none(proven)  rows~100",
+            "      IcebergScan #7: lake.orders branch=3/3 eq_sets=[{1}, {1,3}]  rows~100",
+            "      Reuse #4",
+            "    EqDeleteScan #8: lake.orders eq_set={1,3}  rows=10",
+        ]
+    )
     # a file reached by two id sets is anti-joined with both (regression 4)
     outer = out.inputs[2]
     assert isinstance(outer, AntiJoin) and isinstance(outer.left, AntiJoin)
@@ -56,19 +58,31 @@ def test_split_equality_deletes_noop_without_equality_deletes() -> None:
 
 
 def test_split_equality_deletes_global_scope_is_printed() -> None:
-    s = scan(data=(data_file(0, eq=(frozenset({1}),)),), deletes=(eq_delete(10, ids={1}, global_=True),))
+    s = scan(
+        data=(data_file(0, eq=(frozenset({1}),)),), deletes=(eq_delete(10, ids={1}, global_=True),)
+    )
     assert "scope=global" in _text(split_equality_deletes(s, CTX))
 
 
 def _cond(col: str, text: str) -> Expr:
-    return Expr(sql=f"`{col}` > 1", text=text, refs=frozenset({col}),
-                pred=Pred(column=col, op=">", values=(1,)))
+    return Expr(
+        sql=f"`{col}` > 1",
+        text=text,
+        refs=frozenset({col}),
+        pred=Pred(column=col, op=">", values=(1,)),
+    )
 
 
 def test_push_filters_into_scans_reaches_scan_through_join_and_keeps_filter() -> None:
     left, right = scan(planned=False), scan(planned=False, fields=(1,))
-    join = Join(left=left, right=right, kind="inner",
-                condition=Expr(sql="`c_amount` = `c_id`", text="amount = id", refs=frozenset({"c_amount", "c_id"})))
+    join = Join(
+        left=left,
+        right=right,
+        kind="inner",
+        condition=Expr(
+            sql="`c_amount` = `c_id`", text="amount = id", refs=frozenset({"c_amount", "c_id"})
+        ),
+    )
     plan = Filter(child=join, conditions=(_cond("c_amount", "amount > 1"),))
     out = push_filters_into_scans(plan, CTX)
     assert isinstance(out, Filter)  # the filter stays: pushing only narrows what is read
@@ -78,7 +92,9 @@ def test_push_filters_into_scans_reaches_scan_through_join_and_keeps_filter() ->
 
 def test_push_filters_into_scans_respects_outer_joins_and_noop() -> None:
     left, right = scan(planned=False), scan(planned=False, fields=(1,))
-    plan = Filter(child=Join(left=left, right=right, kind="left"), conditions=(_cond("c_id", "id > 1"),))
+    plan = Filter(
+        child=Join(left=left, right=right, kind="left"), conditions=(_cond("c_id", "id > 1"),)
+    )
     # a condition on the null-extended side of a left join must not be pushed into it
     assert push_filters_into_scans(plan, CTX) is plan
     bare = scan(planned=False)
@@ -87,7 +103,12 @@ def test_push_filters_into_scans_respects_outer_joins_and_noop() -> None:
 
 def test_prune_columns_drops_unread_fields_and_noop() -> None:
     s = scan(planned=False, fields=(1, 2, 3))
-    plan = Project(child=s, exprs=((s.fields[1].col, Expr(sql="`c_region`", text="region", refs=frozenset({"c_region"}))),))
+    plan = Project(
+        child=s,
+        exprs=(
+            (s.fields[1].col, Expr(sql="`c_region`", text="region", refs=frozenset({"c_region"}))),
+        ),
+    )
     out = prune_columns(plan, CTX)
     assert [f.field_id for f in out.child.fields] == [2]
     assert prune_columns(out, CTX) is out
@@ -95,9 +116,14 @@ def test_prune_columns_drops_unread_fields_and_noop() -> None:
 
 def test_optimize_records_which_rules_fired() -> None:
     s = scan(planned=False, fields=(1, 2, 3))
-    plan = Project(child=s, exprs=((s.fields[0].col, Expr(sql="`c_id`", text="id", refs=frozenset({"c_id"}))),))
+    plan = Project(
+        child=s, exprs=((s.fields[0].col, Expr(sql="`c_id`", text="id", refs=frozenset({"c_id"}))),)
+    )
     _, trace = optimize(plan, (push_filters_into_scans, prune_columns))
-    assert [(t.rule, t.changed) for t in trace] == [("push_filters_into_scans", False), ("prune_columns", True)]
+    assert [(t.rule, t.changed) for t in trace] == [
+        ("push_filters_into_scans", False),
+        ("prune_columns", True),
+    ]
 
 
 def test_split_equality_deletes_keeps_only_the_guards_it_cannot_prove() -> None:

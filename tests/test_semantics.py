@@ -46,7 +46,8 @@ class Reference:
             if any(f == r["file"] and p == r["pos"] and r["seq"] <= s for f, p, s in self.pos):
                 continue
             if any(
-                r["seq"] < s and (part is None or part == r["p"])
+                r["seq"] < s
+                and (part is None or part == r["p"])
                 and all(r[names[i]] == key[i] for i in ids)  # None == None: null-safe
                 for ids, key, part, s in self.eq
             ):
@@ -61,8 +62,13 @@ def _history(writer: TableWriter, ref: Reference, ops: list[tuple]) -> None:
         seq = (writer.refresh().metadata.last_sequence_number or 0) + 1
         if op[0] == "append":
             rows = op[1]
-            t = pa.table({"id": pa.array([r[0] for r in rows], pa.int64()), "p": [r[1] for r in rows],
-                          "v": pa.array([r[2] for r in rows], pa.int64())})
+            t = pa.table(
+                {
+                    "id": pa.array([r[0] for r in rows], pa.int64()),
+                    "p": [r[1] for r in rows],
+                    "v": pa.array([r[2] for r in rows], pa.int64()),
+                }
+            )
             files = writer.data_files(t)
             writer.commit(data=files)
             for f in files:
@@ -70,7 +76,16 @@ def _history(writer: TableWriter, ref: Reference, ops: list[tuple]) -> None:
                 files_by_p.setdefault(p or "", []).append(f)
                 mine = [r for r in rows if not ref.partitioned or r[1] == p]
                 for i, r in enumerate(mine):
-                    ref.rows.append({"id": r[0], "p": r[1], "v": r[2], "file": f.file_path, "pos": i, "seq": seq})
+                    ref.rows.append(
+                        {
+                            "id": r[0],
+                            "p": r[1],
+                            "v": r[2],
+                            "file": f.file_path,
+                            "pos": i,
+                            "seq": seq,
+                        }
+                    )
         elif op[0] == "pos" and files_by_p:
             group = sorted(files_by_p)[op[1] % len(files_by_p)]
             f = files_by_p[group][op[2] % len(files_by_p[group])]
@@ -95,41 +110,70 @@ ps = st.sampled_from(["a", "b"])
 row = st.tuples(ids_, ps, st.one_of(st.none(), st.integers(0, 3)))
 op = st.one_of(
     st.tuples(st.just("append"), st.lists(row, min_size=1, max_size=6)),
-    st.tuples(st.just("pos"), st.integers(0, 9), st.integers(0, 9), st.lists(st.integers(0, 20), min_size=1, max_size=3)),
-    st.tuples(st.just("eq"), st.sampled_from([(1,), (1, 3), (3, 1)]),
-              st.lists(st.tuples(ids_, st.one_of(st.none(), st.integers(0, 3))), min_size=1, max_size=3),
-              st.booleans(), st.integers(0, 9)),
+    st.tuples(
+        st.just("pos"),
+        st.integers(0, 9),
+        st.integers(0, 9),
+        st.lists(st.integers(0, 20), min_size=1, max_size=3),
+    ),
+    st.tuples(
+        st.just("eq"),
+        st.sampled_from([(1,), (1, 3), (3, 1)]),
+        st.lists(st.tuples(ids_, st.one_of(st.none(), st.integers(0, 3))), min_size=1, max_size=3),
+        st.booleans(),
+        st.integers(0, 9),
+    ),
 )
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 @given(partitioned=st.booleans(), ops=st.lists(op, min_size=2, max_size=7))
-def test_matches_naive_reference(tmp_path_factory: Any, spark: Any, partitioned: bool, ops: list) -> None:
+def test_matches_naive_reference(
+    tmp_path_factory: Any, spark: Any, partitioned: bool, ops: list
+) -> None:
     from mor.api import default_catalog
 
     cat = default_catalog(str(tmp_path_factory.mktemp("wh")))
-    writer = TableWriter(cat, "t.h", SCHEMA, PART_SPEC if partitioned else UNPARTITIONED_PARTITION_SPEC)
+    writer = TableWriter(
+        cat, "t.h", SCHEMA, PART_SPEC if partitioned else UNPARTITIONED_PARTITION_SPEC
+    )
     ops = [("append", [(1, "a", 1), (None, "b", 2), (2, "a", None)])] + ops
     ref = Reference(partitioned)
     # key tuples come as (id, v); map them onto the id order of each delete
-    ops = [(o[0], o[1], [dict(zip((1, 3), k)) for k in o[2]], o[3], o[4]) if o[0] == "eq" else o for o in ops]
-    ops = [(o[0], o[1], [tuple(k[i] for i in o[1]) for k in o[2]], o[3], o[4]) if o[0] == "eq" else o for o in ops]
+    ops = [
+        (o[0], o[1], [dict(zip((1, 3), k)) for k in o[2]], o[3], o[4]) if o[0] == "eq" else o
+        for o in ops
+    ]
+    ops = [
+        (o[0], o[1], [tuple(k[i] for i in o[1]) for k in o[2]], o[3], o[4]) if o[0] == "eq" else o
+        for o in ops
+    ]
     _history(writer, ref, ops)
-    got = Counter(tuple(r) for r in mor_sql("SELECT id, p, v FROM t.h", catalog=cat, spark=spark).collect())
+    got = Counter(
+        tuple(r) for r in mor_sql("SELECT id, p, v FROM t.h", catalog=cat, spark=spark).collect()
+    )
     assert got == ref.live()
     (n,) = mor_sql("SELECT count(*) FROM t.h", catalog=cat, spark=spark).collect()[0]
     assert n == sum(ref.live().values())
     # regression 3: `<>` keeps SQL semantics (NULL never passes), deletes still apply
     got_ne = mor_sql("SELECT id, p, v FROM t.h WHERE v <> 1", catalog=cat, spark=spark).collect()
     assert Counter(tuple(r) for r in got_ne) == Counter(
-        {k: c for k, c in ref.live().items() if k[2] is not None and k[2] != 1})
+        {k: c for k, c in ref.live().items() if k[2] is not None and k[2] != 1}
+    )
 
 
 @pytest.fixture()
 def two_partitions(catalog: Any) -> tuple[Any, TableWriter, Any, Any]:
     w = TableWriter(catalog, "r.t", SCHEMA, PART_SPEC)
-    _, files = w.append(pa.table({"id": pa.array([100, 1, 100, None], pa.int64()), "p": ["a", "a", "b", "b"],
-                                  "v": pa.array([1, 2, 3, 4], pa.int64())}))
+    _, files = w.append(
+        pa.table(
+            {
+                "id": pa.array([100, 1, 100, None], pa.int64()),
+                "p": ["a", "a", "b", "b"],
+                "v": pa.array([1, 2, 3, 4], pa.int64()),
+            }
+        )
+    )
     a = next(f for f in files if f.partition[0] == "a")
     b = next(f for f in files if f.partition[0] == "b")
     return catalog, w, a, b
@@ -154,7 +198,11 @@ def test_regression_2_null_key_matches_null(two_partitions: Any, spark: Any) -> 
 def test_regression_11_same_sequence_number(two_partitions: Any, spark: Any) -> None:
     cat, w, a, _ = two_partitions
     # data and deletes in one commit: the equality delete does not apply, the position one does
-    new = w.data_files(pa.table({"id": pa.array([7, 8], pa.int64()), "p": ["a", "a"], "v": pa.array([0, 0], pa.int64())}))
+    new = w.data_files(
+        pa.table(
+            {"id": pa.array([7, 8], pa.int64()), "p": ["a", "a"], "v": pa.array([0, 0], pa.int64())}
+        )
+    )
     eq = w.equality_delete_file([1], [{1: 7}], a.partition, a.spec_id)
     pos = w.position_delete_file({new[0].file_path: [1]}, new[0])
     w.commit(data=new, deletes=[eq, pos])
@@ -168,7 +216,9 @@ def test_regression_15_count_ignores_metadata_totals(two_partitions: Any, spark:
     assert mor_sql("SELECT count(*) FROM r.t", catalog=cat, spark=spark).collect()[0][0] == 2
 
 
-def test_regression_5_filter_does_not_prune_equality_deletes(two_partitions: Any, spark: Any) -> None:
+def test_regression_5_filter_does_not_prune_equality_deletes(
+    two_partitions: Any, spark: Any
+) -> None:
     cat, w, a, _ = two_partitions
     w.commit(deletes=[w.equality_delete_file([3], [{3: 2}], a.partition, a.spec_id)])
     assert _rows(cat, spark, "SELECT id, p, v FROM r.t WHERE v = 2 OR id = 1") == set()

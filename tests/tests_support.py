@@ -12,8 +12,13 @@ from mor.fixtures import TableWriter
 
 
 def small_table(catalog: Any) -> TableWriter:
-    schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "p", StringType()),
-                    NestedField(3, "v", LongType()))
+    schema = Schema(
+        NestedField(1, "id", LongType()),
+        NestedField(2, "p", StringType()),
+        NestedField(3, "v", LongType()),
+    )
     w = TableWriter(catalog, "s.t", schema)
-    w.append(pa.table({"id": pa.array([1], pa.int64()), "p": ["a"], "v": pa.array([1], pa.int64())}))
+    w.append(
+        pa.table({"id": pa.array([1], pa.int64()), "p": ["a"], "v": pa.array([1], pa.int64())})
+    )
     return w

@@ -52,7 +52,13 @@ class Writer:
         layout = self.rng.choice(["unpartitioned", "identity", "bucket"])
         name = f"h{seed}"
         self.h = History(name, warehouse / "db" / name, layout, seed)
-        self.h.columns = {"id": "bigint", "k": "int", "name": "string", "amt": "double", "p": "string"}
+        self.h.columns = {
+            "id": "bigint",
+            "k": "int",
+            "name": "string",
+            "amt": "double",
+            "p": "string",
+        }
 
     # ---- helpers -------------------------------------------------------------------------
     def sql(self, text: str) -> None:
@@ -74,14 +80,16 @@ class Writer:
         for _ in range(n):
             self.next_id += 1
             i = self.next_id if self.rng.random() > 0.1 else self.rng.randint(1, self.next_id)
-            out.append((
-                i,
-                self.rng.choice([None, 1, 2, 3]),
-                self.rng.choice([None, "ann", "bob", "cy", "dee", "eve"]),
-                round(self.rng.uniform(0, 100), 2),
-                self.rng.choice(["x", "y", "z", None]),
-                self.rng.choice(["e1", "e2", None]),
-            ))
+            out.append(
+                (
+                    i,
+                    self.rng.choice([None, 1, 2, 3]),
+                    self.rng.choice([None, "ann", "bob", "cy", "dee", "eve"]),
+                    round(self.rng.uniform(0, 100), 2),
+                    self.rng.choice(["x", "y", "z", None]),
+                    self.rng.choice(["e1", "e2", None]),
+                )
+            )
         return out
 
     def _data_cols(self) -> list[str]:
@@ -93,7 +101,9 @@ class Writer:
         out = []
         for r in rows:
             d = dict(zip(_ROW, r))
-            out.append("(" + ", ".join(_lit(d[self.orig(c)], self.h.columns[c]) for c in cols) + ")")
+            out.append(
+                "(" + ", ".join(_lit(d[self.orig(c)], self.h.columns[c]) for c in cols) + ")"
+            )
         return ", ".join(out)
 
     def insert(self, rows: list[tuple]) -> None:
@@ -106,12 +116,17 @@ class Writer:
 
     # ---- the history ---------------------------------------------------------------------
     def create(self) -> None:
-        part = {"unpartitioned": "", "identity": "PARTITIONED BY (p)",
-                "bucket": "PARTITIONED BY (bucket(3, id))"}[self.h.layout]
+        part = {
+            "unpartitioned": "",
+            "identity": "PARTITIONED BY (p)",
+            "bucket": "PARTITIONED BY (bucket(3, id))",
+        }[self.h.layout]
         small_groups = self.rng.random() < 0.5
         props = {
-            "format-version": "2", "write.delete.mode": "merge-on-read",
-            "write.update.mode": "merge-on-read", "write.merge.mode": "merge-on-read",
+            "format-version": "2",
+            "write.delete.mode": "merge-on-read",
+            "write.update.mode": "merge-on-read",
+            "write.merge.mode": "merge-on-read",
             "write.distribution-mode": "none",
         }
         if self.rng.random() < 0.5:
@@ -123,8 +138,10 @@ class Writer:
             props["write.parquet.page-size-bytes"] = "64"
             self.h.coverage["multi-row-group files"] += 1
         tp = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
-        self.sql(f"CREATE TABLE {self.h.table} (id bigint, k int, name string, amt double, "
-                 f"p string) USING iceberg {part} TBLPROPERTIES ({tp})")
+        self.sql(
+            f"CREATE TABLE {self.h.table} (id bigint, k int, name string, amt double, "
+            f"p string) USING iceberg {part} TBLPROPERTIES ({tp})"
+        )
         self.h.coverage[f"layout {self.h.layout}"] += 1
 
     def step(self) -> None:
@@ -135,8 +152,10 @@ class Writer:
             ops.append("rename")
         if not self.h.coverage["add column"]:
             ops.append("add_column")
-        if self.h.coverage["eq on k"] and "k" in self.h.columns and (
-            not self.h.coverage["drop equality column"]
+        if (
+            self.h.coverage["eq on k"]
+            and "k" in self.h.columns
+            and (not self.h.coverage["drop equality column"])
         ):
             ops.append("drop_k")
         op = self.rng.choice(ops)
@@ -148,11 +167,15 @@ class Writer:
 
     def _pred(self) -> str:
         name = "label" if "label" in self.h.columns else "name"
-        return self.rng.choice([
-            f"id % {self.rng.randint(2, 7)} = {self.rng.randint(0, 1)}",
-            f"{name} IS NULL", f"{name} = '{self.rng.choice(['ann', 'bob', 'cy'])}'",
-            f"amt < {self.rng.randint(5, 60)}",
-        ] + ([f"k = {self.rng.randint(1, 3)}", "k IS NULL"] if "k" in self.h.columns else []))
+        return self.rng.choice(
+            [
+                f"id % {self.rng.randint(2, 7)} = {self.rng.randint(0, 1)}",
+                f"{name} IS NULL",
+                f"{name} = '{self.rng.choice(['ann', 'bob', 'cy'])}'",
+                f"amt < {self.rng.randint(5, 60)}",
+            ]
+            + ([f"k = {self.rng.randint(1, 3)}", "k IS NULL"] if "k" in self.h.columns else [])
+        )
 
     def op_delete(self) -> None:
         self.sql(f"DELETE FROM {self.h.table} WHERE {self._pred()}")
@@ -170,7 +193,8 @@ class Writer:
             f"MERGE INTO {self.h.table} t USING ({src}) s ON t.id = s.id "
             f"WHEN MATCHED AND s.amt < 30 THEN DELETE "
             f"WHEN MATCHED THEN UPDATE SET t.amt = s.amt "
-            f"WHEN NOT MATCHED THEN INSERT ({', '.join(cols)}) VALUES ({', '.join('s.' + c for c in cols)})"
+            f"WHEN NOT MATCHED THEN INSERT ({', '.join(cols)}) "
+            f"VALUES ({', '.join('s.' + c for c in cols)})"
         )
         self.h.coverage["sql MERGE"] += 1
 
@@ -223,16 +247,23 @@ class Writer:
         delta = table.newRowDelta()
         for spec, partition in scopes:
             path = self._write_keys(cols, ids, keys)
-            b = builder.deleteFileBuilder(spec).ofEqualityDeletes(self._int_array(ids)) \
-                .withPath(path).withFormat("parquet") \
-                .withFileSizeInBytes(Path(path).stat().st_size).withRecordCount(len(keys))
+            b = (
+                builder.deleteFileBuilder(spec)
+                .ofEqualityDeletes(self._int_array(ids))
+                .withPath(path)
+                .withFormat("parquet")
+                .withFileSizeInBytes(Path(path).stat().st_size)
+                .withRecordCount(len(keys))
+            )
             if partition is not None:
                 b = b.withPartition(partition)
             delta = delta.addDeletes(b.build())
             self.h.coverage["global eq delete" if partition is None else "partition eq delete"] += 1
         delta.commit()
-        self.h.log.append(f"-- RowDelta: equality delete on {cols} ids {ids} keys {keys} "
-                          f"in {len(scopes)} scope(s)")
+        self.h.log.append(
+            f"-- RowDelta: equality delete on {cols} ids {ids} keys {keys} "
+            f"in {len(scopes)} scope(s)"
+        )
 
     def _scopes(self, table: Any) -> list[tuple[Any, Any]]:
         specs = table.specs()
@@ -261,14 +292,18 @@ class Writer:
         return arr
 
     def _write_keys(self, cols: tuple[str, ...], ids: list[int], keys: list[tuple]) -> str:
-        fields = [pa.field(c, ARROW[self.h.columns[c]], metadata={b"PARQUET:field_id": str(i).encode()})
-                  for c, i in zip(cols, ids)]
+        fields = [
+            pa.field(c, ARROW[self.h.columns[c]], metadata={b"PARQUET:field_id": str(i).encode()})
+            for c, i in zip(cols, ids)
+        ]
         # write the columns in an order other than the ids' now and then
         order = list(range(len(cols)))
         if self.rng.random() < 0.5:
             order.reverse()
-        table = pa.table({fields[i].name: pa.array([k[i] for k in keys], fields[i].type) for i in order},
-                         schema=pa.schema([fields[i] for i in order]))
+        table = pa.table(
+            {fields[i].name: pa.array([k[i] for k in keys], fields[i].type) for i in order},
+            schema=pa.schema([fields[i] for i in order]),
+        )
         path = str(self.h.location / "data" / f"eqdel-{uuid.uuid4()}.parquet")
         pq.write_table(table, path)
         return path

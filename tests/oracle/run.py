@@ -70,8 +70,10 @@ def compare(spark: Any, h: History, sql: str) -> str | None:
         return None
     missing = list((b - a).elements())[:5]
     extra = list((a - b).elements())[:5]
-    return (f"seed {h.seed} ({h.layout}): {sql}\n  mor rows {sum(a.values())}, iceberg rows "
-            f"{sum(b.values())}\n  missing from mor: {missing}\n  extra in mor: {extra}")
+    return (
+        f"seed {h.seed} ({h.layout}): {sql}\n  mor rows {sum(a.values())}, iceberg rows "
+        f"{sum(b.values())}\n  missing from mor: {missing}\n  extra in mor: {extra}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
             diffs.append(f"seed {seed}: the history could not be written\n{traceback.format_exc()}")
             continue
         coverage.update(h.coverage)
-        coverage[f"snapshots {min(len(h.snapshots), 10)}{'+' if len(h.snapshots) >= 10 else ''}"] += 1
+        coverage[
+            f"snapshots {min(len(h.snapshots), 10)}{'+' if len(h.snapshots) >= 10 else ''}"
+        ] += 1
         for q in queries(h, lambda xs, k: rng.sample(xs, min(k, len(xs)))):
             n_queries += 1
             try:
@@ -117,8 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.keep:
         shutil.rmtree(warehouse, ignore_errors=True)
 
-    print(f"oracle: {args.histories} histories (seeds {args.seed}..{args.seed + args.histories - 1}), "
-          f"{n_queries} queries, {len(diffs)} differences, {time.monotonic() - started:.0f}s")
+    print(
+        f"oracle: {args.histories} histories "
+        f"(seeds {args.seed}..{args.seed + args.histories - 1}), "
+        f"{n_queries} queries, {len(diffs)} differences, {time.monotonic() - started:.0f}s"
+    )
     print("coverage:")
     for key, count in sorted(coverage.items()):
         print(f"  {key:<28} {count}")

@@ -17,12 +17,35 @@ from typing import Any
 
 RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
 SHADED = b"org/apache/iceberg/shaded/"
-_PREFIXES = ((b"com/fasterxml/jackson/", SHADED + b"com/fasterxml/jackson/"),
-             (b"com.fasterxml.jackson.", b"org.apache.iceberg.shaded.com.fasterxml.jackson."))
+_PREFIXES = (
+    (b"com/fasterxml/jackson/", SHADED + b"com/fasterxml/jackson/"),
+    (b"com.fasterxml.jackson.", b"org.apache.iceberg.shaded.com.fasterxml.jackson."),
+)
 # payload sizes of constant-pool entries other than Utf8 (tag 1, length-prefixed)
-_CP_SIZES = {3: 4, 4: 4, 5: 8, 6: 8, 7: 2, 8: 2, 9: 4, 10: 4, 11: 4, 12: 4, 15: 3, 16: 2, 17: 4,
-             18: 4, 19: 2, 20: 2}
-_JACKSON = ("jackson-core-", "jackson-databind-", "jackson-annotations-", "jackson-datatype-jsr310-")
+_CP_SIZES = {
+    3: 4,
+    4: 4,
+    5: 8,
+    6: 8,
+    7: 2,
+    8: 2,
+    9: 4,
+    10: 4,
+    11: 4,
+    12: 4,
+    15: 3,
+    16: 2,
+    17: 4,
+    18: 4,
+    19: 2,
+    20: 2,
+}
+_JACKSON = (
+    "jackson-core-",
+    "jackson-databind-",
+    "jackson-annotations-",
+    "jackson-datatype-jsr310-",
+)
 
 
 class RuntimeUnavailable(Exception):
@@ -46,12 +69,12 @@ def relocate_class(data: bytes) -> bytes:
         tag = data[pos]
         if tag == 1:
             (n,) = struct.unpack_from(">H", data, pos + 1)
-            text = _relocate(data[pos + 3: pos + 3 + n])
+            text = _relocate(data[pos + 3 : pos + 3 + n])
             out += bytes([1]) + struct.pack(">H", len(text)) + text
             pos += 3 + n
         else:
             size = _CP_SIZES[tag]
-            out += data[pos: pos + 1 + size]
+            out += data[pos : pos + 1 + size]
             pos += 1 + size
             index += 1 if tag in (5, 6) else 0  # long and double take two slots
         index += 1
@@ -77,8 +100,10 @@ def relocated_jackson_jar(cache: Path) -> Path:
         for src in sources:
             with zipfile.ZipFile(src) as jar:
                 for name in jar.namelist():
-                    if name.endswith("/") or name.startswith("META-INF/versions/") or (
-                        name.endswith("module-info.class")
+                    if (
+                        name.endswith("/")
+                        or name.startswith("META-INF/versions/")
+                        or (name.endswith("module-info.class"))
                     ):
                         continue
                     data = jar.read(name)
@@ -120,8 +145,10 @@ def iceberg_session(warehouse: Path, cache: Path) -> Any:
         SparkSession.builder.master("local[2]")
         .appName("mor-oracle")
         .config("spark.jars", ",".join(str(j) for j in jars))
-        .config("spark.sql.extensions",
-                "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+        .config(
+            "spark.sql.extensions",
+            "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        )
         .config("spark.sql.catalog.local", "org.apache.iceberg.spark.SparkCatalog")
         .config("spark.sql.catalog.local.type", "hadoop")
         .config("spark.sql.catalog.local.warehouse", str(warehouse))
