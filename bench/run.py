@@ -49,7 +49,8 @@ def _fingerprint(df: Any) -> tuple:
 
 
 def _bag(rows: list[Any]) -> list[tuple]:
-    return sorted(tuple(round(x, 6) if isinstance(x, float) else x for x in r) for r in rows)
+    """Rows as a sorted list; doubles to 9 significant digits (sums depend on their order)."""
+    return sorted(tuple(float(f"{x:.9g}") if isinstance(x, float) else x for x in r) for r in rows)
 
 
 def run_table(

@@ -14,7 +14,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -59,8 +58,8 @@ def build(
         table = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
             spark._jsparkSession, name
         )
-        ids = np.arange(1, rows, m, dtype=np.int64)
-        deletes = [_eq_file(spark, table, location, {"id": (1, pa.array(ids))}, [1])]
+        ids = pa.array(range(1, rows, m), pa.int64())
+        deletes = [_eq_file(spark, table, location, {"id": (1, ids)}, [1])]
         if eq_sets == 2:
             # a second id set {grp, k}: (grp, k) pairs that remove about the same share again
             pairs = [(f"g{i % 50}", i % 1000) for i in range(2, 1000, m)]

@@ -139,20 +139,35 @@ def _key_type(kind: str) -> T.DataType:
     return T.LongType() if kind == "file_size" else T.StringType()
 
 
+def _sql_literal(v: Any, dtype: T.DataType) -> str:
+    if isinstance(dtype, T.StringType):
+        return f"CAST(X'{str(v).encode('utf-8').hex()}' AS STRING)"  # any character, unescaped
+    return f"CAST({int(v)} AS {'INT' if isinstance(dtype, T.IntegerType) else 'BIGINT'})"
+
+
+def _local_table(
+    spark: SparkSession, fields: list[tuple[str, T.DataType]], rows: list[tuple[Any, ...]]
+) -> DataFrame:
+    """A small table as an inline VALUES relation: Spark keeps it on the driver (a
+    LocalRelation), so broadcasting it runs no job, unlike createDataFrame from Python rows."""
+    if not rows:
+        return spark.createDataFrame([], T.StructType([T.StructField(n, t) for n, t in fields]))
+    values = ", ".join(
+        "(" + ", ".join(_sql_literal(v, t) for v, (_, t) in zip(r, fields)) + ")" for r in rows
+    )
+    names = ", ".join(f"`{n}`" for n, _ in fields)
+    return spark.sql(f"SELECT * FROM VALUES {values} AS t({names})")
+
+
 def _file_table(
     spark: SparkSession,
     kind: str,
     rows: list[tuple[Any, int, int, int]],
     names: tuple[str, str, str],
 ) -> DataFrame:
-    schema = T.StructType(
-        [T.StructField(FKEY, _key_type(kind), False)]
-        + [
-            T.StructField(n, T.LongType() if n != names[0] else T.IntegerType(), False)
-            for n in names
-        ]
-    )
-    return F.broadcast(spark.createDataFrame(rows, schema))
+    fields = [(FKEY, _key_type(kind)), (names[0], T.IntegerType())]
+    fields += [(n, T.LongType()) for n in names[1:]]
+    return F.broadcast(_local_table(spark, fields, rows))
 
 
 def _guard(c: str, what: str) -> Column:
@@ -234,18 +249,8 @@ def _positions(
     pairs = [
         (paths(deletes[p].read_path), t.path, keys[t.file_id]) for t in tasks for p in t.pos_deletes
     ]
-    ptab = F.broadcast(
-        spark.createDataFrame(
-            pairs,
-            T.StructType(
-                [
-                    T.StructField("$dpath", T.StringType(), False),
-                    T.StructField("$recorded", T.StringType(), False),
-                    T.StructField(FKEY, _key_type(kind), False),
-                ]
-            ),
-        )
-    )
+    fields = [("$dpath", T.StringType()), ("$recorded", T.StringType()), (FKEY, _key_type(kind))]
+    ptab = F.broadcast(_local_table(spark, fields, pairs))
     # match on the data file path exactly as recorded, never a mapped one; the delete side is
     # small next to the data, so its string joins cost little
     cond = (pdf["$dpath"] == ptab["$dpath"]) & (pdf["file_path"] == ptab["$recorded"])
@@ -272,6 +277,10 @@ def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) 
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other)
+    if not node.meta:
+        # no anti-join reading this checks a guard: the keys alone, each once
+        df = df.select(*key_names)
+        return _broadcast_if_small(df.distinct() if len(node.files) > 1 else df, node.rows())
     rows = [(keys[f.file_id], f.file_id, f.data_seq, f.partition_id) for f in node.files]
     df = df.join(_file_table(spark, kind, rows, ("$del_file", DEL_SEQ, DEL_PART)), FKEY, "left")
     df = df.select(*key_names, _guard(DEL_SEQ, f"equality deletes of {node.table}"), DEL_PART)

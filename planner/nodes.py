@@ -243,13 +243,14 @@ class EqDeleteScan(Plan):
     files: tuple[DeleteTask, ...]
     partitions: tuple[str, ...] = ()
     layouts: tuple[Layout, ...] = (Layout(),)
+    meta: bool = True  # carry $del_seq/$del_partition (False when no consumer has a guard)
 
     @property
     def output(self) -> tuple[Col, ...]:
-        return tuple(k.col for k in self.keys) + (
-            Col(name=DEL_SEQ, label=DEL_SEQ),
-            Col(name=DEL_PART, label=DEL_PART),
-        )
+        keys = tuple(k.col for k in self.keys)
+        if not self.meta:
+            return keys
+        return keys + (Col(name=DEL_SEQ, label=DEL_SEQ), Col(name=DEL_PART, label=DEL_PART))
 
     def rows(self) -> int:
         return sum(f.record_count for f in self.files)

@@ -617,6 +617,12 @@ def _flatten_and(e: exp.Expression) -> list[exp.Expression]:
         return _flatten_and(e.this)
     if isinstance(e, exp.And):
         return _flatten_and(e.this) + _flatten_and(e.expression)
+    if isinstance(e, exp.Between):
+        # x BETWEEN a AND b is x >= a AND x <= b: two conjuncts that can each prune files
+        return [
+            exp.GTE(this=e.this.copy(), expression=e.args["low"].copy()),
+            exp.LTE(this=e.this.copy(), expression=e.args["high"].copy()),
+        ]
     return [e]
 
 

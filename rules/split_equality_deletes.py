@@ -53,9 +53,14 @@ def _union(scan: IcebergScan, files: ScanFiles) -> Plan:
         groups.setdefault(d.eq_sets, []).append(d)
     keys = sorted(groups, key=lambda k: (len(k), [sorted(s) for s in k]))
     delete_scans = {s: _delete_scan(scan, files, s) for k in keys for s in k}
+    all_guards = {(k, s): _guards(groups[k], delete_scans[s], files) for k in keys for s in k}
+    # a delete scan carries $del_seq/$del_partition only if some anti-join reading it checks them
+    for s, ds in list(delete_scans.items()):
+        if not any(any(g) for (k, s2), g in all_guards.items() if s2 == s):
+            delete_scans[s] = replace(ds, meta=False)
     branches = []
     for i, key in enumerate(keys, start=1):
-        guards = {s: _guards(groups[key], delete_scans[s], files) for s in key}
+        guards = {s: all_guards[(key, s)] for s in key}
         meta = tuple(
             m
             for m, need in (

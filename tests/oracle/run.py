@@ -51,8 +51,8 @@ def queries(h: History, rng_pick: Any) -> list[str]:
 
 
 def _norm(v: Any) -> Any:
-    if isinstance(v, float):
-        return None if math.isnan(v) else round(v, 6)
+    if isinstance(v, float):  # 9 significant digits: sums of doubles depend on their order
+        return None if math.isnan(v) else float(f"{v:.9g}")
     return v
 
 
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     warehouse = Path(args.keep or tempfile.mkdtemp(prefix="mor-oracle-"))
     cache = ROOT / ".venv" / "mor-oracle"
     try:
-        spark = iceberg_session(warehouse, cache)
+        spark = iceberg_session(warehouse, cache, small_data=True)
     except RuntimeUnavailable as e:
         print(f"oracle: the Iceberg runtime cannot be set up here: {e}")
         return 2

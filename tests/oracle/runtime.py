@@ -135,13 +135,18 @@ def runtime_jars(cache: Path) -> list[Path]:
     return [jar, relocated_jackson_jar(cache)]
 
 
-def iceberg_session(warehouse: Path, cache: Path) -> Any:
-    """A local Spark 3.5 session with Iceberg's runtime and a Hadoop catalog named `local`."""
+def iceberg_session(warehouse: Path, cache: Path, small_data: bool = False) -> Any:
+    """A local Spark 3.5 session with Iceberg's runtime and a Hadoop catalog named `local`.
+
+    `small_data` (the differential tests) turns off whole-stage code generation and adaptive
+    execution: on tiny tables compiling and re-planning cost more than they save. Never for
+    benchmarks: Spark's vectorized Parquet reader needs whole-stage code generation.
+    """
     from pyspark.sql import SparkSession
 
     jars = runtime_jars(cache)
     log_conf = Path(__file__).resolve().parents[2] / "physical" / "log4j2.properties"
-    spark = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("mor-oracle")
         .config("spark.jars", ",".join(str(j) for j in jars))
@@ -155,10 +160,14 @@ def iceberg_session(warehouse: Path, cache: Path) -> Any:
         .config("spark.sql.catalog.local.cache-enabled", "false")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.shuffle.partitions", "2" if small_data else "8")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log_conf}")
-        .getOrCreate()
     )
+    if small_data:
+        builder = builder.config("spark.sql.codegen.wholeStage", "false").config(
+            "spark.sql.adaptive.enabled", "false"
+        )
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("FATAL")
     return spark
