@@ -232,3 +232,17 @@ def test_self_join_and_time_travel(two_partitions: Any, spark: Any) -> None:
     assert got == set()  # the only cross-partition pair (100 in a and b) lost its 'a' row
     old = mor_sql(f"SELECT count(*) FROM r.t VERSION AS OF {first}", catalog=cat, spark=spark)
     assert old.collect()[0][0] == 4
+    # TIMESTAMP AS OF: the newest snapshot at or before the instant (UTC when no zone is given)
+    import datetime as dt
+
+    from planner.errors import TableNotFoundError
+
+    def instant(ms: int) -> str:
+        when = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+        return when.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+    t_first = w.refresh().metadata.snapshot_by_id(first).timestamp_ms
+    sql = f"SELECT count(*) FROM r.t TIMESTAMP AS OF '{instant(t_first)}'"
+    assert mor_sql(sql, catalog=cat, spark=spark).collect()[0][0] == 4
+    with pytest.raises(TableNotFoundError, match="no snapshot at or before"):
+        mor_sql(f"SELECT * FROM r.t TIMESTAMP AS OF '{instant(t_first - 60_000)}'", catalog=cat)
