@@ -60,11 +60,20 @@ def _bag(rows: list[Any]) -> Counter:
     return Counter(tuple(_norm(v) for v in r) for r in rows)
 
 
+class OracleFailed(Exception):
+    """Iceberg's own reader could not answer (mor did): nothing to compare against."""
+
+
 def compare(spark: Any, h: History, sql: str) -> str | None:
     from mor import mor_sql
 
     ours = mor_sql(sql.format(t=f"iceberg_scan('{h.location}')"), spark=spark).collect()
-    theirs = spark.sql(sql.format(t=h.table)).collect()
+    try:
+        theirs = spark.sql(sql.format(t=h.table)).collect()
+    except Exception as e:  # noqa: BLE001 - reported apart from differences, with its cause
+        text = str(e)
+        cause = text[text.find("Caused by") :].splitlines()[0] if "Caused by" in text else ""
+        raise OracleFailed(cause or text.splitlines()[0][:200]) from e
     a, b = _bag(ours), _bag(theirs)
     if a == b:
         return None
@@ -95,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     coverage: Counter = Counter()
+    oracle_failed: Counter = Counter()
     diffs: list[str] = []
     n_queries = 0
     for i in range(args.histories):
@@ -113,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
             n_queries += 1
             try:
                 d = compare(spark, h, q)
-            except Exception as e:  # noqa: BLE001 - an error from either reader is a difference
+            except OracleFailed as e:
+                oracle_failed[str(e)[:160]] += 1
+                d = None
+            except Exception as e:  # noqa: BLE001 - an error from mor is a difference
                 d = f"seed {seed} ({h.layout}): {q}\n  error: {str(e).splitlines()[0][:300]}"
             if d:
                 diffs.append(d + "\n  history:\n    " + "\n    ".join(h.log))
@@ -126,6 +139,13 @@ def main(argv: list[str] | None = None) -> int:
         f"(seeds {args.seed}..{args.seed + args.histories - 1}), "
         f"{n_queries} queries, {len(diffs)} differences, {time.monotonic() - started:.0f}s"
     )
+    if oracle_failed:
+        print(
+            f"queries Iceberg's own reader could not answer (mor did): "
+            f"{sum(oracle_failed.values())}"
+        )
+        for cause, n in oracle_failed.most_common():
+            print(f"  {n:>4} x {cause}")
     print("coverage:")
     for key, count in sorted(coverage.items()):
         print(f"  {key:<28} {count}")
