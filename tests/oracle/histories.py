@@ -145,11 +145,14 @@ class Writer:
         self.h.coverage[f"layout {self.h.layout}"] += 1
 
     def step(self) -> None:
-        ops = ["insert", "insert", "delete", "update", "merge"]
-        if not self.h.coverage["drop equality column"]:
-            # Iceberg 1.10.2 cannot plan a table whose equality delete column was dropped (NPE
-            # in DeleteFileIndex), and the generator plans through it to scope new deletes
-            ops += ["eq", "eq", "eq"]
+        if self.h.coverage["drop equality column"]:
+            # Iceberg 1.10.2 cannot plan a scan of a table whose equality delete column was
+            # dropped (NPE in DeleteFileIndex): its DELETE/UPDATE/MERGE and the generator's own
+            # scoping of new deletes fail, so only appends follow the drop
+            self.op_insert()
+            self.snapshot()
+            return
+        ops = ["insert", "insert", "delete", "update", "merge", "eq", "eq", "eq"]
         if not self.h.coverage["partition evolution"] and self.h.layout != "bucket":
             ops.append("evolve_partition")
         if not self.h.coverage["rename"]:
