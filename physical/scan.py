@@ -135,6 +135,30 @@ def _file_keys(
     return "file_path", {f.file_id: paths(f.read_path) for f in files}
 
 
+def _listed_sizes(df: DataFrame) -> dict[str, int]:
+    """Sizes of the files Spark listed for `df` (its file index), by the path Spark reports."""
+    out: dict[str, int] = {}
+    leaves = df._jdf.queryExecution().analyzed().collectLeaves()
+    for i in range(leaves.length()):
+        leaf = leaves.apply(i)
+        if leaf.getClass().getSimpleName() != "LogicalRelation":
+            continue
+        files = leaf.relation().location().allFiles()
+        for j in range(files.length()):
+            status = files.apply(j)
+            out[status.getPath().toString()] = status.getLen()
+    return out
+
+
+def _sizes_agree(frames: list[DataFrame], files: Sequence[DataTask], paths: SparkPaths) -> bool:
+    """Keying rows by file size is safe only if the sizes Iceberg recorded are the sizes Spark
+    sees: otherwise a position could be matched to no row (and a deleted row come back)."""
+    listed: dict[str, int] = {}
+    for f in frames:
+        listed.update(_listed_sizes(f))
+    return all(listed.get(paths(t.read_path)) == t.size_bytes for t in files)
+
+
 def _key_type(kind: str) -> T.DataType:
     return T.LongType() if kind == "file_size" else T.StringType()
 
@@ -196,7 +220,7 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
     kind, keys = _file_keys(tasks, paths)
     layouts = scan.files.layouts if scan.files else (Layout(),)
     where = f"table {scan.table}"
-    frames = []
+    parts = []
     for lay_idx in sorted({t.layout for t in tasks}):
         layout = layouts[lay_idx]
         group = [t for t in tasks if t.layout == lay_idx]
@@ -206,6 +230,12 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
             [t.read_path for t in group],
             f"data files of {scan.table}",
         )
+        parts.append((layout, part))
+    if kind == "file_size" and (need_pos or scan.meta):
+        if not _sizes_agree([p for _, p in parts], tasks, paths):
+            kind, keys = "file_path", {t.file_id: paths(t.read_path) for t in tasks}
+    frames = []
+    for layout, part in parts:
         cols = [_column(f, layout, where) for f in scan.fields]
         if need_pos or scan.meta:
             cols += [

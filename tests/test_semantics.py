@@ -246,3 +246,32 @@ def test_self_join_and_time_travel(two_partitions: Any, spark: Any) -> None:
     assert mor_sql(sql, catalog=cat, spark=spark).collect()[0][0] == 4
     with pytest.raises(TableNotFoundError, match="no snapshot at or before"):
         mor_sql(f"SELECT * FROM r.t TIMESTAMP AS OF '{instant(t_first - 60_000)}'", catalog=cat)
+
+
+def test_recorded_file_size_that_differs_falls_back_to_path_keys(
+    two_partitions: Any, spark: Any
+) -> None:
+    """Rows are keyed by file size only when Spark's listing agrees with the recorded sizes;
+    otherwise a position delete would match no row and the deleted row would come back."""
+    from dataclasses import replace
+
+    from mor.api import plan_query
+    from physical import to_dataframe
+    from planner.nodes import IcebergScan
+
+    cat, w, a, _ = two_partitions
+    w.commit(deletes=[w.position_delete_file({a.file_path: [0]}, a)])  # (100, 'a', 1)
+    planned = plan_query("SELECT id, p, v FROM r.t", catalog=cat)
+
+    def tamper(node: Any) -> Any:
+        if isinstance(node, IcebergScan) and node.files is not None:
+            data = tuple(replace(t, size_bytes=t.size_bytes + 1) for t in node.files.data)
+            return replace(node, files=replace(node.files, data=data))
+        return node
+
+    scans = [n for n in planned.optimized.walk() if isinstance(n, IcebergScan)]
+    sizes = [t.size_bytes for s in scans for t in s.files.data]  # type: ignore[union-attr]
+    assert len(set(sizes)) == len(sizes), "sizes must be unique for the size key to be tried"
+    wrong = planned.optimized.transform_up(tamper)
+    got = {tuple(r) for r in to_dataframe(wrong, spark).collect()}
+    assert (100, "a", 1) not in got and len(got) == 3
