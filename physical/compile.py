@@ -48,7 +48,6 @@ class Compiler:
         self.spark = spark
         self.paths = SparkPaths(spark)
         self._memo: dict[int, tuple[Plan, DataFrame]] = {}
-        self.ops: list[str] = []
 
     def compile(self, node: Plan) -> DataFrame:
         hit = self._memo.get(id(node))

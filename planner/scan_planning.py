@@ -244,7 +244,7 @@ def plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles:
     if snap is None:  # a table with no snapshot is empty
         return ScanFiles(snapshot_id=None, sequence_number=0, data=(), deletes=(), partitions=())
     names = {f.col.name: schema.find_column_name(f.field_id) or "" for f in scan.fields}
-    preds = [e.pred for e in scan.pushed if e.pred is not None]
+    preds = pushed_preds(scan.pushed)
     filt = _bindable(row_filter(preds, names), schema)
 
     manifests = _manifests(src, snap)

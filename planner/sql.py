@@ -235,8 +235,6 @@ class _Binder:
         """ORDER BY / LIMIT / OFFSET attached to a set operation or parenthesised query."""
         order = q.args.get("order")
         if order is not None:
-            scope = _Scope()
-            scope.by_qual[""] = rel.cols
             keys = []
             for o in order.expressions:
                 target = self._output_ref(o.this, rel.cols)
@@ -377,12 +375,7 @@ class _Binder:
                 return alias, self._rename(ctes[name])
             raise TableNotFoundError(f"table {node.sql(DIALECT)} not found")
         if isinstance(node, exp.Subquery):
-            rel = (
-                self._query(node.this, ctes)
-                if not isinstance(node.this, exp.Subquery)
-                else (self._query(node.this, ctes))
-            )
-            rel = self._finish(node, rel, ctes)
+            rel = self._finish(node, self._query(node.this, ctes), ctes)
             alias = node.alias_or_name.lower()
             col_aliases = [
                 c.name for c in (node.args.get("alias").columns if node.args.get("alias") else [])
