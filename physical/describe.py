@@ -6,6 +6,7 @@ This module does not import pyspark.
 
 from __future__ import annotations
 
+from physical.strategy import position_strategy
 from planner.nodes import (
     Aggregate,
     AntiJoin,
@@ -53,6 +54,12 @@ class _Describer:
                     f"{show_ids(node.eq_set)}, key columns by field id: "
                     + ", ".join(k.col.show() for k in node.keys)
                 )
+                if node.pushed:
+                    self.emit("where " + " AND ".join(e.text for e in node.pushed))
+                if not node.meta:
+                    if len(node.files) > 1:
+                        self.emit("distinct keys")
+                    return len(self.lines)
                 self.emit(
                     f"join broadcast(delete file table) on the file key "
                     f"-> $del_seq, $del_partition ({', '.join(kinds)})"
@@ -62,11 +69,12 @@ class _Describer:
                 return len(self.lines)
             case AntiJoin(left=left, right=right):
                 a, b = self.visit(left), self.visit(right)
-                keys = " AND ".join(f"{lk} <=> {rk}" for lk, rk in node.keys)
-                return self.emit(
-                    f"left_anti join [{a}] with [{b}] on {keys} AND $data_seq < $del_seq "
-                    "AND ($del_partition = -1 OR $partition = $del_partition)"
-                )
+                cond = [f"{lk} <=> {rk}" for lk, rk in node.keys]
+                if node.seq_guard:
+                    cond.append("$data_seq < $del_seq")
+                if node.part_guard:
+                    cond.append("($del_partition = -1 OR $partition = $del_partition)")
+                return self.emit(f"left_anti join [{a}] with [{b}] on " + " AND ".join(cond))
             case Union(inputs=inputs):
                 steps = [self.visit(i) for i in inputs]
                 return self.emit(
@@ -123,21 +131,23 @@ class _Describer:
                 + " AND ".join(e.text for e in node.pushed)
                 + " (pushed into the Parquet scan)"
             )
-        pos = sorted({p for t in tasks for p in t.pos_deletes})
-        key = (
-            "_metadata.file_size"
-            if len({t.size_bytes for t in tasks}) == len(tasks)
-            else ("_metadata.file_path")
-        )
-        if pos:
-            self.emit(
-                f"read parquet: {len(pos)} position delete file(s) (file_path, pos) "
-                "joined with broadcast(applicable pairs) on the recorded data file path"
-            )
-            step = self.emit(
-                f"left_anti join on ({key}, _metadata.row_index): "
-                "deleted positions removed in the scan"
-            )
+        unique = len({t.size_bytes for t in tasks}) == len(tasks)
+        key = "_metadata.file_size" if unique else "_metadata.file_path"
+        deletes = {d.file_id: d for d in node.files.deletes} if node.files else {}
+        strategy = position_strategy(tasks, deletes, unique)
+        if strategy is not None:
+            if strategy.method == "bitmap":
+                self.emit(
+                    f"read on the driver: {strategy.delete_files} position delete file(s) "
+                    "(file_path, pos), rows kept for the applicable (delete, data file) pairs"
+                )
+            else:
+                self.emit(
+                    f"read parquet: {strategy.delete_files} position delete file(s) "
+                    "(file_path, pos) joined with broadcast(applicable pairs) on the recorded "
+                    "data file path"
+                )
+            step = self.emit(strategy.describe(key) + ": deleted positions removed in the scan")
         if node.meta:
             step = self.emit(f"join broadcast(data file table) on {key} -> {', '.join(node.meta)}")
         return step

@@ -11,7 +11,6 @@ broadcast table on that key; a row whose key is not in it stops the query rather
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +19,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from physical.paths import SparkPaths
+from physical.positions import keep_condition, read_positions
+from physical.strategy import position_strategy
 from physical.types import field, spark_type
 from planner.errors import DataFileError
 from planner.nodes import (
@@ -34,8 +35,10 @@ from planner.nodes import (
     Layout,
     ReadField,
 )
+from planner.settings import env_int
 
 POS = "$pos"
+PKEY = "$pkey"  # file_size << shift | row_index
 FILE_ID = "$file_id"
 
 
@@ -202,8 +205,12 @@ def _guard(c: str, what: str) -> Column:
 
 def _broadcast_if_small(df: DataFrame, rows: int) -> DataFrame:
     """Broadcast a delete side whose row count planning knows to be small enough."""
-    limit = int(os.environ.get("MOR_BROADCAST_ROWS", "20000000"))
+    limit = env_int("MOR_BROADCAST_ROWS", 20_000_000)
     return F.broadcast(df) if rows <= limit else df
+
+
+def _packed(file_size: Column, pos: Column, shift: int) -> Column:
+    return F.shiftleft(file_size, shift).bitwiseOR(pos)
 
 
 def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> DataFrame:
@@ -248,10 +255,28 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
         df = df.unionByName(other)
     if scan.pushed:
         df = df.where(F.expr(" AND ".join(f"({e.sql})" for e in scan.pushed)))
-    if need_pos:
+    strategy = position_strategy(tasks, deletes, kind == "file_size")
+    if strategy is not None and strategy.method == "bitmap":
+        found = read_positions(spark, tasks, deletes, scan.table)
+        dtype = _key_type(kind)
+
+        def literal(v: Any, text: bool = False) -> str:
+            return _sql_literal(v, T.StringType() if text else dtype)
+
+        by_id = {t.file_id: t for t in tasks}
+        keep = keep_condition(spark, found, by_id, FKEY, keys, POS, literal)
+        if keep is not None:
+            df = df.where(keep)
+    elif strategy is not None:
         positions = _positions(spark, tasks, deletes, paths, kind, keys, scan.table)
-        n = sum(deletes[p].record_count for p in {p for t in tasks for p in t.pos_deletes})
-        df = df.join(_broadcast_if_small(positions, n), [FKEY, POS], "left_anti")
+        on: list[str] = [FKEY, POS]
+        if strategy.shift is not None:
+            df = df.withColumn(PKEY, _packed(F.col(FKEY), F.col(POS), strategy.shift))
+            positions = positions.where(
+                (F.col(POS) >= 0) & (F.col(POS) < F.lit(1 << strategy.shift))
+            ).select(_packed(F.col(FKEY), F.col(POS), strategy.shift).alias(PKEY))
+            on = [PKEY]
+        df = df.join(_broadcast_if_small(positions, strategy.delete_rows), on, "left_anti")
     if scan.meta:
         rows = [(keys[t.file_id], t.file_id, t.data_seq, t.partition_id) for t in tasks]
         df = df.join(_file_table(spark, kind, rows, (FILE_ID, DATA_SEQ, PART)), FKEY, "left")
@@ -307,6 +332,8 @@ def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) 
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other)
+    if node.pushed:
+        df = df.where(F.expr(" AND ".join(f"({e.sql})" for e in node.pushed)))
     if not node.meta:
         # no anti-join reading this checks a guard: the keys alone, each once
         df = df.select(*key_names)

@@ -39,3 +39,7 @@ class DataFileError(MorError):
 
 class MetadataError(MorError):
     """Table metadata is missing, unreadable or inconsistent."""
+
+
+class ConfigError(MorError):
+    """A setting (an environment variable) has a value mor cannot use."""

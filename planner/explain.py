@@ -195,10 +195,12 @@ def explain_text(optimized: Plan, trace: list[tuple[str, bool, Plan]] | None = N
             out.append(
                 f"   files     eq-delete {len(node.files)} ({', '.join(kinds)}) rows={node.rows()}"
             )
+            if node.pushed:
+                out.append("   pushed    " + " AND ".join(e.text for e in node.pushed))
             out.append(
                 "   columns   "
                 + ", ".join(k.col.show() for k in node.keys)
-                + " + $del_seq, $del_partition"
+                + (" + $del_seq, $del_partition" if node.meta else "")
             )
     out += ["", "== Pruning =="] + (_pruning(_first_of_each(scans)) or ["(no scans)"])
     if trace is not None:

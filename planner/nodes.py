@@ -244,6 +244,9 @@ class EqDeleteScan(Plan):
     partitions: tuple[str, ...] = ()
     layouts: tuple[Layout, ...] = (Layout(),)
     meta: bool = True  # carry $del_seq/$del_partition (False when no consumer has a guard)
+    # the data scan's filters on key columns, over the delete side's names: a delete row that
+    # fails them has key values no surviving data row has, so it can never match
+    pushed: tuple[Expr, ...] = ()
 
     @property
     def output(self) -> tuple[Col, ...]:

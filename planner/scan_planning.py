@@ -16,7 +16,6 @@ are pruned only by partition (never a global one) and by having no surviving dat
 from __future__ import annotations
 
 import bisect
-import os
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -59,6 +58,7 @@ from planner.nodes import (
     Pruning,
     ScanFiles,
 )
+from planner.settings import env_int
 from planner.sources import TableSource
 
 POS_FILE_PATH_ID = 2147483546
@@ -155,7 +155,7 @@ class _ManifestCache:
             return hit
 
     def put(self, key: tuple[str, int, int], entries: list[Any]) -> None:
-        limit = int(os.environ.get("MOR_MANIFEST_CACHE_ENTRIES", "500000"))
+        limit = env_int("MOR_MANIFEST_CACHE_ENTRIES", 500000)
         with self._lock:
             if key in self._data or len(entries) > limit:
                 return
@@ -317,7 +317,7 @@ def _read_all(
     src: TableSource, manifests: list[ManifestFile]
 ) -> Iterator[tuple[ManifestFile, list[Any]]]:
     """Manifests read on a thread pool (MOR_PLANNING_THREADS), yielded in order."""
-    workers = min(len(manifests), int(os.environ.get("MOR_PLANNING_THREADS", "8")))
+    workers = min(len(manifests), env_int("MOR_PLANNING_THREADS", 8, minimum=1))
     if workers <= 1:
         for m in manifests:
             yield m, _entries(src, m)

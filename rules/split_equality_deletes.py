@@ -21,6 +21,7 @@ from planner.nodes import (
     Col,
     DataTask,
     EqDeleteScan,
+    Expr,
     IcebergScan,
     Plan,
     ReadField,
@@ -166,6 +167,7 @@ def _delete_scan(scan: IcebergScan, files: ScanFiles, eq_set: frozenset[int]) ->
     )
     deletes = tuple(t for t in files.deletes if t.kind == "equality" and t.eq_ids == eq_set)
     return EqDeleteScan(
+        pushed=_key_filters(scan, {k.field_id: k.col.name for k in keys if not k.path}),
         table=scan.table,
         source_key=scan.source_key,
         eq_set=eq_set,
@@ -174,3 +176,24 @@ def _delete_scan(scan: IcebergScan, files: ScanFiles, eq_set: frozenset[int]) ->
         partitions=files.partitions,
         layouts=files.layouts,
     )
+
+
+def _key_filters(scan: IcebergScan, names: dict[int, str]) -> tuple[Expr, ...]:
+    """The scan's pushed filters that test one equality key column, renamed to the delete side.
+
+    Exact: a delete matches a data row only when their keys are equal (NULLs equal), so a delete
+    whose key fails a filter could only match rows the filter removes. Only simple predicates
+    (column op literal: deterministic) whose SQL names the column once are moved."""
+    by_name = {f.col.name: f.field_id for f in scan.fields if not f.path}
+    out = []
+    for e in scan.pushed:
+        if e.pred is None or len(e.refs) != 1:
+            continue
+        (ref,) = e.refs
+        fid = by_name.get(ref)
+        token = f"`{ref}`"
+        if fid not in names or e.sql.count(token) != 1:
+            continue
+        target = names[fid]
+        out.append(replace(e, sql=e.sql.replace(token, f"`{target}`"), refs=frozenset({target})))
+    return tuple(out)

@@ -146,3 +146,25 @@ def test_split_equality_deletes_keeps_only_the_guards_it_cannot_prove() -> None:
     aj = split_equality_deletes(s, CTX).inputs[0]
     assert (aj.seq_guard, aj.part_guard) == (False, True)
     assert aj.left.meta == ("$partition",)
+
+
+def test_split_equality_deletes_moves_key_filters_to_the_delete_scan() -> None:
+    """A pushed filter on an equality key column also filters the delete keys (renamed); a
+    filter on another column, or one that is not a simple predicate, stays off the delete side."""
+    from dataclasses import replace
+
+    from planner.nodes import EqDeleteScan
+
+    s1 = frozenset({1})
+    base = scan(data=(data_file(0, eq=(s1,)),), deletes=(eq_delete(10, ids={1}),), fields=(1, 2, 3))
+    on_key = _cond("c_id", "id > 1")
+    on_other = _cond("c_amount", "amount > 1")
+    opaque = replace(_cond("c_id", "id % 2 = 0"), sql="`c_id` % 2 = 0", pred=None)
+    out = split_equality_deletes(replace(base, pushed=(on_key, on_other, opaque)), CTX)
+    (ds,) = [n for n in out.walk() if isinstance(n, EqDeleteScan)]
+    assert [(e.sql, e.text, e.refs) for e in ds.pushed] == [
+        ("`$del1_1` > 1", "id > 1", frozenset({"$del1_1"}))
+    ]
+    # the data side keeps all three
+    (branch,) = [n for n in out.walk() if isinstance(n, IcebergScan)]
+    assert branch.pushed == (on_key, on_other, opaque)

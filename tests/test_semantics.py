@@ -126,10 +126,25 @@ op = st.one_of(
 )
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+METHODS = ("bitmap", "join-packed", "join-pairs")
+
+
+@pytest.fixture(params=METHODS)
+def position_method(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each way of applying position deletes (physical/strategy.py), forced."""
+    if request.param != "bitmap":
+        monkeypatch.setenv("MOR_POSITION_BITMAP_BYTES", "0")  # always the join
+    if request.param == "join-pairs":
+        import physical.strategy
+
+        monkeypatch.setattr(physical.strategy, "packed_shift", lambda files: None)
+    return request.param
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(partitioned=st.booleans(), ops=st.lists(op, min_size=2, max_size=7))
 def test_matches_naive_reference(
-    tmp_path_factory: Any, spark: Any, partitioned: bool, ops: list
+    tmp_path_factory: Any, spark: Any, position_method: str, partitioned: bool, ops: list
 ) -> None:
     from mor.api import default_catalog
 
@@ -249,7 +264,7 @@ def test_self_join_and_time_travel(two_partitions: Any, spark: Any) -> None:
 
 
 def test_recorded_file_size_that_differs_falls_back_to_path_keys(
-    two_partitions: Any, spark: Any
+    two_partitions: Any, spark: Any, position_method: str
 ) -> None:
     """Rows are keyed by file size only when Spark's listing agrees with the recorded sizes;
     otherwise a position delete would match no row and the deleted row would come back."""
@@ -275,3 +290,44 @@ def test_recorded_file_size_that_differs_falls_back_to_path_keys(
     wrong = planned.optimized.transform_up(tamper)
     got = {tuple(r) for r in to_dataframe(wrong, spark).collect()}
     assert (100, "a", 1) not in got and len(got) == 3
+
+
+def test_positions_past_the_end_or_negative_delete_nothing(
+    two_partitions: Any, spark: Any, position_method: str
+) -> None:
+    """A position delete naming a row the file does not have removes nothing, under every
+    method (a packed key must not turn a huge position into another file's row)."""
+    from mor.api import explain
+
+    cat, w, a, b = two_partitions
+    w.commit(deletes=[w.position_delete_file({a.file_path: [0, 7, 1 << 40, (1 << 62) + 1]}, a)])
+    w.commit(deletes=[w.position_delete_file({b.file_path: [-1, 1 << 33]}, b)])
+    assert _rows(cat, spark) == {(1, "a", 2), (100, "b", 3), (None, "b", 4)}
+    shown = explain("SELECT * FROM r.t", catalog=cat, physical=True)
+    assert ("filter by bitmaps" in shown) == (position_method == "bitmap")
+    assert ("one 64-bit key" in shown) == (position_method == "join-packed")
+
+
+def test_file_with_more_rows_than_recorded_stops_the_bitmap_filter(
+    two_partitions: Any, spark: Any
+) -> None:
+    """Positions past a file's recorded row count are dropped as impossible; a row there would
+    make that unsafe, so the query stops instead of returning it."""
+    from dataclasses import replace
+
+    from mor.api import plan_query
+    from physical import to_dataframe
+    from planner.nodes import IcebergScan
+
+    cat, w, a, _ = two_partitions
+    w.commit(deletes=[w.position_delete_file({a.file_path: [1]}, a)])  # (1, 'a', 2)
+    planned = plan_query("SELECT id, p, v FROM r.t", catalog=cat)
+
+    def tamper(node: Any) -> Any:
+        if isinstance(node, IcebergScan) and node.files is not None:
+            data = tuple(replace(t, record_count=1) for t in node.files.data)
+            return replace(node, files=replace(node.files, data=data))
+        return node
+
+    with pytest.raises(Exception, match="has more rows than its metadata records"):
+        to_dataframe(planned.optimized.transform_up(tamper), spark).collect()

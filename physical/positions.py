@@ -1,0 +1,158 @@
+"""Position deletes as bitmaps carried in the plan (the `bitmap` method of strategy.py).
+
+The delete files are read on the driver through Spark's own Hadoop file system (so any path the
+scan can read, this can read), with pyarrow. Only the (delete file, data file) pairs that scan
+planning kept are used: a row of a delete file naming another data file, or a data file the
+delete does not apply to (sequence number, partition), is ignored, exactly as in the join method.
+Each data file gets one bitmap, bit p of word p >> 6 set iff position p is deleted; the words
+become an array<bigint> literal, and the scan tests `bit_get(get(words, row_index >> 6),
+row_index & 63)`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import Column, SparkSession
+from pyspark.sql import functions as F
+
+from planner.errors import DataFileError
+from planner.nodes import DataTask, DeleteTask
+
+
+def _read_bytes(spark: SparkSession, path: str) -> bytes:
+    """The file's bytes: directly for a local file, else through Spark's Hadoop file system."""
+    url = urlparse(path)
+    if url.scheme in ("", "file") and not url.netloc and os.path.isfile(url.path):
+        with open(url.path, "rb") as f:
+            return f.read()
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    hp = jvm.org.apache.hadoop.fs.Path(path)
+    fs = hp.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+    stream = fs.open(hp)
+    try:
+        return bytes(stream.readAllBytes())
+    finally:
+        stream.close()
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def read_positions(
+    spark: SparkSession, tasks: Sequence[DataTask], deletes: Mapping[int, DeleteTask], table: str
+) -> dict[int, pa.Array]:
+    """Deleted positions of each data file named by its deletes (by file id): unique, in
+    [0, record count), int64; empty when all its positions were out of that range."""
+    pairs: dict[int, dict[str, int]] = {}  # delete file id -> recorded data path -> data file id
+    for t in tasks:
+        for d in t.pos_deletes:
+            pairs.setdefault(d, {})[t.path] = t.file_id
+    found: dict[int, list[pa.Array]] = {}
+    for d, valid in sorted(pairs.items()):
+        where = deletes[d].read_path
+        try:
+            tab = pq.read_table(
+                pa.BufferReader(_read_bytes(spark, where)), columns=["file_path", "pos"]
+            )
+        except Exception as e:  # noqa: BLE001 - a missing, unreadable or malformed file
+            raise DataFileError(
+                f"cannot read position delete file {where} of {table}: {_first_line(e)}"
+            ) from e
+        paths = pc.dictionary_encode(tab.column("file_path").cast(pa.string())).combine_chunks()
+        pos = tab.column("pos").cast(pa.int64()).combine_chunks()
+        for i, recorded in enumerate(paths.dictionary.to_pylist()):
+            fid = valid.get(recorded)
+            if fid is not None:
+                found.setdefault(fid, []).append(pos.filter(pc.equal(paths.indices, i)))
+    counts = {t.file_id: t.record_count for t in tasks}
+    out: dict[int, pa.Array] = {}
+    for fid, parts in found.items():
+        p = pc.unique(pa.concat_arrays(parts).drop_null())
+        # a position the file does not have deletes nothing; the file is kept even when none
+        # is left, so that keep_condition checks its rows against the recorded count
+        out[fid] = p.filter(pc.and_(pc.greater_equal(p, 0), pc.less(p, counts[fid])))
+    return out
+
+
+def bitmap_words(positions: pa.Array) -> bytes:
+    """The bitmap of these (unique, non-negative) positions as little-endian 64-bit words."""
+    if not len(positions):
+        return b""
+    words = pc.shift_right(positions, 6)
+    bits = pc.shift_left(
+        pa.scalar(1, pa.uint64()), pc.bit_wise_and(positions, 63).cast(pa.uint64())
+    )
+    # the positions are unique, so the bits of one word are distinct and their sum is their OR
+    grouped = pa.table({"w": words, "b": bits}).group_by("w").aggregate([("b", "sum")])
+    n = pc.max(words).as_py() + 1
+    every = pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), n)), 1)
+    at = pc.index_in(every, value_set=grouped.column("w").combine_chunks())
+    dense = pc.fill_null(pc.take(grouped.column("b_sum"), at), 0).combine_chunks()
+    data = dense.cast(pa.uint64()).buffers()[1].to_pybytes()[: 8 * n]
+    if sys.byteorder != "little":
+        data = b"".join(data[i : i + 8][::-1] for i in range(0, len(data), 8))
+    return data
+
+
+def _long_array(spark: SparkSession, words: bytes) -> Column:
+    """An array<bigint> literal built on the JVM from raw words in a handful of py4j calls."""
+    jvm: Any = spark._jvm  # type: ignore[attr-defined]
+    gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
+    arr = gateway.new_array(gateway.jvm.long, len(words) // 8)
+    buf = jvm.java.nio.ByteBuffer.wrap(bytearray(words))
+    buf.order(jvm.java.nio.ByteOrder.LITTLE_ENDIAN).asLongBuffer().get(arr)
+    data = jvm.org.apache.spark.sql.catalyst.expressions.UnsafeArrayData.fromPrimitiveArray(arr)
+    dtype = jvm.org.apache.spark.sql.types.DataType.fromJson(
+        '{"type":"array","elementType":"long","containsNull":false}'
+    )
+    literal = jvm.org.apache.spark.sql.catalyst.expressions.Literal(data, dtype)
+    return Column(jvm.org.apache.spark.sql.Column(literal))
+
+
+def keep_condition(
+    spark: SparkSession,
+    positions: Mapping[int, pa.Array],
+    tasks: Mapping[int, DataTask],
+    file_key: str,
+    keys: Mapping[int, Any],
+    row_index: str,
+    sql_literal: Any,
+) -> Column | None:
+    """True for a row whose position is not deleted; None when nothing is deleted.
+
+    All bitmaps are concatenated into one array literal; a CASE on the file key (SQL text, one
+    py4j call) gives the index of the row's word, NULL (not deleted) for a file without deletes
+    or past the bitmap's last word. A row at or past its file's recorded row count stops the
+    query: positions there were dropped as impossible, so it cannot be told apart."""
+    if not positions:
+        return None
+    chunks: list[bytes] = []
+    branches: list[str] = []
+    offset = 0
+    for fid in sorted(positions):
+        words = bitmap_words(positions[fid])
+        n = len(words) // 8
+        count = tasks[fid].record_count
+        msg = f"mor: data file {tasks[fid].path} has more rows than its metadata records ({count})"
+        branches.append(
+            f"WHEN {sql_literal(keys[fid])} THEN CASE "
+            f"WHEN `{row_index}` >= {count} THEN raise_error({sql_literal(msg, True)}) "
+            f"WHEN `{row_index}` < {n * 64} "
+            f"THEN CAST({offset} + shiftright(`{row_index}`, 6) AS INT) END"
+        )
+        chunks.append(words)
+        offset += n
+    index = F.expr(f"CASE `{file_key}` " + " ".join(branches) + " END")
+    word = F.get(_long_array(spark, b"".join(chunks)), index)
+    bit = F.bit_get(word, F.col(f"`{row_index}`").bitwiseAND(F.lit(63)).cast("int"))
+    return F.coalesce(bit == 0, F.lit(True))

@@ -1,0 +1,91 @@
+"""How position deletes are applied (physical/strategy.py, no Spark) and the settings it reads."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import data_file
+
+from physical.strategy import bitmap_bytes, packed_shift, position_strategy
+from planner.errors import ConfigError
+from planner.nodes import DeleteTask
+
+
+def _pos_delete(fid: int, rows: int) -> DeleteTask:
+    return DeleteTask(
+        file_id=fid,
+        kind="position",
+        path=f"/t/p{fid}.parquet",
+        read_path=f"/t/p{fid}.parquet",
+        data_seq=5,
+        spec_id=0,
+        partition_id=0,
+        record_count=rows,
+        size_bytes=1,
+    )
+
+
+def test_bitmap_while_small_join_beyond_each_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    tasks = [data_file(i, pos=(100,)) for i in range(3)] + [data_file(9)]
+    deletes = {100: _pos_delete(100, 30)}
+    s = position_strategy(tasks, deletes, True)
+    assert s is not None and s.method == "bitmap"
+    assert (s.data_files, s.delete_files, s.delete_rows) == (3, 1, 30)
+    assert s.bitmap_bytes == 3 * bitmap_bytes(100) == 3 * 16
+    for name, value in (
+        ("MOR_POSITION_BITMAP_BYTES", "47"),
+        ("MOR_POSITION_BITMAP_FILES", "2"),
+        ("MOR_POSITION_DRIVER_ROWS", "29"),
+    ):
+        with monkeypatch.context() as m:
+            m.setenv(name, value)
+            joined = position_strategy(tasks, deletes, True)
+            assert joined is not None and joined.method == "join", name
+    assert position_strategy([data_file(9)], deletes, True) is None
+
+
+def test_packed_key_only_when_size_and_position_fit() -> None:
+    small = [data_file(0)]  # 1 byte, 100 rows
+    assert packed_shift(small) == 62
+    big = [data_file(0)]
+    big = [type(big[0])(**{**_fields(big[0]), "size_bytes": (1 << 40) - 1})]
+    assert packed_shift(big) == 23  # 40 bits of size, 23 of position
+    many_rows = [type(big[0])(**{**_fields(big[0]), "record_count": 1 << 23})]
+    assert packed_shift(many_rows) is None  # row_index 2^23 would not fit
+    assert packed_shift([]) is None
+
+
+def _fields(t: object) -> dict:
+    return {f: getattr(t, f) for f in t.__dataclass_fields__}  # type: ignore[attr-defined]
+
+
+def test_join_without_size_keys_uses_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MOR_POSITION_BITMAP_BYTES", "0")
+    tasks = [data_file(0, pos=(100,))]
+    s = position_strategy(tasks, {100: _pos_delete(100, 3)}, sizes_are_keys=False)
+    assert s is not None and s.method == "join" and s.shift is None
+    assert "(_metadata.file_path, _metadata.row_index)" in s.describe("_metadata.file_path")
+
+
+@pytest.mark.parametrize("value", ["lots", "-1"])
+def test_a_bad_setting_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("MOR_POSITION_BITMAP_FILES", value)
+    with pytest.raises(ConfigError, match="MOR_POSITION_BITMAP_FILES must be"):
+        position_strategy([data_file(0, pos=(100,))], {100: _pos_delete(100, 3)}, True)
+
+
+def test_bitmap_words_round_trip() -> None:
+    import random
+    import struct
+
+    import pyarrow as pa
+
+    from physical.positions import bitmap_words
+
+    rng = random.Random(5)
+    for n in (1, 63, 64, 65, 5000):
+        want = sorted(rng.sample(range(n * 3), n))
+        data = bitmap_words(pa.array(want, pa.int64()))
+        words = struct.unpack(f"<{len(data) // 8}Q", data)
+        assert len(words) == want[-1] // 64 + 1
+        assert [i * 64 + b for i, w in enumerate(words) for b in range(64) if w >> b & 1] == want
+    assert bitmap_words(pa.array([], pa.int64())) == b""
