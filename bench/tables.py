@@ -95,6 +95,12 @@ def _eq_file(
         .withFormat("parquet")
         .withFileSizeInBytes(Path(path).stat().st_size)
         .withRecordCount(t.num_rows)
+        .withMetrics(  # column metrics as Iceberg's own writers record them
+            spark._jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(
+                table.io().newInputFile(path),
+                spark._jvm.org.apache.iceberg.MetricsConfig.forTable(table),
+            )
+        )
         .build()
     )
 

@@ -64,7 +64,11 @@ class Compiler:
             case EqDeleteScan():
                 return scan_eq_deletes(self.spark, node, self.paths)
             case AntiJoin(left=left, right=right, keys=keys):
-                cond = reduce(lambda a, b: a & b, [_c(lk).eqNullSafe(_c(rk)) for lk, rk in keys])
+                pairs = [
+                    _c(lk).eqNullSafe(_c(rk)) if node.null_safe else _c(lk) == _c(rk)
+                    for lk, rk in keys
+                ]
+                cond = reduce(lambda a, b: a & b, pairs)
                 if node.seq_guard:
                     cond = cond & (_c(DATA_SEQ) < _c(DEL_SEQ))
                 if node.part_guard:

@@ -69,7 +69,8 @@ class _Describer:
                 return len(self.lines)
             case AntiJoin(left=left, right=right):
                 a, b = self.visit(left), self.visit(right)
-                cond = [f"{lk} <=> {rk}" for lk, rk in node.keys]
+                op = "<=>" if node.null_safe else "="
+                cond = [f"{lk} {op} {rk}" for lk, rk in node.keys]
                 if node.seq_guard:
                     cond.append("$data_seq < $del_seq")
                 if node.part_guard:

@@ -75,7 +75,8 @@ def _label(node: Plan) -> str:
                 if on_
             ]
             guard = ",".join(guards) or "none(proven)"
-            return f"eq_set={show_ids(node.eq_set)} on=[{on}] null_safe scope={scope} guard={guard}"
+            nulls = "null_safe" if node.null_safe else "no_null_keys"
+            return f"eq_set={show_ids(node.eq_set)} on=[{on}] {nulls} scope={scope} guard={guard}"
         case Union():
             return f"branches={len(node.inputs)}"
         case Filter():

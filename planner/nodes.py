@@ -124,6 +124,8 @@ class DeleteTask:
     size_bytes: int
     eq_ids: frozenset[int] = frozenset()
     layout: int = 0  # index into ScanFiles.layouts
+    # equality field ids whose manifest entry records a null count of 0 (no NULL key)
+    null_free: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -273,6 +275,9 @@ class AntiJoin(Plan):
     # the guards stay unless planning proved them true for every pair of files they could see
     seq_guard: bool = True  # left.$data_seq < right.$del_seq
     part_guard: bool = True  # right is global, or left.$partition = right.$del_partition
+    # `<=>` on the keys; `=` (the same result, and a faster join) when the manifests record
+    # that no delete key is NULL: a NULL data key then matches nothing either way
+    null_safe: bool = True
 
     def __post_init__(self) -> None:
         lnames, rnames = _names(self.left.output), _names(self.right.output)

@@ -454,6 +454,7 @@ def _match(
                 record_count=d.file.record_count,
                 size_bytes=d.file.file_size_in_bytes,
                 eq_ids=frozenset(d.file.equality_ids or ()),
+                null_free=_null_free(d.file),
             )
         )
         next_id += 1
@@ -500,3 +501,9 @@ def _match(
 
 def pushed_preds(pushed: Iterable[Expr]) -> list[Pred]:
     return [e.pred for e in pushed if e.pred is not None]
+
+
+def _null_free(f: DataFile) -> frozenset[int]:
+    """Equality field ids that the entry's metrics record as never NULL (count 0)."""
+    counts = f.null_value_counts or {}
+    return frozenset(i for i in (f.equality_ids or ()) if counts.get(i) == 0)

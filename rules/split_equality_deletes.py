@@ -84,9 +84,17 @@ def _union(scan: IcebergScan, files: ScanFiles) -> Plan:
                 keys=keys_lr,
                 seq_guard=guards[s][0],
                 part_guard=guards[s][1],
+                null_safe=_may_hold_null_keys(delete_scans[s]),
             )
         branches.append(plan)
     return Union(inputs=tuple(branches), columns=scan.output)
+
+
+def _may_hold_null_keys(deletes: EqDeleteScan) -> bool:
+    """Unless every delete file's metrics say its (top-level) key columns hold no NULL."""
+    if any(k.path for k in deletes.keys):
+        return True  # a NULL struct above a nested key is not in the key's null count
+    return not all(deletes.eq_set <= f.null_free for f in deletes.files)
 
 
 def _guards(data: list[DataTask], deletes: EqDeleteScan, files: ScanFiles) -> tuple[bool, bool]:

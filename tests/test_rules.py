@@ -168,3 +168,20 @@ def test_split_equality_deletes_moves_key_filters_to_the_delete_scan() -> None:
     # the data side keeps all three
     (branch,) = [n for n in out.walk() if isinstance(n, IcebergScan)]
     assert branch.pushed == (on_key, on_other, opaque)
+
+
+def test_anti_join_uses_equals_only_when_no_delete_key_can_be_null() -> None:
+    from dataclasses import replace
+
+    s1 = frozenset({1})
+    clean = replace(eq_delete(10, ids={1}), null_free=s1)
+    unknown = eq_delete(11, ids={1})  # no null count recorded: NULL keys possible
+
+    def joins(*deletes):  # type: ignore[no-untyped-def]
+        out = split_equality_deletes(scan(data=(data_file(0, eq=(s1,)),), deletes=deletes), CTX)
+        return [n for n in out.walk() if isinstance(n, AntiJoin)]
+
+    (j,) = joins(clean)
+    assert not j.null_safe and "no_null_keys" in _text(j)
+    (j,) = joins(clean, unknown)
+    assert j.null_safe and " null_safe " in _text(j)

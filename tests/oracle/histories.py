@@ -264,12 +264,23 @@ class Writer:
             )
             if partition is not None:
                 b = b.withPartition(partition)
+            if self.rng.random() < 0.5:
+                # column metrics as Iceberg's own writers record them (null counts let mor use
+                # `=` instead of `<=>`); without them mor must assume NULL keys
+                b = b.withMetrics(self._metrics(table, path))
+                self.h.coverage["eq delete with metrics"] += 1
             delta = delta.addDeletes(b.build())
             self.h.coverage["global eq delete" if partition is None else "partition eq delete"] += 1
         delta.commit()
         self.h.log.append(
             f"-- RowDelta: equality delete on {cols} ids {ids} keys {keys} "
             f"in {len(scopes)} scope(s)"
+        )
+
+    def _metrics(self, table: Any, path: str) -> Any:
+        iceberg = self.jvm.org.apache.iceberg
+        return iceberg.parquet.ParquetUtil.fileMetrics(
+            table.io().newInputFile(path), iceberg.MetricsConfig.forTable(table)
         )
 
     def _sample(self, cols: tuple[str, ...]) -> list[Any]:
