@@ -11,8 +11,10 @@ broadcast table on that key; a row whose key is not in it stops the query rather
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlparse
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -156,10 +158,23 @@ def _listed_sizes(df: DataFrame) -> dict[str, int]:
 def _sizes_agree(frames: list[DataFrame], files: Sequence[DataTask], paths: SparkPaths) -> bool:
     """Keying rows by file size is safe only if the sizes Iceberg recorded are the sizes Spark
     sees: otherwise a position could be matched to no row (and a deleted row come back)."""
+    local = [_local_size(t.read_path) for t in files]
+    if all(n is not None for n in local):  # Spark lists a local file with its size on disk
+        return all(n == t.size_bytes for n, t in zip(local, files))
     listed: dict[str, int] = {}
     for f in frames:
         listed.update(_listed_sizes(f))
     return all(listed.get(paths(t.read_path)) == t.size_bytes for t in files)
+
+
+def _local_size(path: str) -> int | None:
+    url = urlparse(path)
+    if url.scheme not in ("", "file") or url.netloc:
+        return None
+    try:
+        return os.path.getsize(url.path)
+    except OSError:
+        return None
 
 
 def _key_type(kind: str) -> T.DataType:

@@ -263,8 +263,18 @@ def test_self_join_and_time_travel(two_partitions: Any, spark: Any) -> None:
         mor_sql(f"SELECT * FROM r.t TIMESTAMP AS OF '{instant(t_first - 60_000)}'", catalog=cat)
 
 
+@pytest.fixture(params=["stat", "spark-listing"])
+def size_check(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Local files are checked with os.stat; others through Spark's file listing (forced)."""
+    if request.param == "spark-listing":
+        import physical.scan
+
+        monkeypatch.setattr(physical.scan, "_local_size", lambda path: None)
+    return request.param
+
+
 def test_recorded_file_size_that_differs_falls_back_to_path_keys(
-    two_partitions: Any, spark: Any, position_method: str
+    two_partitions: Any, spark: Any, position_method: str, size_check: str
 ) -> None:
     """Rows are keyed by file size only when Spark's listing agrees with the recorded sizes;
     otherwise a position delete would match no row and the deleted row would come back."""
