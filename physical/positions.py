@@ -27,11 +27,18 @@ from planner.errors import DataFileError
 from planner.nodes import DataTask, DeleteTask
 
 
-def _read_bytes(spark: SparkSession, path: str) -> bytes:
-    """The file's bytes: directly for a local file, else through Spark's Hadoop file system."""
+def _local_path(path: str) -> str | None:
     url = urlparse(path)
     if url.scheme in ("", "file") and not url.netloc and os.path.isfile(url.path):
-        with open(url.path, "rb") as f:
+        return url.path
+    return None
+
+
+def _read_bytes(spark: SparkSession, path: str) -> bytes:
+    """The file's bytes: directly for a local file, else through Spark's Hadoop file system."""
+    local = _local_path(path)
+    if local is not None:
+        with open(local, "rb") as f:
             return f.read()
     jvm = spark._jvm  # type: ignore[attr-defined]
     hp = jvm.org.apache.hadoop.fs.Path(path)
@@ -104,19 +111,36 @@ def bitmap_words(positions: pa.Array) -> bytes:
     return data
 
 
+_CLASSES: dict[tuple[int, str], tuple[Any, Any]] = {}
+
+
+def _jclass(spark: SparkSession, name: str) -> Any:
+    """A JVM class by name, resolved once per gateway (each package step is a py4j call)."""
+    gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
+    hit = _CLASSES.get((id(gateway), name))
+    if hit is None:
+        cls = gateway.jvm
+        for part in name.split("."):
+            cls = getattr(cls, part)
+        # the gateway is kept with its class, so its id cannot be reused by another
+        hit = _CLASSES[(id(gateway), name)] = (gateway, cls)
+    return hit[1]
+
+
 def _long_array(spark: SparkSession, words: bytes) -> Column:
     """An array<bigint> literal built on the JVM from raw words in a handful of py4j calls."""
-    jvm: Any = spark._jvm  # type: ignore[attr-defined]
     gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
-    arr = gateway.new_array(gateway.jvm.long, len(words) // 8)
-    buf = jvm.java.nio.ByteBuffer.wrap(bytearray(words))
-    buf.order(jvm.java.nio.ByteOrder.LITTLE_ENDIAN).asLongBuffer().get(arr)
-    data = jvm.org.apache.spark.sql.catalyst.expressions.UnsafeArrayData.fromPrimitiveArray(arr)
-    dtype = jvm.org.apache.spark.sql.types.DataType.fromJson(
+    arr = gateway.new_array(_jclass(spark, "long"), len(words) // 8)
+    buf = _jclass(spark, "java.nio.ByteBuffer").wrap(bytearray(words))
+    little = _jclass(spark, "java.nio.ByteOrder").LITTLE_ENDIAN
+    buf.order(little).asLongBuffer().get(arr)
+    expressions = "org.apache.spark.sql.catalyst.expressions"
+    data = _jclass(spark, f"{expressions}.UnsafeArrayData").fromPrimitiveArray(arr)
+    dtype = _jclass(spark, "org.apache.spark.sql.types.DataType").fromJson(
         '{"type":"array","elementType":"long","containsNull":false}'
     )
-    literal = jvm.org.apache.spark.sql.catalyst.expressions.Literal(data, dtype)
-    return Column(jvm.org.apache.spark.sql.Column(literal))
+    literal = _jclass(spark, f"{expressions}.Literal")(data, dtype)
+    return Column(_jclass(spark, "org.apache.spark.sql.Column")(literal))
 
 
 def keep_condition(

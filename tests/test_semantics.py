@@ -341,3 +341,26 @@ def test_file_with_more_rows_than_recorded_stops_the_bitmap_filter(
 
     with pytest.raises(Exception, match="has more rows than its metadata records"):
         to_dataframe(planned.optimized.transform_up(tamper), spark).collect()
+
+
+@pytest.mark.parametrize("through", ["local", "hadoop"])
+def test_position_deletes_read_on_the_driver_by_either_file_system(
+    two_partitions: Any, spark: Any, monkeypatch: pytest.MonkeyPatch, through: str
+) -> None:
+    """The bitmap method reads delete files directly when local, else through Spark's Hadoop
+    file system; a missing delete file is a one-line error naming it, never a partial result."""
+    import os
+
+    import physical.positions
+    from planner.errors import DataFileError
+
+    if through == "hadoop":
+        monkeypatch.setattr(physical.positions, "_local_path", lambda path: None)
+    cat, w, a, _ = two_partitions
+    d = w.position_delete_file({a.file_path: [0]}, a)
+    w.commit(deletes=[d])
+    assert _rows(cat, spark) == {(1, "a", 2), (100, "b", 3), (None, "b", 4)}
+    os.remove(d.file_path.removeprefix("file://"))
+    with pytest.raises(DataFileError, match="cannot read position delete file .*delete-") as e:
+        _rows(cat, spark)
+    assert "\n" not in str(e.value)
