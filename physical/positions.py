@@ -50,7 +50,8 @@ def _read_bytes(spark: SparkSession, path: str) -> bytes:
         stream.close()
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
+    """The first line of an error's text (Spark and pyarrow errors run to many lines)."""
     text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__
 
@@ -73,7 +74,7 @@ def read_positions(
             )
         except Exception as e:  # noqa: BLE001 - a missing, unreadable or malformed file
             raise DataFileError(
-                f"cannot read position delete file {where} of {table}: {_first_line(e)}"
+                f"cannot read position delete file {where} of {table}: {first_line(e)}"
             ) from e
         paths = pc.dictionary_encode(tab.column("file_path").cast(pa.string())).combine_chunks()
         pos = tab.column("pos").cast(pa.int64()).combine_chunks()

@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from physical.paths import SparkPaths
-from physical.positions import keep_condition, read_positions
+from physical.positions import first_line, keep_condition, read_positions
 from physical.strategy import position_strategy
 from physical.types import field, spark_type
 from planner.errors import DataFileError
@@ -117,12 +117,7 @@ def _read(spark: SparkSession, schema: T.StructType, paths: list[str], what: str
     try:
         return spark.read.schema(schema).parquet(*paths)
     except Exception as e:  # noqa: BLE001 - AnalysisException for a missing path, etc.
-        raise DataFileError(f"cannot read {what}: {_first_line(e)}") from e
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
+        raise DataFileError(f"cannot read {what}: {first_line(e)}") from e
 
 
 FKEY = "$fkey"
