@@ -27,7 +27,8 @@ from planner.errors import DataFileError
 from planner.nodes import DataTask, DeleteTask
 
 
-def _local_path(path: str) -> str | None:
+def local_path(path: str) -> str | None:
+    """The local file a path names (plain, `file:/x` or `file:///x`), if it exists here."""
     url = urlparse(path)
     if url.scheme in ("", "file") and not url.netloc and os.path.isfile(url.path):
         return url.path
@@ -36,7 +37,7 @@ def _local_path(path: str) -> str | None:
 
 def _read_bytes(spark: SparkSession, path: str) -> bytes:
     """The file's bytes: directly for a local file, else through Spark's Hadoop file system."""
-    local = _local_path(path)
+    local = local_path(path)
     if local is not None:
         with open(local, "rb") as f:
             return f.read()

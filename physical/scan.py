@@ -14,14 +14,13 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlparse
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from physical.paths import SparkPaths
-from physical.positions import first_line, keep_condition, read_positions
+from physical.positions import first_line, keep_condition, local_path, read_positions
 from physical.strategy import position_strategy
 from physical.types import field, spark_type
 from planner.errors import DataFileError
@@ -163,13 +162,8 @@ def _sizes_agree(frames: list[DataFrame], files: Sequence[DataTask], paths: Spar
 
 
 def _local_size(path: str) -> int | None:
-    url = urlparse(path)
-    if url.scheme not in ("", "file") or url.netloc:
-        return None
-    try:
-        return os.path.getsize(url.path)
-    except OSError:
-        return None
+    local = local_path(path)
+    return os.path.getsize(local) if local is not None else None
 
 
 def _key_type(kind: str) -> T.DataType:

@@ -355,7 +355,7 @@ def test_position_deletes_read_on_the_driver_by_either_file_system(
     from planner.errors import DataFileError
 
     if through == "hadoop":
-        monkeypatch.setattr(physical.positions, "_local_path", lambda path: None)
+        monkeypatch.setattr(physical.positions, "local_path", lambda path: None)
     cat, w, a, _ = two_partitions
     d = w.position_delete_file({a.file_path: [0]}, a)
     w.commit(deletes=[d])
