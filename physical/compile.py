@@ -8,7 +8,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from physical.paths import SparkPaths
-from physical.scan import scan_data, scan_eq_deletes
+from physical.scan import scan_data, scan_eq_deletes, where_all
 from planner.errors import UnsupportedError
 from planner.nodes import (
     DATA_SEQ,
@@ -81,7 +81,7 @@ class Compiler:
                 parts = [self.compile(p).select(*names) for p in inputs]
                 return reduce(lambda a, b: a.unionAll(b), parts)
             case Filter(child=child, conditions=conds):
-                return self.compile(child).where(F.expr(" AND ".join(f"({c.sql})" for c in conds)))
+                return where_all(self.compile(child), conds)
             case Project(child=child, exprs=exprs):
                 return self.compile(child).select(*[_e(e).alias(c.name) for c, e in exprs])
             case Aggregate(child=child, groups=groups, aggs=aggs):

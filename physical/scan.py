@@ -32,6 +32,7 @@ from planner.nodes import (
     DataTask,
     DeleteTask,
     EqDeleteScan,
+    Expr,
     IcebergScan,
     Layout,
     ReadField,
@@ -213,6 +214,11 @@ def _broadcast_if_small(df: DataFrame, rows: int) -> DataFrame:
     return F.broadcast(df) if rows <= limit else df
 
 
+def where_all(df: DataFrame, conditions: Sequence[Expr]) -> DataFrame:
+    """Rows meeting every condition (bound SQL text), as one Spark filter."""
+    return df.where(F.expr(" AND ".join(f"({e.sql})" for e in conditions)))
+
+
 def _packed(file_size: Column, pos: Column, shift: int) -> Column:
     return F.shiftleft(file_size, shift).bitwiseOR(pos)
 
@@ -258,7 +264,7 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
     for other in frames[1:]:
         df = df.unionByName(other)
     if scan.pushed:
-        df = df.where(F.expr(" AND ".join(f"({e.sql})" for e in scan.pushed)))
+        df = where_all(df, scan.pushed)
     strategy = position_strategy(tasks, deletes, kind == "file_size")
     if strategy is not None and strategy.method == "bitmap":
         found = read_positions(spark, tasks, deletes, scan.table)
@@ -337,7 +343,7 @@ def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) 
     for other in frames[1:]:
         df = df.unionByName(other)
     if node.pushed:
-        df = df.where(F.expr(" AND ".join(f"({e.sql})" for e in node.pushed)))
+        df = where_all(df, node.pushed)
     if not node.meta:
         # no anti-join reading this checks a guard: the keys alone, each once
         df = df.select(*key_names)
