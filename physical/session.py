@@ -6,6 +6,8 @@ import os
 
 from pyspark.sql import SparkSession
 
+from planner.settings import env_int
+
 FIELD_ID_CONF = "spark.sql.parquet.fieldId.read.enabled"
 
 
@@ -21,13 +23,14 @@ def local_session() -> SparkSession:
     active = SparkSession.getActiveSession()
     if active is not None:
         return prepare_session(active)
+    partitions = env_int("MOR_SHUFFLE_PARTITIONS", 8, minimum=1)
     log_conf = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
     builder = (
         SparkSession.builder.master(os.environ.get("MOR_SPARK_MASTER", "local[*]"))
         .appName("mor")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", os.environ.get("MOR_SHUFFLE_PARTITIONS", "8"))
+        .config("spark.sql.shuffle.partitions", str(partitions))
         .config("spark.driver.memory", os.environ.get("MOR_DRIVER_MEMORY", "4g"))
         .config("spark.sql.session.timeZone", os.environ.get("MOR_TIMEZONE", "UTC"))
         .config(FIELD_ID_CONF, "true")
