@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pyiceberg.catalog import Catalog, load_catalog
 
@@ -16,8 +16,8 @@ from planner.metrics import render as render_metrics
 from planner.nodes import Plan
 from planner.planning import attach_files
 from planner.sources import PathMap, Resolver
-from planner.sql import build_plan
-from rules import LOGICAL_RULES, MOR_RULES, TraceStep, optimize
+from planner.sql import Statement, bind, one_statement
+from rules import MOR_RULES, TraceStep, optimize
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -58,7 +58,8 @@ def resolve_catalog(catalog: Catalog | str | None, warehouse: str | None = None)
 
 @dataclass(frozen=True)
 class Planned:
-    """A query planned end to end, JVM-free: the logical plan, the optimized one, the trace."""
+    """A query planned end to end, JVM-free: the bound plan (a SparkQuery over one IcebergScan
+    per table reference), the plan after scan planning and the merge-on-read rules, the trace."""
 
     logical: Plan
     optimized: Plan
@@ -71,25 +72,27 @@ class Planned:
 
 
 def plan_query(
-    sql: Any,
+    sql: str | Statement,
     *,
     catalog: Catalog | str | None = None,
     path_map: dict[str, str] | None = None,
     warehouse: str | None = None,
 ) -> Planned:
+    """The one planning pipeline (API, EXPLAIN and CLI all call it): bind the statement (find
+    its table references and what each needs), plan each scan's files, apply the merge-on-read
+    rules. `sql`: one statement's text, or a Statement from `planner.sql.split_statements`."""
     if isinstance(catalog, str):
         catalog = resolve_catalog(catalog)  # an unknown catalog name fails even for iceberg_scan
     # the embedded catalog is created only when a query names a table
     resolver = Resolver(lambda: resolve_catalog(catalog, warehouse), PathMap.of(path_map))
     started = time.perf_counter()
-    logical = build_plan(sql, resolver)
-    plan, trace1 = optimize(logical, LOGICAL_RULES)
-    planned = attach_files(plan, resolver)
-    step = TraceStep("plan_files (scan planning)", planned is not plan, planned)
-    optimized, trace2 = optimize(planned, MOR_RULES)
-    return Planned(
-        logical, optimized, tuple(trace1 + [step] + trace2), time.perf_counter() - started
-    )
+    stmt = one_statement(sql) if isinstance(sql, str) else sql
+    logical = bind(stmt, resolver)
+    trace = [TraceStep("bind (table references, their columns and filters)", True, logical)]
+    planned = attach_files(logical, resolver)
+    trace.append(TraceStep("plan_files (scan planning)", planned is not logical, planned))
+    optimized, rule_steps = optimize(planned, MOR_RULES)
+    return Planned(logical, optimized, tuple(trace + rule_steps), time.perf_counter() - started)
 
 
 def mor_sql(
@@ -99,7 +102,10 @@ def mor_sql(
     spark: SparkSession | None = None,
     path_map: dict[str, str] | None = None,
 ) -> DataFrame:
-    """Run one SELECT over Iceberg tables; returns a lazy DataFrame of exactly the live rows."""
+    """Run one SELECT over Iceberg tables; returns a lazy DataFrame of exactly the live rows.
+
+    Spark analyses the query before this returns: an unknown function or column is a MorError
+    naming it, with its line and column in `sql`."""
     from physical import local_session, prepare_session, to_dataframe
 
     planned = plan_query(sql, catalog=catalog, path_map=path_map)
@@ -108,7 +114,7 @@ def mor_sql(
 
 
 def explain(
-    sql: str,
+    sql: str | Statement,
     *,
     catalog: Catalog | str | None = None,
     path_map: dict[str, str] | None = None,
@@ -116,25 +122,35 @@ def explain(
     physical: bool = False,
     analyze: bool = False,
     spark: SparkSession | None = None,
+    check: bool = True,
 ) -> str:
-    """The merge-on-read plan of `sql`. Reads metadata only: starts no JVM, reads no data file.
+    """The plan of `sql`: the query Spark runs, over the merge-on-read scans mor plans.
 
-    `verbose` adds the rule trace; `physical` lists the DataFrame operations in order.
-    `analyze` adds the merge-on-read metrics and, running counts on Spark (it does start one),
-    the rows each kind of delete removed.
+    Reads metadata only, no data file. `check` has Spark analyse the query around the scans
+    over empty views (so an unknown function or column is reported here too, and the output
+    columns are shown); it needs a Spark session (started when none is given). With
+    `check=False` no JVM is started. `verbose` adds the planning trace; `physical` lists the
+    DataFrame operations in order. `analyze` adds the merge-on-read metrics and, running counts
+    on Spark, the rows each kind of delete removed.
     """
     planned = plan_query(sql, catalog=catalog, path_map=path_map)
+    output = None
+    session = None
+    if check or analyze:
+        from physical import local_session, prepare_session, to_dataframe
+
+        session = prepare_session(spark) if spark is not None else local_session()
+        schema = to_dataframe(planned.optimized, session, analyse_only=True).schema
+        output = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
     trace = [(t.rule, t.changed, t.plan) for t in planned.trace] if verbose else None
-    text = explain_text(planned.optimized, trace)
+    text = explain_text(planned.optimized, trace, output)
     if physical:
         from physical.describe import describe
 
         text += "\n" + describe(planned.optimized)
-    if analyze:
-        from physical import local_session, prepare_session
+    if analyze and session is not None:
         from physical.analyze import count_removed
 
-        session = prepare_session(spark) if spark is not None else local_session()
         text += "\n" + render_metrics(count_removed(planned.metrics(), planned.optimized, session))
     return text
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from mor import progress
 from planner.errors import MorError, SqlSyntaxError
-from planner.sql import check_is_query, parse_statements
+from planner.sql import Statement, check_is_query, split_statements
 
 
 class UsageError(Exception):
@@ -47,10 +47,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--format", choices=["table", "csv", "json", "parquet"], default="table")
     run.add_argument("--output", help="write results here (required for parquet)")
     run.add_argument("--limit", type=int, help="print at most N rows of each result")
-    ex = sub.add_parser("explain", help="print the merge-on-read plan (no JVM)")
+    ex = sub.add_parser("explain", help="print the query plan and its merge-on-read scans")
     common(ex)
     ex.add_argument("--verbose", action="store_true", help="add the rule trace")
     ex.add_argument("--physical", action="store_true", help="add the DataFrame operations")
+    ex.add_argument(
+        "--no-check",
+        action="store_true",
+        help="do not have Spark check the query around the scans (starts no JVM)",
+    )
     ex.add_argument(
         "--analyze",
         action="store_true",
@@ -62,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _statements(args: argparse.Namespace) -> list[str]:
+def _statements(args: argparse.Namespace) -> list[Statement]:
     if args.sql is not None and args.file is not None:
         raise UsageError("give either a .sql file or -e SQL, not both")
     if args.sql is not None:
@@ -74,12 +79,12 @@ def _statements(args: argparse.Namespace) -> list[str]:
             text = f.read()
     else:
         raise UsageError("give a .sql file or -e SQL")
-    stmts = parse_statements(text)
+    stmts = split_statements(text)
     if not stmts:
         raise SqlSyntaxError("empty statement: the input holds no SQL")
     for s in stmts:
-        check_is_query(s)
-    return [s.sql(dialect="spark") for s in stmts]
+        check_is_query(s.tree)
+    return stmts
 
 
 def _path_map(items: list[str]) -> dict[str, str]:
@@ -111,6 +116,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             verbose=args.verbose,
             physical=args.physical,
             analyze=args.analyze,
+            check=not args.no_check,
         )
         for s in _statements(args)
     ]

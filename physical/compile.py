@@ -1,14 +1,19 @@
-"""Compile an optimized logical plan into PySpark DataFrame operations."""
+"""Compile an optimized plan into PySpark: each merge-on-read scan into DataFrame operations, and
+the query around them into `spark.sql` over uniquely named views of those scans."""
 
 from __future__ import annotations
 
+import uuid
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
+from physical.errors import query_error
 from physical.paths import SparkPaths
-from physical.scan import scan_data, scan_eq_deletes, where_all
+from physical.scan import scan_data, scan_eq_deletes
+from physical.types import spark_type
 from planner.errors import UnsupportedError
 from planner.nodes import (
     DATA_SEQ,
@@ -16,29 +21,17 @@ from planner.nodes import (
     DEL_SEQ,
     GLOBAL_PART,
     PART,
-    Aggregate,
     AntiJoin,
-    Distinct,
     EqDeleteScan,
-    Expr,
-    Filter,
     IcebergScan,
-    Join,
-    Limit,
     Plan,
-    Project,
-    SetOp,
-    Sort,
+    SparkQuery,
     Union,
 )
 
 
 def _c(name: str) -> Column:
     return F.col(f"`{name}`")
-
-
-def _e(e: Expr) -> Column:
-    return F.expr(e.sql)
 
 
 class Compiler:
@@ -80,51 +73,6 @@ class Compiler:
                 names = [_c(c.name) for c in cols]
                 parts = [self.compile(p).select(*names) for p in inputs]
                 return reduce(lambda a, b: a.unionAll(b), parts)
-            case Filter(child=child, conditions=conds):
-                return where_all(self.compile(child), conds)
-            case Project(child=child, exprs=exprs):
-                return self.compile(child).select(*[_e(e).alias(c.name) for c, e in exprs])
-            case Aggregate(child=child, groups=groups, aggs=aggs):
-                df = self.compile(child)
-                agg_cols = [_e(e).alias(c.name) for c, e in aggs]
-                if not groups:
-                    if not agg_cols:
-                        return df.select().limit(1)
-                    return df.agg(*agg_cols)
-                grouped = df.groupBy(*[_e(e).alias(c.name) for c, e in groups])
-                if not agg_cols:
-                    return grouped.agg(F.count(F.lit(1)).alias("$n")).drop("$n")
-                return grouped.agg(*agg_cols)
-            case Join(left=left, right=right, kind=kind, condition=cond):
-                lf, rt = self.compile(left), self.compile(right)
-                if kind == "cross" and cond is None:
-                    return lf.crossJoin(rt)
-                how = {"full": "full_outer", "cross": "inner"}.get(kind, kind)
-                return lf.join(rt, _e(cond) if cond is not None else F.lit(True), how)
-            case Sort(child=child, keys=keys):
-                cols = []
-                for k in keys:
-                    c = _e(k.expr)
-                    if k.ascending:
-                        cols.append(c.asc_nulls_first() if k.nulls_first else c.asc_nulls_last())
-                    else:
-                        cols.append(c.desc_nulls_first() if k.nulls_first else c.desc_nulls_last())
-                return self.compile(child).orderBy(*cols)
-            case Limit(child=child, limit=n, offset=off):
-                df = self.compile(child)
-                if off:
-                    df = df.offset(off)
-                return df.limit(n) if n is not None else df
-            case Distinct(child=child):
-                return self.compile(child).distinct()
-            case SetOp(left=left, right=right, kind=kind, distinct=distinct):
-                lf = self.compile(left)
-                rt = self.compile(right).toDF(*[c.name for c in left.output])
-                if kind == "union":
-                    return lf.union(rt).distinct() if distinct else lf.unionAll(rt)
-                if kind == "intersect":
-                    return lf.intersect(rt) if distinct else lf.intersectAll(rt)
-                return lf.subtract(rt) if distinct else lf.exceptAll(rt)
         raise UnsupportedError(f"internal: no physical operator for {type(node).__name__}")
 
 
@@ -143,12 +91,53 @@ def _reads_nested_fields(plan: Plan) -> bool:
     return False
 
 
-def to_dataframe(plan: Plan, spark: SparkSession) -> DataFrame:
-    """The query's result, columns named as the user wrote them."""
-    if _reads_nested_fields(plan):
+def _user_columns(df: DataFrame, scan: Plan) -> DataFrame:
+    """A scan's rows with the table's column names, as the query sees the table."""
+    return df.select(*[_c(c.name).alias(c.label) for c in scan.output])
+
+
+def _empty(spark: SparkSession, scan: Plan) -> DataFrame:
+    """No rows, the scan's columns and types: enough for Spark to analyse the query."""
+    types = {}
+    for node in scan.walk():
+        if isinstance(node, IcebergScan):
+            types.update({f.col.name: spark_type(f.type_str, node.table) for f in node.fields})
+    fields = [T.StructField(c.label, types[c.name]) for c in scan.output]
+    return spark.createDataFrame([], T.StructType(fields))
+
+
+def to_dataframe(plan: Plan, spark: SparkSession, *, analyse_only: bool = False) -> DataFrame:
+    """The query's result. `analyse_only`: over empty scans, to have Spark check the query
+    (and name its columns) without reading any file."""
+    if not isinstance(plan, SparkQuery):
+        raise UnsupportedError("internal: a plan to run must be a SparkQuery")
+    if not analyse_only and _reads_nested_fields(plan):
         # Spark 3.5's nested schema pruning rebuilds the read schema without the Parquet field
         # ids of nested fields when _metadata columns are read too; the nested key would then
         # read as NULL (and NULL keys match each other). Reading whole structs avoids that.
         spark.conf.set(NESTED_PRUNING_CONF, "false")
-    df = Compiler(spark).compile(plan)
-    return df.select(*[_c(c.name).alias(c.label) for c in plan.output])
+    if analyse_only:
+        frames = [_empty(spark, s) for s in plan.scans]
+    else:
+        compiler = Compiler(spark)
+        frames = [_user_columns(compiler.compile(s), s) for s in plan.scans]
+    return run_query(spark, plan, frames)
+
+
+def run_query(spark: SparkSession, plan: SparkQuery, frames: list[DataFrame]) -> DataFrame:
+    """`spark.sql` of the statement, each scan bound to a temporary view of its own name.
+
+    Spark analyses the statement when `spark.sql` returns (its plan then holds the views'
+    plans), so the views are dropped at once: the user's session keeps no trace of them."""
+    tag = uuid.uuid4().hex[:12]
+    names = tuple(f"mor_scan_{i + 1}_{tag}" for i in range(len(frames)))
+    text, _ = plan.text_with(names)
+    try:
+        for n, f in zip(names, frames):
+            f.createOrReplaceTempView(n)
+        return spark.sql(text)
+    except Exception as e:  # noqa: BLE001 - Spark's parse and analysis errors, as one line
+        raise query_error(e, plan, names) from e
+    finally:
+        for n in names:
+            spark.catalog.dropTempView(n)

@@ -8,18 +8,11 @@ from __future__ import annotations
 
 from physical.strategy import position_strategy
 from planner.nodes import (
-    Aggregate,
     AntiJoin,
-    Distinct,
     EqDeleteScan,
-    Filter,
     IcebergScan,
-    Join,
-    Limit,
     Plan,
-    Project,
-    SetOp,
-    Sort,
+    SparkQuery,
     Union,
     show_ids,
 )
@@ -83,38 +76,16 @@ class _Describer:
                     + ", ".join(f"[{s}]" for s in steps)
                     + " (each projected to the scan's columns)"
                 )
-            case Filter(child=c):
-                s = self.visit(c)
-                return self.emit(f"where [{s}] " + " AND ".join(x.text for x in node.conditions))
-            case Project(child=c):
-                s = self.visit(c)
-                return self.emit(f"select [{s}] " + ", ".join(c.label for c, _ in node.exprs))
-            case Aggregate(child=c):
-                s = self.visit(c)
-                g = ", ".join(e.text for _, e in node.groups)
-                a = ", ".join(e.text for _, e in node.aggs)
-                return self.emit(f"groupBy [{s}] ({g}).agg({a})" if g else f"agg [{s}] ({a})")
-            case Join(left=left, right=right):
-                a, b = self.visit(left), self.visit(right)
-                cond = node.condition.text if node.condition else "true"
-                return self.emit(f"{node.kind} join [{a}] with [{b}] on {cond}")
-            case Sort(child=c):
-                s = self.visit(c)
-                return self.emit(
-                    f"orderBy [{s}] "
-                    + ", ".join(
-                        f"{k.expr.text} {'asc' if k.ascending else 'desc'}" for k in node.keys
+            case SparkQuery(scans=scans):
+                steps = [self.visit(i) for i in scans]
+                for i, step in enumerate(steps, start=1):
+                    self.emit(
+                        f"select [{step}] the table's columns by name -> temporary view scan_{i}"
                     )
+                return self.emit(
+                    "spark.sql(the query above, over the views); the views are dropped once "
+                    "Spark has analysed it"
                 )
-            case Limit(child=c):
-                s = self.visit(c)
-                off = f" offset {node.offset}" if node.offset else ""
-                return self.emit(f"limit [{s}] {node.limit}{off}")
-            case Distinct(child=c):
-                return self.emit(f"distinct [{self.visit(c)}]")
-            case SetOp(left=left, right=right):
-                a, b = self.visit(left), self.visit(right)
-                return self.emit(f"{node.kind}{'' if node.distinct else ' all'} [{a}] [{b}]")
         return self.emit(type(node).__name__)
 
     def _scan(self, node: IcebergScan) -> int:
@@ -157,5 +128,4 @@ class _Describer:
 def describe(plan: Plan) -> str:
     d = _Describer()
     d.visit(plan)
-    d.emit("select the output columns by their user-facing names")
     return "== Physical Plan (DataFrame operations) ==\n" + "\n".join(d.lines) + "\n"

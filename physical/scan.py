@@ -64,7 +64,8 @@ def _struct_field(layout: Layout, name: str, fid: int, dtype: T.DataType) -> T.S
 
 
 def _read_schema(fields: Sequence[ReadField], where: str, layout: Layout) -> T.StructType:
-    """Top-level fields named f<id> (or mapped names); nested reads merge into their struct."""
+    """Top-level fields named f<id> (or mapped names); nested reads merge into their struct,
+    whose children carry their own names and ids, as whole struct fields do."""
     top: dict[int, T.StructField] = {}
     order: list[int] = []
     for rf in fields:
@@ -73,7 +74,7 @@ def _read_schema(fields: Sequence[ReadField], where: str, layout: Layout) -> T.S
         )
         for i in range(len(rf.path) - 1, -1, -1):
             name, fid = rf.path[i]
-            outer = _name(layout, fid) if i == 0 else (name if layout.by_name else f"f{fid}")
+            outer = _name(layout, fid) if i == 0 else name
             node = _struct_field(layout, outer, fid, T.StructType([node]))
         tid = rf.path[0][1] if rf.path else rf.field_id
         if tid in top:
@@ -85,9 +86,7 @@ def _read_schema(fields: Sequence[ReadField], where: str, layout: Layout) -> T.S
 
 
 def _leaf_name(layout: Layout, rf: ReadField) -> str:
-    if not rf.path:
-        return _name(layout, rf.field_id)
-    return rf.col.label if layout.by_name else f"f{rf.field_id}"
+    return rf.col.label if rf.path else _name(layout, rf.field_id)
 
 
 def _merge(a: T.StructField, b: T.StructField) -> T.StructField:
@@ -99,18 +98,36 @@ def _merge(a: T.StructField, b: T.StructField) -> T.StructField:
     return T.StructField(a.name, T.StructType(list(kids.values())), True, a.metadata)
 
 
-def _column(rf: ReadField, layout: Layout, where: str) -> Column:
+def _column(rf: ReadField, layout: Layout, where: str, merged: bool = False) -> Column:
+    """The column a read field becomes. `merged`: a nested key was read into this (whole)
+    struct field too, so it is shaped back to the field's own type."""
     if not rf.path:
         c = F.col(f"`{_name(layout, rf.field_id)}`")
     else:
         c = F.col(f"`{_name(layout, rf.path[0][1])}`")
-        for name, fid in rf.path[1:]:
-            c = c.getField(name if layout.by_name else f"f{fid}")
+        for name, _fid in rf.path[1:]:
+            c = c.getField(name)
         c = c.getField(_leaf_name(layout, rf))
     o = layout.override(rf.field_id)
     if o is not None and o[1]:
         c = c.cast(spark_type(rf.type_str, where))  # promoted since the file was written
+    elif merged:
+        c = _shaped(c, spark_type(rf.type_str, where))
     return c.alias(rf.col.name)
+
+
+def _shaped(c: Column, declared: T.DataType) -> Column:
+    """A struct column rebuilt with exactly the declared children (a NULL struct stays NULL)."""
+    if not isinstance(declared, T.StructType):
+        return c
+    kids = [_shaped(c.getField(f.name), f.dataType).alias(f.name) for f in declared.fields]
+    return F.when(c.isNull(), F.lit(None)).otherwise(F.struct(*kids))
+
+
+def _merged(fields: Sequence[ReadField]) -> set[int]:
+    """Field ids of whole top-level fields that a nested read of the same scan merges into."""
+    under = {f.path[0][1] for f in fields if f.path}
+    return {f.field_id for f in fields if not f.path and f.field_id in under}
 
 
 def _read(spark: SparkSession, schema: T.StructType, paths: list[str], what: str) -> DataFrame:
@@ -253,7 +270,8 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
             kind, keys = "file_path", {t.file_id: paths(t.read_path) for t in tasks}
     frames = []
     for layout, part in parts:
-        cols = [_column(f, layout, where) for f in scan.fields]
+        merged = _merged(scan.fields)
+        cols = [_column(f, layout, where, f.field_id in merged) for f in scan.fields]
         if need_pos or scan.meta:
             cols += [
                 F.col(f"_metadata.{kind}").alias(FKEY),

@@ -26,8 +26,14 @@ _PRIMITIVES: dict[str, T.DataType] = {
 }
 
 
-def spark_type(type_json: str | Any, where: str) -> T.DataType:
-    t = json.loads(type_json) if isinstance(type_json, str) else type_json
+def spark_type(type_json: str, where: str) -> T.DataType:
+    """The Spark type of an Iceberg type given as pyiceberg's JSON (`"long"`, `{"type":
+    "struct", ...}`); struct fields carry their Parquet field ids."""
+    return _convert(json.loads(type_json), where)
+
+
+def _convert(t: Any, where: str) -> T.DataType:
+    """`t`: a primitive type name, or the dict of a nested type (already parsed)."""
     if isinstance(t, str):
         if t in _PRIMITIVES:
             return _PRIMITIVES[t]
@@ -40,14 +46,14 @@ def spark_type(type_json: str | Any, where: str) -> T.DataType:
     kind = t["type"]
     if kind == "struct":
         return T.StructType(
-            [field(f["name"], f["id"], spark_type(f["type"], where)) for f in t["fields"]]
+            [field(f["name"], f["id"], _convert(f["type"], where)) for f in t["fields"]]
         )
     if kind == "list":
-        return T.ArrayType(spark_type(t["element"], where), not t.get("element-required", False))
+        return T.ArrayType(_convert(t["element"], where), not t.get("element-required", False))
     if kind == "map":
         return T.MapType(
-            spark_type(t["key"], where),
-            spark_type(t["value"], where),
+            _convert(t["key"], where),
+            _convert(t["value"], where),
             not t.get("value-required", False),
         )
     raise UnsupportedError(f"{where}: Iceberg type {kind} is not supported")

@@ -43,3 +43,8 @@ class MetadataError(MorError):
 
 class ConfigError(MorError):
     """A setting (an environment variable) has a value mor cannot use."""
+
+
+class QueryError(MorError):
+    """Spark refused the query around the scans (an unknown function or column, a type
+    mismatch): Spark's reason, at the line and column of the user's text."""

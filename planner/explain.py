@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 from planner.nodes import (
-    Aggregate,
     AntiJoin,
-    Distinct,
     EqDeleteScan,
-    Filter,
     IcebergScan,
-    Join,
-    Limit,
     Plan,
-    Project,
-    SetOp,
-    Sort,
+    SparkQuery,
     Union,
     show_ids,
 )
@@ -37,13 +30,8 @@ def _rows(node: Plan) -> int | None:
         case Union(inputs=inputs):
             vals = [_rows(i) for i in inputs]
             return None if any(v is None for v in vals) else sum(v for v in vals if v is not None)
-        case AntiJoin(left=left) | Filter(child=left) | Project(child=left) | Sort(child=left):
+        case AntiJoin(left=left):
             return _rows(left)
-        case Distinct(child=c):
-            return _rows(c)
-        case Limit(child=c, limit=n):
-            r = _rows(c)
-            return r if n is None or r is None else min(r, n)
     return None
 
 
@@ -79,33 +67,8 @@ def _label(node: Plan) -> str:
             return f"eq_set={show_ids(node.eq_set)} on=[{on}] {nulls} scope={scope} guard={guard}"
         case Union():
             return f"branches={len(node.inputs)}"
-        case Filter():
-            return " AND ".join(c.text for c in node.conditions)
-        case Project():
-            return (
-                "["
-                + ", ".join(
-                    c.show() if e.text == c.label else f"{e.text} AS {c.label}"
-                    for c, e in node.exprs
-                )
-                + "]"
-            )
-        case Aggregate():
-            g = ", ".join(e.text for _, e in node.groups)
-            a = ", ".join(e.text for _, e in node.aggs)
-            return f"group=[{g}] aggs=[{a}]"
-        case Join():
-            return node.kind + (f" on {node.condition.text}" if node.condition else "")
-        case Sort():
-            return ", ".join(
-                f"{k.expr.text} {'ASC' if k.ascending else 'DESC'}"
-                f" NULLS {'FIRST' if k.nulls_first else 'LAST'}"
-                for k in node.keys
-            )
-        case Limit():
-            return f"{node.limit}" + (f" offset {node.offset}" if node.offset else "")
-        case SetOp():
-            return f"{node.kind}{'' if node.distinct else ' all'}"
+        case SparkQuery():
+            return ", ".join(f"scan_{i + 1}={ref}" for i, ref in enumerate(node.refs)) or "no scans"
     return ""
 
 
@@ -182,9 +145,38 @@ def _pruning(scans: list[IcebergScan]) -> list[str]:
     return out
 
 
-def explain_text(optimized: Plan, trace: list[tuple[str, bool, Plan]] | None = None) -> str:
+def scan_names(query: SparkQuery) -> tuple[str, ...]:
+    """The names EXPLAIN gives the scans' views in the query text: scan_1, scan_2, ..."""
+    return tuple(f"scan_{i + 1}" for i in range(len(query.scans)))
+
+
+def query_section(optimized: Plan, output: str | None = None) -> list[str]:
+    """The statement as Spark receives it, table references replaced by the scans' views."""
+    if not isinstance(optimized, SparkQuery):
+        return []
+    text, _ = optimized.text_with(scan_names(optimized))
+    out = ["== Query (Spark SQL: Spark analyzes and optimizes it over the scans below) ==", text]
+    if output is not None:
+        out.append(f"-- output: {output}")
+    if optimized.note:
+        out.append(f"-- {optimized.note}")
+    return out + [""]
+
+
+def explain_text(
+    optimized: Plan,
+    trace: list[tuple[str, bool, Plan]] | None = None,
+    output: str | None = None,
+) -> str:
+    """`output`: the query's columns as Spark's analyzer found them, when it was asked."""
     lines, numbered = render_plan(optimized)
-    out = ["== Optimized Logical Plan ==", *lines, "", "== Scans =="]
+    out = [
+        *query_section(optimized, output),
+        "== Optimized Logical Plan ==",
+        *lines,
+        "",
+        "== Scans ==",
+    ]
     scans = []
     for n, node in numbered:
         if isinstance(node, IcebergScan):

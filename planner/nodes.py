@@ -1,8 +1,10 @@
 """Logical plan nodes: small, frozen, keyword-only values.
 
-Every node exposes `output` (the columns it produces, by internal name) and `children`.
-Internal column names are unique within one plan; the physical layer refers to columns only
-by these names. Columns the planner adds itself start with `$`.
+The root is a SparkQuery: the user's statement, which Spark plans, over one merge-on-read scan
+per table reference. Below it, every node exposes `output` (the columns it produces, by internal
+name) and `children`. Internal column names are unique within one scan's subtree (a table
+column is named as in the table); the physical layer refers to columns only by these names.
+Columns the planner adds itself start with `$`.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
+
+from sqlglot import exp
 
 from planner.errors import MorError
 
@@ -52,16 +56,37 @@ class Pred:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Expr:
-    """A bound scalar expression: Spark SQL text over internal column names."""
+    """A bound predicate over a scan's columns: a sqlglot tree nobody mutates (`.copy()` before a
+    transform). Columns are named by the scan's internal column names; `text` is how EXPLAIN
+    prints it, with the names the user wrote."""
 
-    sql: str
-    text: str  # as EXPLAIN prints it, with the user's names
+    tree: exp.Expression
+    text: str
     refs: frozenset[str]
     pred: Pred | None = None
 
-    def __post_init__(self) -> None:
-        if not self.sql:
-            raise ValueError("an expression needs SQL text")
+    @property
+    def sql(self) -> str:
+        """Spark SQL text, every identifier quoted (internal names may hold any character)."""
+        return self.tree.sql(dialect="spark", identify=True)
+
+    def renamed(self, names: dict[str, str]) -> Expr:
+        """The same predicate over other column names (`names`: old -> new)."""
+
+        def rename(node: exp.Expression) -> exp.Expression:
+            if isinstance(node, exp.Column) and node.name in names:
+                return exp.column(exp.to_identifier(names[node.name], quoted=True))
+            return node
+
+        pred = self.pred
+        if pred is not None and pred.column in names:
+            pred = replace(pred, column=names[pred.column])
+        return replace(
+            self,
+            tree=self.tree.copy().transform(rename),
+            refs=frozenset(names.get(r, r) for r in self.refs),
+            pred=pred,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -322,125 +347,86 @@ class Union(Plan):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Filter(Plan):
-    """Rows of `child` for which every one of `conditions` is true."""
+class TextEdit:
+    """One change to the statement's text: [start, end) replaced by the view name of scan
+    `scan`, or by `text` when `scan` is None (an alias Spark would otherwise not know)."""
 
-    _kids: ClassVar[tuple[str, ...]] = ("child",)
-    child: Plan
-    conditions: tuple[Expr, ...]
+    start: int
+    end: int
+    scan: int | None = None
+    text: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SparkQuery(Plan):
+    """The user's statement as Spark SQL runs it: its own text, with each Iceberg table
+    reference replaced by a view of one merge-on-read scan (`scans`, in the order of the text).
+    Everything around the scans is Spark's to analyze and optimize; mor changes nothing else.
+    """
+
+    statement: str  # the statement as the user wrote it
+    offset: int  # where it starts in the user's input (errors give line and column there)
+    source: str  # the user's whole input
+    edits: tuple[TextEdit, ...]
+    scans: tuple[Plan, ...]
+    refs: tuple[str, ...]  # each scan's table reference as written, for errors and EXPLAIN
+    note: str = ""  # why no filter reached the scans, when the query could not be analysed
+    columns: tuple[tuple[str, ...], ...] = ()  # every column of each scan's table, for errors
 
     def __post_init__(self) -> None:
-        if not self.conditions:
-            raise MorError("internal: a Filter needs at least one condition")
+        if len(self.refs) != len(self.scans):
+            raise MorError("internal: a SparkQuery needs one reference text per scan")
+        last = 0
+        for e in self.edits:
+            if e.start < last or e.end < e.start:
+                raise MorError("internal: SparkQuery edits overlap or are out of order")
+            last = e.end
+
+    @property
+    def children(self) -> tuple[Plan, ...]:
+        return self.scans
+
+    def with_children(self, new: tuple[Plan, ...]) -> Plan:
+        if all(a is b for a, b in zip(self.scans, new)):
+            return self
+        return replace(self, scans=tuple(new))
 
     @property
     def output(self) -> tuple[Col, ...]:
-        return self.child.output
+        return ()  # Spark's analyzer decides the query's columns
+
+    def text_with(self, names: tuple[str, ...]) -> tuple[str, list[tuple[int, int, bool]]]:
+        """The statement with scan i read from view names[i], and where each piece of it came
+        from: (offset in the new text, offset in the statement, whether it is an edit)."""
+        out: list[str] = []
+        marks: list[tuple[int, int, bool]] = []
+        pos = new = 0
+        for e in self.edits:
+            for piece, old, edited in (
+                (self.statement[pos : e.start], pos, False),
+                (names[e.scan] if e.scan is not None else e.text, e.start, True),
+            ):
+                marks.append((new, old, edited))
+                out.append(piece)
+                new += len(piece)
+            pos = e.end
+        marks.append((new, pos, False))
+        out.append(self.statement[pos:])
+        return "".join(out), marks
+
+    def position(self, names: tuple[str, ...], line: int, col: int) -> tuple[int, int]:
+        """(line, column), both 1-based, in the user's input, of a 1-based line and 0-based
+        column of the text handed to Spark (as Spark's errors give them)."""
+        text, marks = self.text_with(names)
+        lines = text.split("\n")
+        at = sum(len(x) + 1 for x in lines[: max(line - 1, 0)]) + col
+        new, old, edited = [m for m in marks if m[0] <= at][-1]
+        # a place inside a replaced name is the start of what the user wrote there
+        where = old if edited else old + (at - new)
+        return line_col(self.source, self.offset + min(where, len(self.statement)))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Project(Plan):
-    _kids: ClassVar[tuple[str, ...]] = ("child",)
-    child: Plan
-    exprs: tuple[tuple[Col, Expr], ...]
-
-    @property
-    def output(self) -> tuple[Col, ...]:
-        return tuple(c for c, _ in self.exprs)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Aggregate(Plan):
-    _kids: ClassVar[tuple[str, ...]] = ("child",)
-    child: Plan
-    groups: tuple[tuple[Col, Expr], ...]
-    aggs: tuple[tuple[Col, Expr], ...]
-
-    @property
-    def output(self) -> tuple[Col, ...]:
-        return tuple(c for c, _ in self.groups) + tuple(c for c, _ in self.aggs)
-
-
-JOIN_KINDS = ("inner", "left", "right", "full", "cross", "left_semi", "left_anti")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Join(Plan):
-    _kids: ClassVar[tuple[str, ...]] = ("left", "right")
-    left: Plan
-    right: Plan
-    kind: str
-    condition: Expr | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in JOIN_KINDS:
-            raise MorError(f"internal: unknown join kind {self.kind}")
-
-    @property
-    def output(self) -> tuple[Col, ...]:
-        if self.kind in ("left_semi", "left_anti"):
-            return self.left.output
-        return self.left.output + self.right.output
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SortKey:
-    expr: Expr
-    ascending: bool = True
-    nulls_first: bool = True
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Sort(Plan):
-    _kids: ClassVar[tuple[str, ...]] = ("child",)
-    child: Plan
-    keys: tuple[SortKey, ...]
-
-    @property
-    def output(self) -> tuple[Col, ...]:
-        return self.child.output
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Limit(Plan):
-    _kids: ClassVar[tuple[str, ...]] = ("child",)
-    child: Plan
-    limit: int | None
-    offset: int = 0
-
-    @property
-    def output(self) -> tuple[Col, ...]:
-        return self.child.output
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Distinct(Plan):
-    _kids: ClassVar[tuple[str, ...]] = ("child",)
-    child: Plan
-
-    @property
-    def output(self) -> tuple[Col, ...]:
-        return self.child.output
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SetOp(Plan):
-    """UNION / INTERSECT / EXCEPT by position; output named after the left side."""
-
-    _kids: ClassVar[tuple[str, ...]] = ("left", "right")
-
-    left: Plan
-    right: Plan
-    kind: str  # union, intersect, except
-    distinct: bool
-
-    def __post_init__(self) -> None:
-        if len(self.left.output) != len(self.right.output):
-            raise MorError(
-                f"{self.kind.upper()} needs the same number of columns on both sides "
-                f"({len(self.left.output)} vs {len(self.right.output)})"
-            )
-
-    @property
-    def output(self) -> tuple[Col, ...]:
-        return self.left.output
+def line_col(text: str, offset: int) -> tuple[int, int]:
+    """1-based line and column of a character offset."""
+    before = text[:offset]
+    return before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1

@@ -5,7 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyiceberg.schema import Schema
-from pyiceberg.types import IcebergType, NestedField, StructType
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FixedType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestampType,
+    TimestamptzType,
+)
 
 from planner.errors import MetadataError
 from planner.sources import TableSource
@@ -61,3 +79,36 @@ def _find(
             if hit is not None:
                 return hit
     return None
+
+
+_SQL_TYPES: dict[type, str] = {
+    BooleanType: "boolean",
+    IntegerType: "int",
+    LongType: "bigint",
+    FloatType: "float",
+    DoubleType: "double",
+    DateType: "date",
+    TimestampType: "timestamp_ntz",
+    TimestamptzType: "timestamp",
+    StringType: "string",
+    BinaryType: "binary",
+    FixedType: "binary",
+}
+
+
+def spark_sql_type(t: IcebergType) -> str:
+    """The Spark SQL type name of an Iceberg type, for sqlglot's view of the table (names and
+    nesting matter there, not exactness: an unknown type reads as string)."""
+    if isinstance(t, StructType):
+        return (
+            "struct<"
+            + ",".join(f"`{f.name}`:{spark_sql_type(f.field_type)}" for f in t.fields)
+            + ">"
+        )
+    if isinstance(t, ListType):
+        return f"array<{spark_sql_type(t.element_type)}>"
+    if isinstance(t, MapType):
+        return f"map<{spark_sql_type(t.key_type)},{spark_sql_type(t.value_type)}>"
+    if isinstance(t, DecimalType):
+        return f"decimal({t.precision},{t.scale})"
+    return _SQL_TYPES.get(type(t), "string")

@@ -1,9 +1,9 @@
 """Rewrite rules over logical plans: pure functions, no I/O, no pyspark.
 
-Two ordered lists, because equality-delete routing needs to know the files of each scan and
-scan planning (reading manifests) is I/O done by the planner between them:
+The query around the scans is Spark's to optimize; mor's rules rewrite the scans. They run after
+scan planning (I/O done by the planner), because equality-delete routing needs each scan's files:
 
-    LOGICAL_RULES  ->  planner.planning.attach_files  ->  MOR_RULES
+    planner.sql.bind  ->  planner.planning.attach_files  ->  MOR_RULES
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.nodes import Plan
-from rules.prune_columns import prune_columns
-from rules.push_filters_into_scans import push_filters_into_scans
 from rules.split_equality_deletes import split_equality_deletes
 
 
@@ -23,10 +21,6 @@ class RuleContext:
 
 
 Rule = Callable[[Plan, RuleContext], Plan]
-
-# push_filters_into_scans runs before prune_columns: pruning must keep the columns the pushed
-# filters read. Both run before scan planning so that pruning by metadata sees the filters.
-LOGICAL_RULES: tuple[Rule, ...] = (push_filters_into_scans, prune_columns)
 
 # split_equality_deletes needs each scan's files (attached by scan planning); it adds the
 # equality columns itself, so column pruning must not run after it.

@@ -191,7 +191,7 @@ def _key_filters(scan: IcebergScan, names: dict[int, str]) -> tuple[Expr, ...]:
 
     Exact: a delete matches a data row only when their keys are equal (NULLs equal), so a delete
     whose key fails a filter could only match rows the filter removes. Only simple predicates
-    (column op literal: deterministic) whose SQL names the column once are moved."""
+    (column op literal: deterministic) are moved."""
     by_name = {f.col.name: f.field_id for f in scan.fields if not f.path}
     out = []
     for e in scan.pushed:
@@ -199,9 +199,6 @@ def _key_filters(scan: IcebergScan, names: dict[int, str]) -> tuple[Expr, ...]:
             continue
         (ref,) = e.refs
         fid = by_name.get(ref)
-        token = f"`{ref}`"
-        if fid not in names or e.sql.count(token) != 1:
-            continue
-        target = names[fid]
-        out.append(replace(e, sql=e.sql.replace(token, f"`{target}`"), refs=frozenset({target})))
+        if fid in names:
+            out.append(e.renamed({ref: names[fid]}))
     return tuple(out)

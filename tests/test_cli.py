@@ -50,7 +50,17 @@ def _one_line_error(code: int, want_code: int, out: str, err: str, *needles: str
 BAD_QUERIES = [
     ("SELECT order_id,\nFROM WHERE", 1, ["line 2, column 6"]),
     ("SELECT * FROM demo.nope", 1, ["demo.nope", "not found"]),
-    ("SELECT amountt FROM demo.orders", 1, ["'amountt'", "order_id, region, customer, amount"]),
+    (
+        "SELECT amountt FROM demo.orders",
+        1,
+        ["`amountt`", "line 1, column 8", "columns of demo.orders: order_id, region, customer"],
+    ),
+    ("SELECT foo(amount) FROM demo.orders", 1, ["`foo`", "line 1, column 8"]),
+    (
+        "SELECT order_id\nFROM demo.orders WHERE array(1) = amount",
+        1,
+        ["DATATYPE_MISMATCH", "line 2, column 24"],
+    ),
     ("DELETE FROM demo.orders WHERE order_id = 1", 1, ["DELETE", "only reads"]),
     ("INSERT INTO demo.orders VALUES (1, 'EU', 'x', 2)", 1, ["INSERT", "only reads"]),
     ("DROP TABLE demo.orders", 1, ["DROP", "only reads"]),
@@ -127,7 +137,7 @@ def test_broken_data_and_delete_files(
     # and a good statement before a bad one prints nothing at all
     sql = "SELECT count(*) FROM demo.orders; SELECT nope FROM demo.orders"
     code, out, err = _run(capsys, "run", "-e", sql, "--warehouse", str(wh))
-    _one_line_error(code, 1, out, err, "'nope'")
+    _one_line_error(code, 1, out, err, "`nope`", "line 1, column 42")
 
 
 def test_unsupported_file_format_is_refused(

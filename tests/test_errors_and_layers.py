@@ -9,7 +9,7 @@ import pytest
 
 from mor import explain
 from mor.cli import main
-from planner.errors import ColumnNotFoundError, NotAQueryError, SqlSyntaxError, TableNotFoundError
+from planner.errors import NotAQueryError, QueryError, SqlSyntaxError, TableNotFoundError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,8 +30,11 @@ def test_unknown_table_and_column(catalog: object, tmp_path: Path) -> None:
     from tests_support import small_table
 
     small_table(catalog)
-    with pytest.raises(ColumnNotFoundError, match=r"unknown column 'zz'.*columns of s.t: id, p, v"):
-        explain("SELECT zz FROM s.t", catalog=catalog)
+    # Spark's analyser finds it, before any job runs: explain reports it too
+    with pytest.raises(QueryError, match=r"`zz`.*\(line 2, column 3\).*columns of s.t: id, p, v"):
+        explain("SELECT id,\n  zz FROM s.t", catalog=catalog)
+    with pytest.raises(TableNotFoundError, match=r"nope.t .*\(line 1, column 24\)"):
+        explain("SELECT * FROM s.t JOIN nope.t", catalog=catalog)
 
 
 def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

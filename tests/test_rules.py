@@ -5,10 +5,10 @@ from __future__ import annotations
 from helpers import data_file, eq_delete, scan
 
 from planner.explain import render_plan
-from planner.nodes import AntiJoin, Expr, Filter, IcebergScan, Join, Pred, Project, Union
+import sqlglot
+
+from planner.nodes import AntiJoin, Expr, IcebergScan, Pred, Union
 from rules import RuleContext, optimize
-from rules.prune_columns import prune_columns
-from rules.push_filters_into_scans import push_filters_into_scans
 from rules.split_equality_deletes import split_equality_deletes
 
 CTX = RuleContext()
@@ -64,66 +64,25 @@ def test_split_equality_deletes_global_scope_is_printed() -> None:
     assert "scope=global" in _text(split_equality_deletes(s, CTX))
 
 
-def _cond(col: str, text: str) -> Expr:
+def _cond(col: str, text: str, sql: str | None = None, pred: bool = True) -> Expr:
+    tree = sqlglot.parse_one(sql or f"`{col}` > 1", read="spark")
     return Expr(
-        sql=f"`{col}` > 1",
+        tree=tree,
         text=text,
         refs=frozenset({col}),
-        pred=Pred(column=col, op=">", values=(1,)),
+        pred=Pred(column=col, op=">", values=(1,)) if pred else None,
     )
-
-
-def test_push_filters_into_scans_reaches_scan_through_join_and_keeps_filter() -> None:
-    left, right = scan(planned=False), scan(planned=False, fields=(1,))
-    join = Join(
-        left=left,
-        right=right,
-        kind="inner",
-        condition=Expr(
-            sql="`c_amount` = `c_id`", text="amount = id", refs=frozenset({"c_amount", "c_id"})
-        ),
-    )
-    plan = Filter(child=join, conditions=(_cond("c_amount", "amount > 1"),))
-    out = push_filters_into_scans(plan, CTX)
-    assert isinstance(out, Filter)  # the filter stays: pushing only narrows what is read
-    assert [e.text for e in out.child.left.pushed] == ["amount > 1"]
-    assert out.child.right.pushed == ()
-
-
-def test_push_filters_into_scans_respects_outer_joins_and_noop() -> None:
-    left, right = scan(planned=False), scan(planned=False, fields=(1,))
-    plan = Filter(
-        child=Join(left=left, right=right, kind="left"), conditions=(_cond("c_id", "id > 1"),)
-    )
-    # a condition on the null-extended side of a left join must not be pushed into it
-    assert push_filters_into_scans(plan, CTX) is plan
-    bare = scan(planned=False)
-    assert push_filters_into_scans(bare, CTX) is bare
-
-
-def test_prune_columns_drops_unread_fields_and_noop() -> None:
-    s = scan(planned=False, fields=(1, 2, 3))
-    plan = Project(
-        child=s,
-        exprs=(
-            (s.fields[1].col, Expr(sql="`c_region`", text="region", refs=frozenset({"c_region"}))),
-        ),
-    )
-    out = prune_columns(plan, CTX)
-    assert [f.field_id for f in out.child.fields] == [2]
-    assert prune_columns(out, CTX) is out
 
 
 def test_optimize_records_which_rules_fired() -> None:
-    s = scan(planned=False, fields=(1, 2, 3))
-    plan = Project(
-        child=s, exprs=((s.fields[0].col, Expr(sql="`c_id`", text="id", refs=frozenset({"c_id"}))),)
-    )
-    _, trace = optimize(plan, (push_filters_into_scans, prune_columns))
-    assert [(t.rule, t.changed) for t in trace] == [
-        ("push_filters_into_scans", False),
-        ("prune_columns", True),
-    ]
+    s1 = frozenset({1})
+    plain = scan(data=(data_file(0),))
+    _, trace = optimize(plain, (split_equality_deletes,))
+    assert [(t.rule, t.changed) for t in trace] == [("split_equality_deletes", False)]
+    split = scan(data=(data_file(0, eq=(s1,)),), deletes=(eq_delete(10, ids={1}),))
+    out, trace = optimize(split, (split_equality_deletes,))
+    assert [(t.rule, t.changed) for t in trace] == [("split_equality_deletes", True)]
+    assert trace[0].plan is out
 
 
 def test_split_equality_deletes_keeps_only_the_guards_it_cannot_prove() -> None:
@@ -158,8 +117,8 @@ def test_split_equality_deletes_moves_key_filters_to_the_delete_scan() -> None:
     s1 = frozenset({1})
     base = scan(data=(data_file(0, eq=(s1,)),), deletes=(eq_delete(10, ids={1}),), fields=(1, 2, 3))
     on_key = _cond("c_id", "id > 1")
-    on_other = _cond("c_amount", "amount > 1")
-    opaque = replace(_cond("c_id", "id % 2 = 0"), sql="`c_id` % 2 = 0", pred=None)
+    on_other = _cond("c_amount", "amount > 1", "`c_amount` > 1")
+    opaque = _cond("c_id", "id % 2 = 0", "`c_id` % 2 = 0", pred=False)
     out = split_equality_deletes(replace(base, pushed=(on_key, on_other, opaque)), CTX)
     (ds,) = [n for n in out.walk() if isinstance(n, EqDeleteScan)]
     assert [(e.sql, e.text, e.refs) for e in ds.pushed] == [

@@ -1,0 +1,382 @@
+"""What each table reference of a query needs: the columns it must expose, and the filters that
+may prune its files. Spark plans the query itself; this only narrows what the scans read.
+
+Columns: a table column is read when its name appears anywhere in the statement (as any
+identifier), or every column when the statement expands a star, pivots or joins naturally. An
+over-approximation on purpose: a column left out would make Spark's analysis fail, one read too
+many costs only bytes, and Spark prunes it again.
+
+Filters: sqlglot qualifies the statement (each column names its source), then every SELECT
+scope, from the outermost inwards, hands its WHERE and join conditions to its sources. A
+conjunct reaches a table only where it cannot remove a row that reaches the output:
+- WHERE conjuncts go to a source only when no outer join makes that source null-supplying (a
+  WHERE that tests for NULL there must see the NULL-extended rows);
+- an ON conjunct goes only to the non-preserved side of its join (both sides of an inner join);
+- a conjunct reaches a derived table or CTE only when that SELECT has no LIMIT/OFFSET, window,
+  aggregate, QUALIFY or generator (each of those changes with its input rows), and the output
+  column it tests is a plain column; a CTE read twice gets only the conjuncts all readers share;
+- never a table that is sampled (TABLESAMPLE) or pivoted;
+- only simple deterministic predicates (column op literal, IN list, IS [NOT] NULL, BETWEEN) whose
+  literal Spark and Iceberg compare alike (`to_pred`); anything else stays Spark's alone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlglot import exp
+from sqlglot.optimizer.qualify import qualify
+from sqlglot.optimizer.scope import Scope, traverse_scope
+
+from planner.nodes import Pred
+
+DIALECT = "spark"
+_BLOCKERS = (exp.AggFunc, exp.Window, exp.Explode, exp.Posexplode, exp.Inline)
+
+
+@dataclass
+class Analysis:
+    """Per table reference (in the order given): the column names it needs (None: all of
+    them) and the conjuncts, over its own column names, that may prune it."""
+
+    columns: list[set[str] | None]
+    filters: list[list[exp.Expression]]
+    note: str = ""  # why no filter could be placed, when qualification failed
+
+
+def needed_columns(tree: exp.Expression) -> set[str] | None:
+    """Lower-case names of every identifier in the statement; None when all columns are needed."""
+    for star in tree.find_all(exp.Star):
+        if not isinstance(star.parent, exp.Count):
+            return None  # SELECT *, t.*, struct(*): every column (count(*) reads none)
+    if any(True for _ in tree.find_all(exp.Pivot)):
+        return None  # PIVOT groups by every column it does not name
+    for j in tree.find_all(exp.Join):
+        if str(j.args.get("method") or "").upper() == "NATURAL":
+            return None  # joins on every column the two sides share
+    return {i.name.lower() for i in tree.find_all(exp.Identifier)}
+
+
+def analyze(
+    tree: exp.Expression, tables: list[exp.Table], schemas: list[dict[str, str]]
+) -> Analysis:
+    """`tables`: the Iceberg table references of `tree`; `schemas`: each one's column names
+    (lower case) and Spark types."""
+    cols = needed_columns(tree)
+    out = Analysis(columns=[cols for _ in tables], filters=[[] for _ in tables])
+    if not tables:
+        return out
+    copy = tree.copy()
+    originals = list(tree.find_all(exp.Table))
+    copies = list(copy.find_all(exp.Table))
+    names: dict[str, int] = {}
+    blocked: set[int] = set()
+    schema: dict[str, dict[str, str]] = {}
+    for i, t in enumerate(tables):
+        node = copies[next(k for k, o in enumerate(originals) if o is t)]
+        synthetic = f"__mor_t{i}"
+        names[synthetic] = i
+        if node.args.get("sample") is not None or node.args.get("pivots"):
+            blocked.add(i)  # filtering below a sample or a pivot changes what they see
+        alias = node.alias or (node.name if isinstance(node.this, exp.Identifier) else synthetic)
+        node.set("this", exp.to_identifier(synthetic))
+        for arg in ("db", "catalog", "version"):
+            node.set(arg, None)
+        if not node.alias:
+            node.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+        schema[synthetic] = schemas[i]
+    try:
+        qualified = qualify(
+            copy,
+            schema=schema,
+            dialect=DIALECT,
+            validate_qualify_columns=False,
+            quote_identifiers=False,
+            identify=False,
+        )
+        scopes = list(traverse_scope(qualified))
+    except Exception as e:  # noqa: BLE001 - pruning is an optimisation: Spark still runs it
+        out.note = f"no filter pushed: {str(e).splitlines()[0][:120] if str(e) else type(e)}"
+        return out
+    _Pusher(names, blocked, out).run(scopes)
+    return out
+
+
+@dataclass
+class _Pusher:
+    names: dict[str, int]
+    blocked: set[int]
+    out: Analysis
+    # per derived-table / CTE scope: one list of conjuncts per reader
+    incoming: dict[int, list[list[exp.Expression]]] = field(default_factory=dict)
+    readers: dict[int, int] = field(default_factory=dict)
+
+    def run(self, scopes: list[Scope]) -> None:
+        for s in scopes:  # count the readers of each scope first
+            for child in _sources(s).values():
+                if isinstance(child, Scope):
+                    self.readers[id(child)] = self.readers.get(id(child), 0) + 1
+        for s in reversed(scopes):  # outermost first: readers before what they read
+            if isinstance(s.expression, exp.Select):
+                self._select(s)
+
+    def _from_above(self, scope: Scope) -> list[exp.Expression]:
+        lists = self.incoming.get(id(scope), [])
+        if not lists or len(lists) != self.readers.get(id(scope), 0):
+            return []
+        common = [c for c in lists[0] if all(any(c == d for d in other) for other in lists[1:])]
+        return _through_select(scope.expression, common)
+
+    def _select(self, scope: Scope) -> None:
+        sel = scope.expression
+        sources = _sources(scope)
+        null_side, on_pushed = _joins(sel, sources)
+        where = sel.args.get("where")
+        conjuncts = _conjuncts(where.this) if where is not None else []
+        conjuncts += self._from_above(scope)
+        routed: dict[str, list[exp.Expression]] = {a: [] for a in sources}
+        for c in conjuncts:
+            alias = _single_source(c, sources)
+            if alias is not None and alias not in null_side:
+                routed[alias].append(c)
+        for alias, c in on_pushed:
+            routed[alias].append(c)
+        for alias, cs in routed.items():
+            target = sources[alias]
+            if isinstance(target, Scope):
+                lst = [_unqualified(c) for c in cs]
+                self.incoming.setdefault(id(target), []).append(lst)
+            elif isinstance(target, exp.Table) and target.name in self.names:
+                i = self.names[target.name]
+                if i not in self.blocked:
+                    self.out.filters[i].extend(_unqualified(c) for c in cs)
+
+
+def _sources(scope: Scope) -> dict[str, Any]:
+    """alias -> Table or Scope, for what this SELECT's FROM and JOINs read (semi and anti
+    joined sources included: their ON conditions may prune them)."""
+    sel = scope.expression
+    if not isinstance(sel, exp.Select):
+        return {}
+    from_ = sel.args.get("from_") or sel.args.get("from")
+    nodes = ([from_.this] if from_ is not None else []) + [
+        j.this for j in sel.args.get("joins") or []
+    ]
+    out = {}
+    for n in nodes:
+        alias = n.alias_or_name
+        if alias in scope.sources:
+            out[alias] = scope.sources[alias]
+    return out
+
+
+def _joins(
+    sel: exp.Select, sources: dict[str, Any]
+) -> tuple[set[str], list[tuple[str, exp.Expression]]]:
+    """Sources an outer join makes null-supplying, and the ON conjuncts that may go to one
+    source: (alias, conjunct)."""
+    from_ = sel.args.get("from_") or sel.args.get("from")
+    seen = {from_.this.alias_or_name} if from_ is not None else set()
+    null_side: set[str] = set()
+    pushed: list[tuple[str, exp.Expression]] = []
+    for j in sel.args.get("joins") or []:
+        right = j.this.alias_or_name
+        side = (j.side or "").upper()
+        kind = (j.kind or "").upper()
+        on = j.args.get("on")
+        for c in _conjuncts(on) if on is not None else []:
+            alias = _single_source(c, sources)
+            if alias is None:
+                continue
+            if alias == right and side not in ("RIGHT", "FULL"):
+                # right rows failing an ON conjunct never match, and only matches of a
+                # non-preserved side reach the output (inner, left outer, semi, anti)
+                pushed.append((alias, c))
+            elif alias in seen and side in ("", "RIGHT") and kind not in ("SEMI", "ANTI"):
+                # an inner or right join drops left rows failing it too, unless an earlier
+                # outer join NULL-extended that source (the conjunct then sees the NULLs)
+                if alias not in null_side:
+                    pushed.append((alias, c))
+        if side == "LEFT" and kind not in ("SEMI", "ANTI"):
+            null_side.add(right)
+        elif side == "RIGHT":
+            null_side |= seen
+        elif side == "FULL":
+            null_side |= seen | {right}
+        if kind in ("SEMI", "ANTI"):
+            null_side.add(right)  # its columns are gone after the join: WHERE cannot use them
+        seen.add(right)
+    return null_side, pushed
+
+
+def _through_select(sel: exp.Select, conjuncts: list[exp.Expression]) -> list[exp.Expression]:
+    """Conjuncts over this SELECT's output names, rewritten over its sources' columns; none
+    when the SELECT's output depends on which rows its input has beyond one row at a time."""
+    if not conjuncts:
+        return []
+    for arg in ("limit", "offset", "group", "having", "qualify", "laterals"):
+        if sel.args.get(arg):
+            return []
+    if any(e.find(*_BLOCKERS) or _nondeterministic(e) for e in sel.expressions):
+        return []
+    outputs: dict[str, list[exp.Expression]] = {}
+    for e in sel.expressions:
+        outputs.setdefault(e.alias_or_name.lower(), []).append(e.unalias())
+    out = []
+    for c in conjuncts:
+        ok = True
+
+        def swap(node: exp.Expression) -> exp.Expression:
+            nonlocal ok
+            if isinstance(node, exp.Column):
+                hits = outputs.get(node.name.lower(), [])
+                if len(hits) != 1 or not isinstance(hits[0], exp.Column):
+                    ok = False
+                    return node
+                return hits[0].copy()
+            return node
+
+        new = c.copy().transform(swap)
+        if ok:
+            out.append(new)
+    return out
+
+
+_NONDETERMINISTIC = {
+    "rand",
+    "randn",
+    "random",
+    "uuid",
+    "shuffle",
+    "monotonically_increasing_id",
+    "spark_partition_id",
+    "input_file_name",
+    "input_file_block_start",
+    "input_file_block_length",
+}
+
+
+def _nondeterministic(e: exp.Expression) -> bool:
+    """A projection whose values depend on which rows come before (Spark does not push a
+    filter through it either)."""
+    for f in e.find_all(exp.Func):
+        name = f.name if isinstance(f, exp.Anonymous) else f.sql_name()
+        if name.lower() in _NONDETERMINISTIC:
+            return True
+    return False
+
+
+def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
+    if isinstance(e, exp.Paren):
+        return _conjuncts(e.this)
+    if isinstance(e, exp.And):
+        return _conjuncts(e.this) + _conjuncts(e.expression)
+    if isinstance(e, exp.Between):
+        # x BETWEEN a AND b is x >= a AND x <= b: two conjuncts that can each prune files
+        return [
+            exp.GTE(this=e.this.copy(), expression=e.args["low"].copy()),
+            exp.LTE(this=e.this.copy(), expression=e.args["high"].copy()),
+        ]
+    return [e]
+
+
+def _single_source(c: exp.Expression, sources: dict[str, Any]) -> str | None:
+    """The one source of this scope a simple conjunct reads, if it reads exactly one."""
+    if c.find(exp.Subquery, exp.Exists, exp.Query) is not None:
+        return None
+    tables = {col.table for col in c.find_all(exp.Column)}
+    if len(tables) != 1:
+        return None
+    (t,) = tables
+    return t if t in sources else None
+
+
+def _unqualified(c: exp.Expression) -> exp.Expression:
+    def strip(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column):
+            return exp.column(exp.to_identifier(node.name))
+        return node
+
+    return c.copy().transform(strip)
+
+
+# ---- simple predicates, for pruning by metadata ---------------------------------------------
+
+_OPS = {exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
+_NO = object()
+_INTS = {"int", "long"}
+_FLOATS = {"float", "double"}
+
+
+def to_pred(e: exp.Expression, types: dict[str, str]) -> Pred | None:
+    """`column op literal` (and IN, IS [NOT] NULL) over a column of `types` (lower-case name ->
+    Iceberg type), when the literal compares the same way in Spark and in Iceberg's metrics."""
+    if type(e) in _OPS:
+        left, right, op = e.this, e.expression, _OPS[type(e)]
+        if isinstance(right, exp.Column) and not isinstance(left, exp.Column):
+            left, right, op = right, left, _FLIP[op]
+        if not isinstance(left, exp.Column):
+            return None
+        name = left.name.lower()
+        value = literal_for(right, types.get(name))
+        return None if value is _NO else Pred(column=name, op=op, values=(value,))
+    if isinstance(e, exp.In) and isinstance(e.this, exp.Column) and not e.args.get("query"):
+        name = e.this.name.lower()
+        vals = [literal_for(v, types.get(name)) for v in e.expressions]
+        if not vals or any(v is _NO for v in vals):
+            return None
+        return Pred(column=name, op="in", values=tuple(vals))
+    if (
+        isinstance(e, exp.Is)
+        and isinstance(e.this, exp.Column)
+        and isinstance(e.expression, exp.Null)
+    ):
+        return Pred(column=e.this.name.lower(), op="isnull")
+    if (
+        isinstance(e, exp.Not)
+        and isinstance(e.this, exp.Is)
+        and isinstance(e.this.this, exp.Column)
+        and isinstance(e.this.expression, exp.Null)
+    ):
+        return Pred(column=e.this.this.name.lower(), op="notnull")
+    return None
+
+
+def literal_for(e: exp.Expression, iceberg_type: str | None) -> Any:
+    """The Python value of a literal, only where Spark and Iceberg compare it the same way."""
+    if iceberg_type is None:
+        return _NO
+    if isinstance(e, exp.Neg) and isinstance(e.this, exp.Literal) and not e.this.is_string:
+        v = literal_for(e.this, iceberg_type)
+        return _NO if v is _NO else -v
+    if isinstance(e, (exp.Cast, exp.TryCast)) and iceberg_type == "date":
+        # DATE '1994-01-01' and CAST('1994-01-01' AS DATE), as TPC-H writes dates
+        if e.to.this == exp.DataType.Type.DATE and isinstance(e.this, exp.Literal):
+            return _date(e.this)
+        return _NO
+    if not isinstance(e, exp.Literal):
+        if isinstance(e, exp.Boolean) and iceberg_type == "boolean":
+            return bool(e.this)
+        return _NO
+    if e.is_string:
+        if iceberg_type == "string":
+            return e.this
+        if iceberg_type == "date":
+            return _date(e)
+        return _NO
+    text = e.this
+    if iceberg_type in _INTS and re.fullmatch(r"\d+", text):
+        return int(text)
+    if iceberg_type in _FLOATS and re.fullmatch(r"\d+(\.\d*)?([eE][-+]?\d+)?", text):
+        return float(text)
+    return _NO
+
+
+def _date(lit: exp.Literal) -> Any:
+    if lit.is_string and re.fullmatch(r"\d{4}-\d{2}-\d{2}", lit.this):
+        return dt.date.fromisoformat(lit.this).isoformat()
+    return _NO

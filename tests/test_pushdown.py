@@ -1,0 +1,162 @@
+"""Which filters reach which table reference, and which columns each reads (planner/pushdown.py).
+
+No Spark: the analysis is pure. A filter may reach a table only where it cannot remove a row that
+reaches the output; each trap the SQL issue lists has a case here (outer joins, LIMIT, windows,
+aggregates, samples, non-deterministic projections, a CTE read twice). That the filters found
+here prune files, and that results equal Spark SQL's, is checked in test_sql_shapes.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import sqlglot
+
+from planner.pushdown import analyze, needed_columns, to_pred
+from planner.sql import iceberg_tables
+
+SCHEMA = {"id": "bigint", "v": "bigint", "p": "string", "d": "date"}
+
+
+def filters(sql: str) -> list[list[str]]:
+    """Per table reference, in the order of the text: the conjuncts that reach it."""
+    tree = sqlglot.parse_one(sql, read="spark")
+    tables = sorted(iceberg_tables(tree), key=lambda t: t.parts[0].meta["start"])
+    result = analyze(tree, tables, [SCHEMA] * len(tables))
+    assert result.note == "", result.note
+    return [[c.sql("spark") for c in f] for f in result.filters]
+
+
+@pytest.mark.parametrize(
+    "sql,want",
+    [
+        ("SELECT * FROM a.t WHERE id = 5 AND v > 1", [["id = 5", "v > 1"]]),
+        ("SELECT * FROM a.t WHERE id BETWEEN 1 AND 3", [["id >= 1", "id <= 3"]]),
+        # through a CTE, a derived table (renamed column) and into a subquery's own WHERE
+        ("WITH c AS (SELECT * FROM a.t) SELECT * FROM c WHERE id = 5", [["id = 5"]]),
+        ("SELECT * FROM (SELECT id AS k, v FROM a.t) x WHERE x.k = 5", [["id = 5"]]),
+        (
+            "WITH c AS (SELECT * FROM a.t), d AS (SELECT id FROM c) SELECT * FROM d WHERE id = 2",
+            [["id = 2"]],
+        ),
+        (
+            "SELECT * FROM a.u WHERE v IN (SELECT v FROM a.t WHERE id = 3)",
+            [[], ["id = 3"]],
+        ),
+        (
+            "SELECT * FROM a.u u WHERE EXISTS (SELECT 1 FROM a.t t WHERE t.id = u.id AND t.v = 1)",
+            [[], ["v = 1"]],
+        ),
+        # each branch of a set operation keeps its own WHERE
+        (
+            "SELECT id FROM a.t WHERE id = 1 UNION ALL SELECT id FROM a.u WHERE id = 2",
+            [["id = 1"], ["id = 2"]],
+        ),
+        # inner join: WHERE and ON conjuncts of one side go to that side
+        (
+            "SELECT * FROM a.t l JOIN a.u r ON l.id = r.id AND r.v > 3 WHERE l.p = 'x'",
+            [["p = 'x'"], ["v > 3"]],
+        ),
+        # a WHERE on the null-supplying side of an outer join never prunes it
+        (
+            "SELECT * FROM a.t l LEFT JOIN a.u r ON l.id = r.id WHERE r.v IS NULL",
+            [[], []],
+        ),
+        ("SELECT * FROM a.t l LEFT JOIN a.u r ON l.id = r.id WHERE l.id = 1", [["id = 1"], []]),
+        # ON of a left join: the right (non-preserved) side only
+        (
+            "SELECT * FROM a.t l LEFT JOIN a.u r ON l.id = r.id AND r.v > 3 AND l.v > 3",
+            [[], ["v > 3"]],
+        ),
+        (
+            "SELECT * FROM a.t l RIGHT JOIN a.u r ON l.id = r.id AND l.v > 3 WHERE l.id = 1",
+            [["v > 3"], []],
+        ),
+        ("SELECT * FROM a.t l RIGHT JOIN a.u r ON l.id = r.id WHERE r.id = 1", [[], ["id = 1"]]),
+        (
+            "SELECT * FROM a.t l FULL JOIN a.u r ON l.id = r.id AND r.v = 1 WHERE l.id = 1",
+            [[], []],
+        ),
+        ("SELECT * FROM a.t l LEFT ANTI JOIN a.u r ON l.id = r.id AND r.v = 2", [[], ["v = 2"]]),
+        # an inner join after a left join must not push into the NULL-extended source
+        (
+            "SELECT * FROM a.t l LEFT JOIN a.u r ON l.id = r.id "
+            "JOIN a.w w ON w.id = l.id AND r.v IS NULL",
+            [[], [], []],
+        ),
+        # nothing crosses LIMIT, a window, an aggregate, a generator or rand()
+        ("SELECT * FROM (SELECT * FROM a.t LIMIT 10) x WHERE id = 5", [[]]),
+        (
+            "SELECT * FROM (SELECT id, row_number() OVER (ORDER BY v) AS rn FROM a.t) x "
+            "WHERE id = 5",
+            [[]],
+        ),
+        ("SELECT * FROM (SELECT id, count(*) AS c FROM a.t GROUP BY id) x WHERE id = 5", [[]]),
+        ("SELECT * FROM (SELECT id, rand() AS r FROM a.t) x WHERE id = 5", [[]]),
+        # but the SELECT's own WHERE runs before its window and LIMIT
+        ("SELECT id, row_number() OVER (ORDER BY v) FROM a.t WHERE id = 5 LIMIT 3", [["id = 5"]]),
+        # a sample or a pivot sees every row
+        ("SELECT * FROM a.t TABLESAMPLE (10 ROWS) WHERE id = 5", [[]]),
+        # a CTE read twice: only what both readers filter
+        (
+            "WITH c AS (SELECT * FROM a.t) SELECT * FROM c x JOIN c y ON x.id = y.id "
+            "WHERE x.id = 5",
+            [[]],
+        ),
+        (
+            "WITH c AS (SELECT * FROM a.t) SELECT * FROM c x JOIN c y ON x.id = y.id "
+            "WHERE x.id = 5 AND y.id = 5 AND y.v = 1",
+            [["id = 5"]],
+        ),
+        # a conjunct over two tables, or with a subquery, stays Spark's
+        ("SELECT * FROM a.t l, a.u r WHERE l.id = r.v OR l.id = 1", [[], []]),
+    ],
+)
+def test_filters_reach_only_where_they_cannot_drop_output_rows(
+    sql: str, want: list[list[str]]
+) -> None:
+    assert filters(sql) == want
+
+
+def test_columns_are_every_identifier_or_all() -> None:
+    tree = sqlglot.parse_one("SELECT count(*) FROM a.t", read="spark")
+    assert needed_columns(tree) == {"a", "t"}  # count(*) needs no column
+    for sql in [
+        "SELECT * FROM a.t",
+        "SELECT t.* FROM a.t",
+        "SELECT to_json(struct(*)) FROM a.t",
+        "SELECT * FROM a.t NATURAL JOIN a.u",
+        "SELECT * FROM a.t PIVOT (sum(v) FOR p IN ('x', 'y'))",
+    ]:
+        assert needed_columns(sqlglot.parse_one(sql, read="spark")) is None, sql
+    tree = sqlglot.parse_one("SELECT s.a, exists(tags, x -> x > 1) FROM a.t", read="spark")
+    assert {"s", "tags"} <= needed_columns(tree)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    "cond,want",
+    [
+        ("d >= DATE '1994-01-01'", (">=", "1994-01-01")),
+        ("d < CAST('1995-01-01' AS DATE)", ("<", "1995-01-01")),
+        ("d = '1994-01-01'", ("=", "1994-01-01")),
+        ("5 < id", (">", 5)),
+        ("id = -3", ("=", -3)),
+        ("p IN ('a', 'b')", ("in", "a")),
+        ("p IS NULL", ("isnull", None)),
+        ("p IS NOT NULL", ("notnull", None)),
+        # Spark would cast these: not the same comparison as Iceberg's bounds, never used
+        ("id = '5'", None),
+        ("p = 5", None),
+        ("d = '1994-1-1'", None),
+        ("lower(p) = 'a'", None),
+        ("id = v", None),
+    ],
+)
+def test_simple_predicates_only_where_spark_and_iceberg_agree(cond: str, want: object) -> None:
+    types = {"id": "long", "v": "long", "p": "string", "d": "date"}
+    pred = to_pred(sqlglot.parse_one(cond, read="spark"), types)
+    if want is None:
+        assert pred is None
+    else:
+        op, first = want  # type: ignore[misc]
+        assert pred is not None and pred.op == op
+        assert (pred.values[0] if pred.values else None) == first or first in pred.values
