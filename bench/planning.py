@@ -63,14 +63,13 @@ def build(warehouse: Path, files: int, manifests: int) -> object:
 
 
 def _bound(cat: object, sql: str) -> tuple[object, object]:
-    """The logical plan after the logical rules, and its resolver (table loaded once)."""
+    """The bound plan (scans with their columns and filters), and its resolver (table loaded
+    once)."""
     from planner.sources import PathMap, Resolver
-    from planner.sql import build_plan
-    from rules import LOGICAL_RULES, optimize
+    from planner.sql import bind, one_statement
 
     resolver = Resolver(cat, PathMap.of(None))  # type: ignore[arg-type]
-    plan, _ = optimize(build_plan(sql, resolver), LOGICAL_RULES)
-    return plan, resolver
+    return bind(one_statement(sql), resolver), resolver
 
 
 def main(argv: list[str] | None = None) -> int:

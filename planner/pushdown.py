@@ -71,7 +71,7 @@ def analyze(
         return out
     copy = tree.copy()
     originals = list(tree.find_all(exp.Table))
-    copies = list(copy.find_all(exp.Table))
+    copies = list(copy.find_all(exp.Table))  # the same walk over an equal tree: same order
     names: dict[str, int] = {}
     blocked: set[int] = set()
     schema: dict[str, dict[str, str]] = {}

@@ -146,6 +146,8 @@ def iceberg_tables(tree: exp.Expression) -> list[exp.Table]:
     ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
     out = []
     for t in tree.find_all(exp.Table):
+        if t.find_ancestor(exp.Hint) is not None:
+            continue  # BROADCAST(b) names an alias of the query, not a table to read
         if isinstance(t.this, exp.Identifier):
             if not t.args.get("db") and t.name.lower() in ctes:
                 continue

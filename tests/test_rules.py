@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import sqlglot
 from helpers import data_file, eq_delete, scan
 
 from planner.explain import render_plan
-import sqlglot
-
 from planner.nodes import AntiJoin, Expr, IcebergScan, Pred, Union
 from rules import RuleContext, optimize
 from rules.split_equality_deletes import split_equality_deletes
