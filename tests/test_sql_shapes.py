@@ -217,9 +217,10 @@ def _rows(df: Any) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Any:
+    from tests_support import nested_table
+
     from mor.api import default_catalog
     from mor.demo import build_demo_table
-    from tests_support import nested_table
 
     wh = tmp_path_factory.mktemp("shapes") / "wh"
     build_demo_table(str(wh))
