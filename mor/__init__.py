@@ -6,7 +6,15 @@
 pyspark is imported only when a query runs, so `explain` works without a JVM.
 """
 
-from mor.api import default_catalog, explain, metrics, mor_sql, plan_query
+from mor.api import default_catalog, explain, metrics, mor_sql, plan_query, table
 from planner.errors import MorError
 
-__all__ = ["mor_sql", "explain", "metrics", "plan_query", "default_catalog", "MorError"]
+__all__ = [
+    "mor_sql",
+    "table",
+    "explain",
+    "metrics",
+    "plan_query",
+    "default_catalog",
+    "MorError",
+]

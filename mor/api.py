@@ -160,3 +160,30 @@ def metrics(
 ) -> MorMetrics:
     """Merge-on-read metrics of `sql` known from planning: delete files, bytes, planning time."""
     return plan_query(sql, catalog=catalog, path_map=path_map).metrics()
+
+
+def table(
+    name: str,
+    *,
+    catalog: Catalog | str | None = None,
+    spark: SparkSession | None = None,
+    path_map: dict[str, str] | None = None,
+    snapshot_id: int | None = None,
+    columns: list[str] | tuple[str, ...] | None = None,
+    where: str | None = None,
+) -> DataFrame:
+    """The live rows of one table, for DataFrame users.
+
+    `name`: `ns.table` or `catalog.ns.table`, or the path of a table directory or metadata file.
+    `columns`: the columns to return (all by default). `where`: a Spark SQL condition, used to
+    prune files and applied to the rows. Read through the same plan as `mor_sql`.
+    """
+    if "/" in name or name.endswith(".json"):
+        ref = "iceberg_scan('" + name.replace("'", "''") + "')"
+    else:
+        ref = ".".join(f"`{p.replace('`', '``')}`" for p in name.split("."))
+    if snapshot_id is not None:
+        ref += f" VERSION AS OF {int(snapshot_id)}"
+    cols = ", ".join(f"`{c.replace('`', '``')}`" for c in columns) if columns else "*"
+    sql = f"SELECT {cols} FROM {ref}" + (f" WHERE {where}" if where else "")
+    return mor_sql(sql, catalog=catalog, spark=spark, path_map=path_map)
