@@ -10,9 +10,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from physical import arrow
 from physical.errors import query_error
 from physical.paths import SparkPaths
-from physical.scan import scan_data, scan_eq_deletes
+from physical.scan import hidden_type, scan_data, scan_eq_deletes
 from physical.types import spark_type
 from planner.errors import UnsupportedError
 from planner.nodes import (
@@ -24,6 +25,7 @@ from planner.nodes import (
     AntiJoin,
     EqDeleteScan,
     IcebergScan,
+    MetadataTable,
     Plan,
     SparkQuery,
     Union,
@@ -56,6 +58,8 @@ class Compiler:
                 return scan_data(self.spark, node, self.paths)
             case EqDeleteScan():
                 return scan_eq_deletes(self.spark, node, self.paths)
+            case MetadataTable(data=data) if data is not None:
+                return arrow.to_dataframe(self.spark, data)
             case AntiJoin(left=left, right=right, keys=keys):
                 pairs = [
                     _c(lk).eqNullSafe(_c(rk)) if node.null_safe else _c(lk) == _c(rk)
@@ -93,15 +97,20 @@ def _reads_nested_fields(plan: Plan) -> bool:
 
 def _user_columns(df: DataFrame, scan: Plan) -> DataFrame:
     """A scan's rows with the table's column names, as the query sees the table."""
+    if isinstance(scan, MetadataTable):
+        return df
     return df.select(*[_c(c.name).alias(c.label) for c in scan.output])
 
 
 def _empty(spark: SparkSession, scan: Plan) -> DataFrame:
     """No rows, the scan's columns and types: enough for Spark to analyse the query."""
+    if isinstance(scan, MetadataTable):
+        return spark.createDataFrame([], arrow.spark_schema(scan.data.schema))
     types = {}
     for node in scan.walk():
         if isinstance(node, IcebergScan):
             types.update({f.col.name: spark_type(f.type_str, node.table) for f in node.fields})
+            types.update({h: hidden_type(node, h) for h in node.hidden})
     fields = [T.StructField(c.label, types[c.name]) for c in scan.output]
     return spark.createDataFrame([], T.StructType(fields))
 

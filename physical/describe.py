@@ -11,6 +11,7 @@ from planner.nodes import (
     AntiJoin,
     EqDeleteScan,
     IcebergScan,
+    MetadataTable,
     Plan,
     SparkQuery,
     Union,
@@ -76,6 +77,11 @@ class _Describer:
                     + ", ".join(f"[{s}]" for s in steps)
                     + " (each projected to the scan's columns)"
                 )
+            case MetadataTable():
+                return self.emit(
+                    f"createDataFrame: {node.rows()} row(s) of {node.table}.{node.kind} "
+                    "(pyiceberg's inspect, read at planning)"
+                )
             case SparkQuery(scans=scans):
                 steps = [self.visit(i) for i in scans]
                 for i, step in enumerate(steps, start=1):
@@ -120,6 +126,13 @@ class _Describer:
                     "data file path"
                 )
             step = self.emit(strategy.describe(key) + ": deleted positions removed in the scan")
+        if "_pos" in node.hidden:
+            step = self.emit("_pos = _metadata.row_index")
+        per_file = [h for h in node.hidden if h != "_pos"]
+        if per_file:
+            step = self.emit(
+                f"join broadcast(file metadata table) on {key} -> {', '.join(per_file)}"
+            )
         if node.meta:
             step = self.emit(f"join broadcast(data file table) on {key} -> {', '.join(node.meta)}")
         return step

@@ -11,6 +11,7 @@ broadcast table on that key; a row whose key is not in it stops the query rather
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -23,7 +24,7 @@ from physical.paths import SparkPaths
 from physical.positions import first_line, keep_condition, local_path, read_positions
 from physical.strategy import position_strategy
 from physical.types import field, spark_type
-from planner.errors import DataFileError
+from planner.errors import DataFileError, UnsupportedError
 from planner.nodes import (
     DATA_SEQ,
     DEL_PART,
@@ -246,11 +247,12 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
     if not tasks:
         empty = T.StructType(
             [T.StructField(f.col.name, spark_type(f.type_str, scan.table)) for f in scan.fields]
+            + [T.StructField(h, hidden_type(scan, h)) for h in scan.hidden]
             + [T.StructField(m, T.LongType()) for m in scan.meta]
         )
         return spark.createDataFrame([], empty)
     deletes = {d.file_id: d for d in scan.files.deletes} if scan.files else {}
-    need_pos = any(t.pos_deletes for t in tasks)
+    need_pos = any(t.pos_deletes for t in tasks) or bool(scan.hidden)
     kind, keys = _file_keys(tasks, paths)
     layouts = scan.files.layouts if scan.files else (Layout(),)
     where = f"table {scan.table}"
@@ -305,12 +307,87 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
             ).select(_packed(F.col(FKEY), F.col(POS), strategy.shift).alias(PKEY))
             on = [PKEY]
         df = df.join(_broadcast_if_small(positions, strategy.delete_rows), on, "left_anti")
+    hidden = []
+    if scan.hidden:
+        df = _with_hidden(spark, scan, df, kind, keys)
+        # _file is never NULL: a row from a file the plan does not list stops the query
+        hidden = [_guard(h, scan.table) if h == "_file" else F.col(h) for h in scan.hidden]
     if scan.meta:
         rows = [(keys[t.file_id], t.file_id, t.data_seq, t.partition_id) for t in tasks]
         df = df.join(_file_table(spark, kind, rows, (FILE_ID, DATA_SEQ, PART)), FKEY, "left")
         # guard the columns the anti-joins read, so Spark cannot prune the check away
-        return df.select(*out_cols, *[_guard(m, scan.table) for m in scan.meta])
-    return df.select(*out_cols)
+        return df.select(*out_cols, *hidden, *[_guard(m, scan.table) for m in scan.meta])
+    return df.select(*out_cols, *hidden)
+
+
+def hidden_type(scan: IcebergScan, name: str) -> T.DataType:
+    """The Spark type of a metadata column, as Iceberg's Spark reader types it."""
+    if name == "_file":
+        return T.StringType()
+    if name == "_pos":
+        return T.LongType()
+    if name == "_spec_id":
+        return T.IntegerType()
+    fields = scan.files.partition_fields if scan.files else ()
+    return T.StructType(
+        [T.StructField(f.name, spark_type(f.type_str, f"{scan.table} _partition")) for f in fields]
+    )
+
+
+def _with_hidden(
+    spark: SparkSession, scan: IcebergScan, df: DataFrame, kind: str, keys: dict[int, Any]
+) -> DataFrame:
+    """Adds the metadata columns: _pos from the row index, the others per file (a broadcast
+    inline table on the file key: path as recorded, spec id, partition struct)."""
+    if "_pos" in scan.hidden:
+        df = df.withColumn("_pos", F.col(POS))
+    per_file = [h for h in scan.hidden if h != "_pos"]
+    if not per_file:
+        return df
+    ptype = hidden_type(scan, "_partition")
+    fields = scan.files.partition_fields if scan.files else ()
+    rows = []
+    for t in scan.data_files():
+        vals = [_sql_literal(keys[t.file_id], _key_type(kind))]
+        for h in per_file:
+            if h == "_file":
+                vals.append(_sql_literal(t.path, T.StringType()))
+            elif h == "_spec_id":
+                vals.append(f"CAST({int(t.spec_id)} AS INT)")
+            else:
+                values = dict(t.partition)
+                parts = []
+                for f, sf in zip(fields, ptype.fields):
+                    lit = _partition_literal(values.get(f.field_id), sf.dataType, scan.table)
+                    parts.append(f"{_sql_literal(f.name, T.StringType())}, {lit}")
+                vals.append(f"named_struct({', '.join(parts)})" if parts else "struct()")
+        rows.append("(" + ", ".join(vals) + ")")
+    names = ", ".join(f"`{n}`" for n in [FKEY, *per_file])
+    table = spark.sql(f"SELECT * FROM VALUES {', '.join(rows)} AS t({names})")
+    return df.join(F.broadcast(table), FKEY, "left")
+
+
+def _partition_literal(v: Any, dtype: T.DataType, table: str) -> str:
+    """A partition value as a Spark SQL literal of its result type."""
+    if v is None:
+        return f"CAST(NULL AS {dtype.simpleString()})"
+    if isinstance(dtype, (T.IntegerType, T.LongType)):
+        return _sql_literal(v, dtype)
+    if isinstance(dtype, T.StringType):
+        return _sql_literal(v, dtype)
+    if isinstance(dtype, T.BooleanType):
+        return "true" if v else "false"
+    if isinstance(dtype, T.DateType):
+        days = v if isinstance(v, int) else (v - dt.date(1970, 1, 1)).days
+        return f"date_add(DATE '1970-01-01', {int(days)})"
+    if isinstance(dtype, (T.DoubleType, T.FloatType)):
+        return f"CAST('{float(v)!r}' AS {dtype.simpleString()})"
+    if isinstance(dtype, T.DecimalType):
+        return f"CAST('{v}' AS {dtype.simpleString()})"
+    raise UnsupportedError(
+        f"table {table}: _partition with a {dtype.simpleString()} partition value is not "
+        "supported yet"
+    )
 
 
 def _positions(

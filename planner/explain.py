@@ -6,6 +6,7 @@ from planner.nodes import (
     AntiJoin,
     EqDeleteScan,
     IcebergScan,
+    MetadataTable,
     Plan,
     SparkQuery,
     Union,
@@ -67,6 +68,9 @@ def _label(node: Plan) -> str:
             return f"eq_set={show_ids(node.eq_set)} on=[{on}] {nulls} scope={scope} guard={guard}"
         case Union():
             return f"branches={len(node.inputs)}"
+        case MetadataTable():
+            rows = node.rows()
+            return f"{node.table}.{node.kind}" + (f"  rows={rows}" if rows is not None else "")
         case SparkQuery():
             return ", ".join(f"scan_{i + 1}={ref}" for i, ref in enumerate(node.refs)) or "no scans"
     return ""
@@ -118,7 +122,8 @@ def _scan_details(n: int, scan: IcebergScan) -> list[str]:
         )
     pushed = " AND ".join(e.text for e in scan.pushed) or "none"
     out.append(f"   pushed    {pushed}")
-    cols = ", ".join(fl.col.show() for fl in scan.fields) or "(none: row count only)"
+    cols = ", ".join([fl.col.show() for fl in scan.fields] + list(scan.hidden))
+    cols = cols or "(none: row count only)"
     out.append(f"   columns   {cols}" + (f" + {', '.join(scan.meta)}" if scan.meta else ""))
     return out
 

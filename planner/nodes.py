@@ -23,6 +23,8 @@ PART = "$partition"  # small integer id of the (spec id, partition tuple) of tha
 DEL_SEQ = "$del_seq"  # data sequence number of the equality delete file a key came from
 DEL_PART = "$del_partition"  # partition id of that delete file, GLOBAL_PART when global
 GLOBAL_PART = -1
+# metadata columns of every scan, read only when the query names them
+HIDDEN_COLUMNS = ("_file", "_pos", "_spec_id", "_partition")
 
 
 def show_ids(ids: frozenset[int]) -> str:
@@ -132,6 +134,7 @@ class DataTask:
     pos_deletes: tuple[int, ...] = ()  # file ids of position delete files that apply
     eq_sets: tuple[frozenset[int], ...] = ()  # equality id sets with a delete that applies
     layout: int = 0  # index into ScanFiles.layouts
+    partition: tuple[tuple[int, Any], ...] = ()  # (partition field id, value) of its spec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,6 +178,15 @@ class EqField:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PartField:
+    """A partition field of any of the table's specs: `_partition` has one child per field."""
+
+    field_id: int
+    name: str
+    type_str: str  # the transform's result type, as pyiceberg's JSON
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ScanFiles:
     """The outcome of scan planning for one Iceberg scan."""
 
@@ -186,6 +198,7 @@ class ScanFiles:
     pruning: Pruning = field(default_factory=Pruning)
     eq_fields: tuple[EqField, ...] = ()
     layouts: tuple[Layout, ...] = (Layout(),)
+    partition_fields: tuple[PartField, ...] = ()
 
     def delete(self, file_id: int) -> DeleteTask:
         for d in self.deletes:
@@ -247,10 +260,21 @@ class IcebergScan(Plan):
     branch: tuple[int, int] | None = None
     eq_sets: tuple[frozenset[int], ...] = ()
     meta: tuple[str, ...] = ()
+    # metadata columns the query reads, as Iceberg's Spark reader names them (HIDDEN_COLUMNS)
+    hidden: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for h in self.hidden:
+            if h not in HIDDEN_COLUMNS:
+                raise MorError(f"internal: unknown metadata column {h}")
 
     @property
     def output(self) -> tuple[Col, ...]:
-        return tuple(f.col for f in self.fields) + tuple(Col(name=m, label=m) for m in self.meta)
+        return (
+            tuple(f.col for f in self.fields)
+            + tuple(Col(name=h, label=h) for h in self.hidden)
+            + tuple(Col(name=m, label=m) for m in self.meta)
+        )
 
     def data_files(self) -> tuple[DataTask, ...]:
         return self.files.data if self.files else ()
@@ -344,6 +368,51 @@ class Union(Plan):
     @property
     def output(self) -> tuple[Col, ...]:
         return self.columns
+
+
+METADATA_TABLES = (
+    "snapshots",
+    "history",
+    "refs",
+    "files",
+    "data_files",
+    "delete_files",
+    "manifests",
+    "partitions",
+    "entries",
+    "metadata_log_entries",
+    "all_files",
+    "all_data_files",
+    "all_delete_files",
+    "all_manifests",
+)
+# the metadata tables that describe one snapshot (time travel picks it)
+SNAPSHOT_METADATA_TABLES = ("files", "data_files", "delete_files", "partitions", "entries")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetadataTable(Plan):
+    """An Iceberg metadata table (`ns.t.snapshots`, `ns.t.files`, ...), as Iceberg's Spark
+    reader names them. Planning fills `data` (an Arrow table, from pyiceberg's inspect)."""
+
+    table: str
+    source_key: str
+    kind: str  # one of METADATA_TABLES
+    snapshot_id: int | None = None
+    data: Any = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in METADATA_TABLES:
+            raise MorError(f"internal: unknown metadata table {self.kind}")
+
+    @property
+    def output(self) -> tuple[Col, ...]:
+        if self.data is None:
+            return ()
+        return tuple(Col(name=n, label=n) for n in self.data.column_names)
+
+    def rows(self) -> int | None:
+        return None if self.data is None else self.data.num_rows
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from planner.errors import MetadataError
 from planner.layouts import layout_of, needs_footers
-from planner.nodes import EqField, IcebergScan, Layout, Plan, ScanFiles
+from planner.nodes import (
+    SNAPSHOT_METADATA_TABLES,
+    EqField,
+    IcebergScan,
+    Layout,
+    MetadataTable,
+    Plan,
+    ScanFiles,
+)
 from planner.scan_planning import plan_scan
 from planner.schemas import find_field
 from planner.sources import Resolver
@@ -15,6 +24,8 @@ def attach_files(plan: Plan, resolver: Resolver) -> Plan:
     """Plan every IcebergScan over its snapshot's manifests (see scan_planning)."""
 
     def visit(node: Plan) -> Plan:
+        if isinstance(node, MetadataTable) and node.data is None:
+            return replace(node, data=metadata_rows(node, resolver.sources[node.source_key]))
         if not isinstance(node, IcebergScan) or node.files is not None:
             return node
         src = resolver.sources[node.source_key]
@@ -53,3 +64,25 @@ def _with_layouts(files: ScanFiles, src: object, schema: object) -> ScanFiles:
     )
     layouts = tuple(sorted(index, key=index.__getitem__))
     return replace(files, data=data, deletes=deletes, layouts=layouts)
+
+
+def metadata_rows(node: MetadataTable, src: object) -> object:
+    """The rows of a metadata table as an Arrow table, from pyiceberg's `inspect`, reading the
+    table's manifests through the same FileIO (and path map) as its scans."""
+    from pyiceberg.table import StaticTable
+
+    table = StaticTable(
+        identifier=tuple(src.name.split(".")),  # type: ignore[attr-defined]
+        metadata=src.metadata,  # type: ignore[attr-defined]
+        metadata_location=src.key,  # type: ignore[attr-defined]
+        io=src.io,  # type: ignore[attr-defined]
+        catalog=None,  # type: ignore[arg-type]
+    )
+    fn = getattr(table.inspect, node.kind)
+    try:
+        if node.kind in SNAPSHOT_METADATA_TABLES:
+            return fn(node.snapshot_id)
+        return fn()
+    except Exception as e:  # noqa: BLE001 - a missing manifest, an unreadable file
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise MetadataError(f"cannot read {node.table}.{node.kind}: {first}") from e

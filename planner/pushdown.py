@@ -31,7 +31,7 @@ from sqlglot import exp
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
-from planner.nodes import Pred
+from planner.nodes import HIDDEN_COLUMNS, Pred
 
 DIALECT = "spark"
 _BLOCKERS = (exp.AggFunc, exp.Window, exp.Explode, exp.Posexplode, exp.Inline)
@@ -45,6 +45,7 @@ class Analysis:
     columns: list[set[str] | None]
     filters: list[list[exp.Expression]]
     note: str = ""  # why no filter could be placed, when qualification failed
+    hidden: list[tuple[str, ...]] = field(default_factory=list)  # metadata columns named
 
 
 def needed_columns(tree: exp.Expression) -> set[str] | None:
@@ -66,7 +67,12 @@ def analyze(
     """`tables`: the Iceberg table references of `tree`; `schemas`: each one's column names
     (lower case) and Spark types."""
     cols = needed_columns(tree)
-    out = Analysis(columns=[cols for _ in tables], filters=[[] for _ in tables])
+    idents = {i.name.lower() for i in tree.find_all(exp.Identifier)}
+    out = Analysis(
+        columns=[cols for _ in tables],
+        filters=[[] for _ in tables],
+        hidden=[tuple(h for h in HIDDEN_COLUMNS if h in idents and h not in s) for s in schemas],
+    )
     if not tables:
         return out
     copy = tree.copy()

@@ -54,6 +54,7 @@ from planner.nodes import (
     DeleteTask,
     Expr,
     IcebergScan,
+    PartField,
     Pred,
     Pruning,
     ScanFiles,
@@ -242,7 +243,14 @@ def plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles:
     """Read the snapshot's manifests and decide, file by file, which deletes apply."""
     snap = snapshot_for(src, scan.snapshot_id)
     if snap is None:  # a table with no snapshot is empty
-        return ScanFiles(snapshot_id=None, sequence_number=0, data=(), deletes=(), partitions=())
+        return ScanFiles(
+            snapshot_id=None,
+            sequence_number=0,
+            data=(),
+            deletes=(),
+            partitions=(),
+            partition_fields=partition_fields(src),
+        )
     names = {f.col.name: schema.find_column_name(f.field_id) or "" for f in scan.fields}
     preds = pushed_preds(scan.pushed)
     filt = _bindable(row_filter(preds, names), schema)
@@ -471,6 +479,9 @@ def _match(
                 partition_id=part_id(e.spec_id, e.part),
                 record_count=e.file.record_count,
                 size_bytes=e.file.file_size_in_bytes,
+                partition=tuple(
+                    (f.field_id, v) for f, v in zip(src.metadata.specs()[e.spec_id].fields, e.part)
+                ),
                 pos_deletes=tuple(sorted(del_ids[d.file.file_path] for d in pos)),
                 eq_sets=tuple(
                     sorted({frozenset(d.file.equality_ids or ()) for d in eqs}, key=sorted)
@@ -496,7 +507,29 @@ def _match(
         deletes=tuple(delete_tasks),
         partitions=tuple(labels),
         pruning=pruning,
+        partition_fields=partition_fields(src),
     )
+
+
+def partition_fields(src: TableSource) -> tuple[PartField, ...]:
+    """Every partition field of the table's specs, by field id (Iceberg's `_partition` type)."""
+    out: dict[int, PartField] = {}
+    for spec_id in sorted(src.metadata.specs()):
+        spec = src.metadata.specs()[spec_id]
+        for schema in [src.metadata.schema(), *reversed(src.metadata.schemas)]:
+            try:
+                ptype = spec.partition_type(schema)
+                break
+            except Exception:  # noqa: BLE001 - a source column dropped from this schema
+                continue
+        else:
+            continue
+        for f, nf in zip(spec.fields, ptype.fields):
+            if f.field_id not in out:
+                out[f.field_id] = PartField(
+                    field_id=f.field_id, name=f.name, type_str=nf.field_type.model_dump_json()
+                )
+    return tuple(out[k] for k in sorted(out))
 
 
 def pushed_preds(pushed: Iterable[Expr]) -> list[Pred]:

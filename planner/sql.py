@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sqlglot
 from sqlglot import exp
@@ -21,7 +21,20 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
 from planner.errors import NotAQueryError, SqlSyntaxError, TableNotFoundError, UnsupportedError
-from planner.nodes import Col, Expr, IcebergScan, Pred, ReadField, SparkQuery, TextEdit, line_col
+from planner.nodes import (
+    METADATA_TABLES,
+    SNAPSHOT_METADATA_TABLES,
+    Col,
+    Expr,
+    IcebergScan,
+    MetadataTable,
+    Plan,
+    Pred,
+    ReadField,
+    SparkQuery,
+    TextEdit,
+    line_col,
+)
 from planner.pushdown import analyze, to_pred
 from planner.schemas import TableSchema, schema_at, spark_sql_type
 from planner.sources import Resolver, TableSource
@@ -108,6 +121,7 @@ class _Ref:
     schema: TableSchema
     label: str  # the table as EXPLAIN names it
     written: str  # the reference as the user wrote it
+    kind: str | None = None  # a metadata table of the table (`snapshots`, `files`, ...)
 
 
 def bind(stmt: Statement, resolver: Resolver) -> SparkQuery:
@@ -115,18 +129,34 @@ def bind(stmt: Statement, resolver: Resolver) -> SparkQuery:
     check_is_query(stmt.tree)
     refs = [_resolve(stmt, t, resolver) for t in iceberg_tables(stmt.tree)]
     refs.sort(key=lambda r: _start(r.node))
+    data = [r for r in refs if r.kind is None]
     analysis = analyze(
         stmt.tree,
-        [r.node for r in refs],
+        [r.node for r in data],
         [
             {f.name.lower(): spark_sql_type(f.field_type) for f in r.schema.top_level()}
-            for r in refs
+            for r in data
         ],
     )
-    scans = []
+    scans: list[Plan] = []
     edits: list[TextEdit] = []
     for i, r in enumerate(refs):
-        scans.append(_scan(r, analysis.columns[i], analysis.filters[i]))
+        if r.kind is not None:
+            snap = r.snapshot_id if r.kind in SNAPSHOT_METADATA_TABLES else None
+            scans.append(
+                MetadataTable(table=r.label, source_key=r.source.key, kind=r.kind, snapshot_id=snap)
+            )
+        else:
+            k = data.index(r)
+            hidden = analysis.hidden[k]
+            if hidden and analysis.columns[k] is None:
+                raise UnsupportedError(
+                    f"metadata column {hidden[0]} of {r.label} cannot be read in a query that "
+                    "also expands * (mor binds each table as a view, and a view cannot hide a "
+                    "column from *): list the columns you need instead of *"
+                )
+            scan = _scan(r, analysis.columns[k], analysis.filters[k])
+            scans.append(replace(scan, hidden=hidden) if hidden else scan)
         edits += _edits(stmt, r, i)
     return SparkQuery(
         statement=stmt.text,
@@ -136,7 +166,7 @@ def bind(stmt: Statement, resolver: Resolver) -> SparkQuery:
         scans=tuple(scans),
         refs=tuple(r.written for r in refs),
         note=analysis.note,
-        columns=tuple(tuple(r.schema.top_level_names()) for r in refs),
+        columns=tuple(tuple(r.schema.top_level_names()) if r.kind is None else () for r in refs),
     )
 
 
@@ -175,9 +205,17 @@ def _resolve(stmt: Statement, t: exp.Table, resolver: Resolver) -> _Ref:
 
 
 def _resolve_at(stmt: Statement, t: exp.Table, resolver: Resolver) -> _Ref:
+    kind = None
     if isinstance(t.this, exp.Identifier):
         parts = tuple(p.name for p in t.parts)
-        src = resolver.by_name(parts)
+        try:
+            src = resolver.by_name(parts)
+        except TableNotFoundError:
+            # ns.t.snapshots: a metadata table, when no table has that name (as Iceberg does)
+            if len(parts) < 3 or parts[-1].lower() not in METADATA_TABLES:
+                raise
+            parts, kind = parts[:-1], parts[-1].lower()
+            src = resolver.by_name(parts)
         label = ".".join(parts)
     else:
         args = t.this.expressions
@@ -188,7 +226,8 @@ def _resolve_at(stmt: Statement, t: exp.Table, resolver: Resolver) -> _Ref:
         label = f"iceberg_scan('{args[0].this}')"
     snapshot_id = _time_travel(t, src)
     start, end = _span(stmt, t)
-    return _Ref(t, src, snapshot_id, schema_at(src, snapshot_id), label, stmt.text[start:end])
+    written = stmt.text[start:end]
+    return _Ref(t, src, snapshot_id, schema_at(src, snapshot_id), label, written, kind)
 
 
 def _start(t: exp.Table) -> int:

@@ -339,3 +339,86 @@ def test_outer_join_null_side_is_never_pruned(
     ours = Counter(_rows(mor_sql(sql, path_map=pm, spark=spark)))
     assert ours == Counter(_rows(mor_sql(plain, path_map=pm, spark=spark)))
     assert sum(ours.values()) > 0
+
+
+def test_metadata_tables_and_branch_and_tag_reads(tables: Any, spark: Any) -> None:
+    """Iceberg's metadata tables by name (`ns.t.snapshots`, ...), time travel on them, and reads
+    of a branch and a tag, all checked against the table's own metadata and the demo's history
+    (5 snapshots; 3 data files, 1 position and 3 equality delete files; regions EU and US)."""
+
+    def q(sql: str) -> list[Any]:
+        return mor_sql(sql, catalog=tables, spark=spark).collect()
+
+    t = tables.load_table("demo.orders")
+    snaps = sorted(t.metadata.snapshots, key=lambda s: s.sequence_number)
+    first = snaps[0].snapshot_id
+    ms = t.manage_snapshots()
+    ms.create_tag(first, "first_load").create_branch(snaps[2].snapshot_id, "audit").commit()
+
+    assert {r.snapshot_id for r in q("SELECT snapshot_id FROM demo.orders.snapshots")} == {
+        s.snapshot_id for s in snaps
+    }
+    assert q("SELECT count(*) FROM demo.orders.history")[0][0] == 5
+    assert {(r.name, r.type) for r in q("SELECT name, type FROM demo.orders.refs")} == {
+        ("main", "BRANCH"),
+        ("first_load", "TAG"),
+        ("audit", "BRANCH"),
+    }
+    by_content = dict(q("SELECT content, count(*) FROM demo.orders.files GROUP BY content"))
+    assert by_content == {0: 3, 1: 1, 2: 3}
+    assert q("SELECT count(*) FROM demo.orders.data_files")[0][0] == 3
+    assert q("SELECT count(*) FROM demo.orders.delete_files")[0][0] == 4
+    assert q(f"SELECT count(*) FROM demo.orders.files VERSION AS OF {first}")[0][0] == 2
+    assert sorted(r[0] for r in q("SELECT partition.region FROM demo.orders.partitions")) == [
+        "EU",
+        "US",
+    ]
+    assert q("SELECT count(*) FROM demo.orders.manifests")[0][0] >= 2
+    # a metadata table joins with the table's rows like any relation
+    rows = q(
+        "SELECT f.record_count, count(*) AS n FROM demo.orders.data_files f "
+        "JOIN demo.orders o ON f.partition.region = o.region GROUP BY f.record_count"
+    )
+    assert sum(r.n for r in rows) > 0
+    # branch and tag reads: the first load had 21 rows (order ids 1-20 and a NULL id);
+    # snapshot 3 (branch audit) has the position delete and the {1} deletes applied
+    assert q("SELECT count(*) FROM demo.orders VERSION AS OF 'first_load'")[0][0] == 21
+    assert q("SELECT count(*) FROM demo.orders VERSION AS OF 'audit'")[0][0] == 18
+    assert q("SELECT count(*) FROM demo.orders VERSION AS OF 'main'")[0][0] == 16
+    with pytest.raises(Exception, match="no snapshot, branch or tag 'nope'"):
+        q("SELECT * FROM demo.orders VERSION AS OF 'nope'")
+
+
+def test_metadata_columns_name_each_rows_file_position_spec_and_partition(
+    tables: Any, spark: Any
+) -> None:
+    """_file, _pos, _spec_id and _partition as Iceberg's Spark reader has them, checked against
+    the demo's layout: EU orders 1-10 at positions 0-9 of one file, US 11-20 at 0-9 of another,
+    order 3 alone in the file appended last."""
+    from planner.errors import UnsupportedError
+
+    t = tables.load_table("demo.orders")
+    paths = set(t.inspect.data_files().column("file_path").to_pylist())
+    rows = mor_sql(
+        "SELECT order_id, region, _file, _pos, _spec_id, _partition FROM demo.orders",
+        catalog=tables,
+        spark=spark,
+    ).collect()
+    assert len(rows) == 16
+    files: dict[str, set[int]] = {}
+    for r in rows:
+        assert r._file in paths and r._spec_id == 0 and r._partition.region == r.region
+        files.setdefault(r._file, set()).add(r.order_id)
+        if r.order_id == 3:
+            assert r._pos == 0
+        else:
+            assert r._pos == (r.order_id - 1) % 10
+    assert sorted(len(v) for v in files.values()) == [1, 7, 8]
+    # only the named metadata columns are read, and filters on them work like any column
+    (n,) = mor_sql(
+        "SELECT count(*) FROM demo.orders WHERE _pos < 2", catalog=tables, spark=spark
+    ).collect()[0]
+    # positions 0 and 1 hold orders 1, 2 (EU), 11, 12 (US) and the appended 3; 2 and 12 are gone
+    assert n == 3
+    with pytest.raises(UnsupportedError, match="list the columns you need instead of"):
+        mor_sql("SELECT *, _file FROM demo.orders", catalog=tables, spark=spark)

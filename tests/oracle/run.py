@@ -41,6 +41,9 @@ def queries(h: History, rng_pick: Any) -> list[str]:
         "SELECT p, count(*), sum(amt), min(id), max(id) FROM {t} GROUP BY p",
         f"SELECT a.id, b.{n} FROM {{t}} a JOIN {{t}} b ON a.id = b.id",
         "SELECT count(DISTINCT id) FROM {t} WHERE amt > 10",
+        # metadata columns, as Iceberg's Spark reader names them
+        "SELECT id, _file, _pos, _spec_id FROM {t}",
+        "SELECT id, _partition FROM {t}",
     ]
     if "k" in h.columns:
         qs.append("SELECT k, count(*) FROM {t} WHERE k <> 2 OR k IS NULL GROUP BY k")

@@ -1,12 +1,15 @@
-"""TPC-H's 22 queries over Java-written merge-on-read tables: mor against Iceberg's own reader.
+"""TPC-H's 22 and TPC-DS's 99 queries over Java-written merge-on-read tables: mor against
+Iceberg's own reader.
 
-    python -m tests.oracle.tpch --sf 0.01     # the tiny run of make test (tests/test_oracle.py)
-    python -m tests.oracle.tpch --sf 0.1      # a larger one (bench/README.md)
+    python -m tests.oracle.tpc tpch --sf 0.01    # the tiny runs of make test (test_oracle.py)
+    python -m tests.oracle.tpc tpcds --sf 0.01
+    python -m tests.oracle.tpc tpch --sf 1       # a larger one (bench/README.md)
 
-Data and the standard query text come from DuckDB's tpch extension (the packages
-duckdb-extension-tpch and duckdb 1.5.5, which it pins, in an environment of their own under the
-cache). Spark + Iceberg 1.10.2 writes each table in merge-on-read mode over several commits, then
-DELETE and UPDATE write position delete files, RowDelta commits equality delete files
+Data and the standard query text come from DuckDB's tpch and tpcds extensions (the packages
+duckdb-extension-tpch/-tpcds and duckdb 1.5.5, which they pin, in an environment of their own
+under the cache); sqlglot turns the text into Spark SQL. Spark + Iceberg 1.10.2 writes each
+table in merge-on-read mode over two commits, then DELETE and UPDATE write position delete
+files, RowDelta commits equality delete files
 (partition-scoped on partitioned tables, global on the others, some with NULL-count metrics), and
 a few deleted rows are appended again (live: newer than their delete). Every query runs through
 `mor_sql` and through Iceberg's reader in one session; results must be equal as multisets.
@@ -26,6 +29,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -36,30 +40,113 @@ sys.path.insert(0, str(ROOT))
 from tests.oracle.runtime import RuntimeUnavailable, iceberg_session  # noqa: E402
 
 CACHE = ROOT / ".venv" / "mor-oracle"
-DUCKDB = ("duckdb==1.5.5", "duckdb-extension-tpch==1.5.5")
-TABLES = ("nation", "region", "part", "supplier", "partsupp", "customer", "orders", "lineitem")
-PARTITIONS = {"lineitem": "l_returnflag", "orders": "o_orderstatus", "customer": "c_mktsegment"}
+DUCKDB = ("duckdb==1.5.5", "duckdb-extension-tpch==1.5.5", "duckdb-extension-tpcds==1.5.5")
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    tables: tuple[str, ...]
+    generate: str  # DuckDB's call that makes the data
+    queries: str  # DuckDB's table function of the query text
+    partitions: dict[str, str]  # table -> identity partition column
+    position_deletes: tuple[str, ...]  # DELETE / UPDATE statements over local.<name>.<table>
+    eq_deletes: tuple[tuple[str, tuple[str, ...], str, bool], ...]  # table, keys, where, metrics
+    reinsert: tuple[str, str]  # table, rows (of the source) appended again after their delete
+
+
+TPCH = Suite(
+    name="tpch",
+    tables=("nation", "region", "part", "supplier", "partsupp", "customer", "orders", "lineitem"),
+    generate="CALL dbgen(sf={sf})",
+    queries="tpch_queries()",
+    partitions={"lineitem": "l_returnflag", "orders": "o_orderstatus", "customer": "c_mktsegment"},
+    position_deletes=(
+        "DELETE FROM local.tpch.lineitem WHERE l_orderkey % 53 = 1",
+        "DELETE FROM local.tpch.partsupp WHERE ps_availqty < 300",
+        "UPDATE local.tpch.orders SET o_comment = concat(o_comment, '!') WHERE o_orderkey % 47 = 2",
+        "UPDATE local.tpch.customer SET c_acctbal = c_acctbal + 1 WHERE c_custkey % 9 = 4",
+    ),
+    eq_deletes=(
+        ("lineitem", ("l_orderkey", "l_linenumber"), "l_orderkey % 59 = 7", True),
+        ("orders", ("o_orderkey",), "o_orderkey % 61 = 3", False),
+        ("customer", ("c_custkey",), "c_custkey % 43 = 5", True),
+        ("supplier", ("s_suppkey",), "s_suppkey % 17 = 2", False),
+        ("part", ("p_partkey",), "p_partkey % 37 = 11", True),
+    ),
+    reinsert=("lineitem", "l_orderkey % 59 = 7 AND l_linenumber = 1"),
+)
+
+TPCDS = Suite(
+    name="tpcds",
+    tables=(
+        "call_center",
+        "catalog_page",
+        "catalog_returns",
+        "catalog_sales",
+        "customer",
+        "customer_address",
+        "customer_demographics",
+        "date_dim",
+        "household_demographics",
+        "income_band",
+        "inventory",
+        "item",
+        "promotion",
+        "reason",
+        "ship_mode",
+        "store",
+        "store_returns",
+        "store_sales",
+        "time_dim",
+        "warehouse",
+        "web_page",
+        "web_returns",
+        "web_sales",
+        "web_site",
+    ),
+    generate="CALL dsdgen(sf={sf})",
+    queries="tpcds_queries()",
+    partitions={"item": "i_category", "store_sales": "ss_store_sk", "web_sales": "ws_web_site_sk"},
+    position_deletes=(
+        "DELETE FROM local.tpcds.store_sales WHERE ss_ticket_number % 41 = 3",
+        "DELETE FROM local.tpcds.catalog_sales WHERE cs_order_number % 37 = 5",
+        "DELETE FROM local.tpcds.inventory WHERE inv_quantity_on_hand < 20",
+        "UPDATE local.tpcds.customer SET c_last_name = concat(c_last_name, 'x') "
+        "WHERE c_customer_sk % 11 = 2",
+    ),
+    eq_deletes=(
+        ("store_sales", ("ss_item_sk", "ss_ticket_number"), "ss_ticket_number % 43 = 8", True),
+        ("web_sales", ("ws_order_number",), "ws_order_number % 29 = 4", False),
+        ("item", ("i_item_sk",), "i_item_sk % 31 = 6", True),
+        ("customer", ("c_customer_sk",), "c_customer_sk % 47 = 9", False),
+        ("store_returns", ("sr_ticket_number",), "sr_ticket_number % 23 = 1", True),
+    ),
+    reinsert=("store_sales", "ss_ticket_number % 43 = 8 AND ss_quantity > 50"),
+)
+SUITES = {s.name: s for s in (TPCH, TPCDS)}
 
 _GENERATE = """
 import duckdb, glob, json, os, sys
-import duckdb_extension_tpch as m
-out, sf = sys.argv[1], float(sys.argv[2])
-ext = glob.glob(os.path.join(os.path.dirname(m.__file__), "**", "tpch.duckdb_extension"),
-                recursive=True)[0]
+import duckdb_extension_tpch, duckdb_extension_tpcds
+out, sf, call, queries = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
 con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
-con.load_extension(ext)
-con.execute(f"CALL dbgen(sf={sf})")
-for t in %r:
+for m in (duckdb_extension_tpch, duckdb_extension_tpcds):
+    for ext in glob.glob(os.path.join(os.path.dirname(m.__file__), "**", "*.duckdb_extension"),
+                         recursive=True):
+        con.load_extension(ext)
+con.execute(call.format(sf=sf))
+for (t,) in con.execute("SHOW TABLES").fetchall():
     con.execute(f"COPY {t} TO '{os.path.join(out, t)}.parquet' (FORMAT parquet)")
-q = con.execute("SELECT query_nr, query FROM tpch_queries() ORDER BY query_nr").fetchall()
+q = con.execute(f"SELECT query_nr, query FROM {queries} ORDER BY query_nr").fetchall()
 with open(os.path.join(out, "queries.json"), "w") as f:
     json.dump([[n, text] for n, text in q], f)
-""" % (TABLES,)
+"""
 
 
-def generate(cache: Path, sf: float) -> Path:
-    """Parquet files of the 8 tables and the 22 queries (DuckDB's text), made once per scale."""
-    out = cache / f"tpch-sf{sf:g}"
+def generate(suite: Suite, cache: Path, sf: float) -> Path:
+    """Parquet files of the suite's tables and its queries (DuckDB's text), made once."""
+    out = cache / f"{suite.name}-sf{sf:g}"
     if (out / "queries.json").exists():
         return out
     venv = cache / "duckdb-venv"
@@ -70,25 +157,28 @@ def generate(cache: Path, sf: float) -> Path:
         subprocess.run(
             [str(py), "-m", "pip", "install", "-q", *DUCKDB], check=True, capture_output=True
         )
-        tmp = cache / f"tpch-sf{sf:g}.{uuid.uuid4().hex[:8]}"
+        tmp = cache / f"{suite.name}-sf{sf:g}.{uuid.uuid4().hex[:8]}"
         tmp.mkdir(parents=True)
         subprocess.run(
-            [str(py), "-c", _GENERATE, str(tmp), str(sf)], check=True, capture_output=True
+            [str(py), "-c", _GENERATE, str(tmp), str(sf), suite.generate, suite.queries],
+            check=True,
+            capture_output=True,
         )
     except subprocess.CalledProcessError as e:
         err = (e.stderr or b"").decode(errors="replace").strip().splitlines()
         raise RuntimeUnavailable(
-            f"cannot generate TPC-H data with {' '.join(DUCKDB)}: {err[-1] if err else e}"
+            f"cannot generate {suite.name} data with {' '.join(DUCKDB)}: {err[-1] if err else e}"
         ) from e
     tmp.rename(out)
     return out
 
 
 class Builder:
-    """Writes the TPC-H tables as merge-on-read Iceberg tables through the Java writer."""
+    """Writes a suite's tables as merge-on-read Iceberg tables through the Java writer."""
 
-    def __init__(self, spark: Any, data: Path) -> None:
+    def __init__(self, spark: Any, suite: Suite, data: Path) -> None:
         self.spark = spark
+        self.suite = suite
         self.data = data
         self.jvm = spark._jvm
         self.log: list[str] = []
@@ -98,33 +188,27 @@ class Builder:
         self.spark.sql(text)
         self.log.append(text)
 
-    def table(self, name: str) -> Any:
+    def name(self, t: str) -> str:
+        return f"local.{self.suite.name}.{t}"
+
+    def table(self, t: str) -> Any:
         return self.jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-            self.spark._jsparkSession, f"local.tpch.{name}"
+            self.spark._jsparkSession, self.name(t)
         )
 
     def build(self) -> None:
-        for t in TABLES:
+        for t in self.suite.tables:
             self.create(t)
-        # position deletes: DELETE and UPDATE in merge-on-read mode
-        self.sql("DELETE FROM local.tpch.lineitem WHERE l_orderkey % 53 = 1")
-        self.sql("DELETE FROM local.tpch.partsupp WHERE ps_availqty < 300")
-        self.sql(
-            "UPDATE local.tpch.orders SET o_comment = concat(o_comment, '!') "
-            "WHERE o_orderkey % 47 = 2"
-        )
-        self.sql("UPDATE local.tpch.customer SET c_acctbal = c_acctbal + 1 WHERE c_custkey % 9 = 4")
-        # equality deletes, partition-scoped where the table is partitioned
-        self.eq_delete("lineitem", ("l_orderkey", "l_linenumber"), "l_orderkey % 59 = 7", True)
-        self.eq_delete("orders", ("o_orderkey",), "o_orderkey % 61 = 3", False)
-        self.eq_delete("customer", ("c_custkey",), "c_custkey % 43 = 5", True)
-        self.eq_delete("supplier", ("s_suppkey",), "s_suppkey % 17 = 2", False)
-        self.eq_delete("part", ("p_partkey",), "p_partkey % 37 = 11", True)
+        for stmt in self.suite.position_deletes:  # DELETE and UPDATE in merge-on-read mode
+            self.sql(stmt)
+            self.coverage["position deletes (" + stmt.split()[0] + ")"] += 1
+        for t, cols, where, metrics in self.suite.eq_deletes:
+            self.eq_delete(t, cols, where, metrics)
         # some deleted rows come back: appended after their delete, so they are live
-        src = self.spark.read.parquet(str(self.data / "lineitem.parquet"))
-        back = src.where("l_orderkey % 59 = 7 AND l_linenumber = 1")
-        back.writeTo("local.tpch.lineitem").append()
-        self.log.append("-- appended again: lineitem rows with l_orderkey % 59 = 7, line 1")
+        t, where = self.suite.reinsert
+        src = self.spark.read.parquet(str(self.data / f"{t}.parquet"))
+        src.where(where).writeTo(self.name(t)).append()
+        self.log.append(f"-- appended again: {t} rows with {where}")
 
     def create(self, t: str) -> None:
         src = self.spark.read.parquet(str(self.data / f"{t}.parquet"))
@@ -135,18 +219,18 @@ class Builder:
             "write.update.mode": "merge-on-read",
             "write.merge.mode": "merge-on-read",
         }
-        w = src.where(f"pmod({key}, 3) <> 0").writeTo(f"local.tpch.{t}").using("iceberg")
+        first = src.where(f"pmod({key}, 3) <> 0 OR {key} IS NULL")
+        w = first.writeTo(self.name(t)).using("iceberg")
         for k, v in props.items():
             w = w.tableProperty(k, v)
-        if t in PARTITIONS:
+        part = self.suite.partitions.get(t)
+        if part is not None:
             from pyspark.sql import functions as F
 
-            w = w.partitionedBy(F.col(PARTITIONS[t]))
+            w = w.partitionedBy(F.col(part))
         w.create()
-        src.where(f"pmod({key}, 3) = 0").writeTo(f"local.tpch.{t}").append()
-        self.log.append(
-            f"-- {t}: two commits" + (f", by {PARTITIONS[t]}" if t in PARTITIONS else "")
-        )
+        src.where(f"pmod({key}, 3) = 0").writeTo(self.name(t)).append()
+        self.log.append(f"-- {t}: two commits" + (f", by {part}" if part else ""))
 
     def eq_delete(self, t: str, cols: tuple[str, ...], where: str, metrics: bool) -> None:
         import pyarrow as pa
@@ -155,7 +239,7 @@ class Builder:
         table = self.table(t)
         schema = table.schema()
         ids = [schema.findField(c).fieldId() for c in cols]
-        keys = self.spark.sql(f"SELECT {', '.join(cols)} FROM local.tpch.{t} WHERE {where}")
+        keys = self.spark.sql(f"SELECT {', '.join(cols)} FROM {self.name(t)} WHERE {where}")
         rows = [tuple(r) for r in keys.collect()] + [tuple(None for _ in cols)]  # a NULL key
         types = pq.read_schema(self.data / f"{t}.parquet")
         fields = [
@@ -213,7 +297,7 @@ class Builder:
         return list(seen.values())
 
 
-def queries(data: Path, warehouse: Path) -> list[tuple[int, str, str]]:
+def queries(suite: Suite, data: Path, warehouse: Path) -> list[tuple[int, str, str]]:
     """(number, SQL for Iceberg's reader, SQL for mor): DuckDB's text in Spark's dialect, each
     table named in the Hadoop catalog, or read with iceberg_scan('<table directory>')."""
     import sqlglot
@@ -224,18 +308,22 @@ def queries(data: Path, warehouse: Path) -> list[tuple[int, str, str]]:
         tree = sqlglot.parse_one(text, read="duckdb")
 
         def swap(node: exp.Expression, mor: bool) -> exp.Expression:
-            if isinstance(node, exp.Table) and node.name in TABLES and not node.args.get("db"):
+            if (
+                isinstance(node, exp.Table)
+                and node.name in suite.tables
+                and not node.args.get("db")
+            ):
                 alias = node.alias or node.name
                 if mor:
                     src: exp.Expression = exp.Anonymous(
                         this="iceberg_scan",
-                        expressions=[exp.Literal.string(str(warehouse / "tpch" / node.name))],
+                        expressions=[exp.Literal.string(str(warehouse / suite.name / node.name))],
                     )
                 else:
                     src = exp.to_identifier(node.name)
                 return exp.Table(
                     this=src,
-                    db=None if mor else exp.to_identifier("tpch"),
+                    db=None if mor else exp.to_identifier(suite.name),
                     catalog=None if mor else exp.to_identifier("local"),
                     alias=exp.TableAlias(this=exp.to_identifier(alias)),
                 )
@@ -261,29 +349,30 @@ def _bag(rows: list[Any]) -> Counter:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("suite", choices=sorted(SUITES))
     ap.add_argument("--sf", type=float, default=0.01)
     ap.add_argument("--keep", help="keep the warehouse here")
     args = ap.parse_args(argv)
+    suite = SUITES[args.suite]
     CACHE.mkdir(parents=True, exist_ok=True)
-    wh = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="mor-tpch-"))
+    wh = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix=f"mor-{suite.name}-"))
     try:
-        data = generate(CACHE, args.sf)
+        data = generate(suite, CACHE, args.sf)
         spark = iceberg_session(wh, CACHE, small_data=args.sf < 0.1)
     except RuntimeUnavailable as e:
-        print(f"TPC-H oracle unavailable: {e}")
+        print(f"{suite.name} oracle unavailable: {e}")
         return 2
     from mor import mor_sql
 
     started = time.time()
-    builder = Builder(spark, data)
+    builder = Builder(spark, suite, data)
     builder.build()
-    print(
-        f"TPC-H sf={args.sf:g}: tables written in {time.time() - started:.0f}s; "
-        f"{dict(builder.coverage)}"
-    )
+    title = f"{suite.name.upper()} sf={args.sf:g}"
+    print(f"{title}: tables written in {time.time() - started:.0f}s; {dict(builder.coverage)}")
     failures = []
     rows = 0
-    for n, theirs, ours in queries(data, wh):
+    todo = queries(suite, data, wh)
+    for n, theirs, ours in todo:
         try:
             a = _bag(mor_sql(ours, spark=spark).collect())
         except Exception as e:  # noqa: BLE001 - reported as a failure with its text
@@ -301,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     for f in failures:
         print("DIFFERENCE " + f)
     print(
-        f"TPC-H sf={args.sf:g}: 22 queries, {rows} result rows, {len(failures)} differences "
+        f"{title}: {len(todo)} queries, {rows} result rows, {len(failures)} differences "
         f"({time.time() - started:.0f}s)"
     )
     spark.stop()
