@@ -113,7 +113,7 @@ def one_statement(sql: str) -> Statement:
     return stmts[0]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Ref:
     node: exp.Table
     source: TableSource
@@ -140,6 +140,8 @@ def bind(stmt: Statement, resolver: Resolver) -> SparkQuery:
     )
     scans: list[Plan] = []
     edits: list[TextEdit] = []
+    k = 0  # position among the data scans (never look a reference up by equality: two
+    # references written alike are equal sqlglot trees, yet each has its own filters)
     for i, r in enumerate(refs):
         if r.kind is not None:
             snap = r.snapshot_id if r.kind in SNAPSHOT_METADATA_TABLES else None
@@ -147,7 +149,6 @@ def bind(stmt: Statement, resolver: Resolver) -> SparkQuery:
                 MetadataTable(table=r.label, source_key=r.source.key, kind=r.kind, snapshot_id=snap)
             )
         else:
-            k = data.index(r)
             hidden = analysis.hidden[k]
             if hidden and analysis.columns[k] is None:
                 raise UnsupportedError(
@@ -157,6 +158,7 @@ def bind(stmt: Statement, resolver: Resolver) -> SparkQuery:
                 )
             scan = _scan(r, analysis.columns[k], analysis.filters[k])
             scans.append(replace(scan, hidden=hidden) if hidden else scan)
+            k += 1
         edits += _edits(stmt, r, i)
     return SparkQuery(
         statement=stmt.text,
