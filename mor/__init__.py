@@ -3,7 +3,9 @@
     from mor import mor_sql, explain
     df = mor_sql("SELECT region, count(*) FROM demo.orders GROUP BY region")
 
-pyspark is imported only when a query runs, so `explain` works without a JVM.
+mor plans the table reads; Spark plans the query around them. pyspark is imported only when a
+query runs or is checked, so planning (`plan_query`, `metrics`, `explain(check=False)`) needs no
+JVM.
 """
 
 from mor.api import default_catalog, explain, metrics, mor_sql, plan_query, table

@@ -250,37 +250,19 @@ class Writer:
         scopes = self._scopes(table)
         if not keys or not scopes:
             return
-        builder = self.jvm.org.apache.iceberg.FileMetadata
         delta = table.newRowDelta()
         for spec, partition in scopes:
             path = self._write_keys(cols, ids, keys)
-            b = (
-                builder.deleteFileBuilder(spec)
-                .ofEqualityDeletes(self._int_array(ids))
-                .withPath(path)
-                .withFormat("parquet")
-                .withFileSizeInBytes(Path(path).stat().st_size)
-                .withRecordCount(len(keys))
-            )
-            if partition is not None:
-                b = b.withPartition(partition)
-            if self.rng.random() < 0.5:
-                # column metrics as Iceberg's own writers record them (null counts let mor use
-                # `=` instead of `<=>`); without them mor must assume NULL keys
-                b = b.withMetrics(self._metrics(table, path))
+            metrics = self.rng.random() < 0.5
+            if metrics:
                 self.h.coverage["eq delete with metrics"] += 1
-            delta = delta.addDeletes(b.build())
+            f = eq_delete_file(self.spark, table, spec, partition, path, ids, len(keys), metrics)
+            delta = delta.addDeletes(f)
             self.h.coverage["global eq delete" if partition is None else "partition eq delete"] += 1
         delta.commit()
         self.h.log.append(
             f"-- RowDelta: equality delete on {cols} ids {ids} keys {keys} "
             f"in {len(scopes)} scope(s)"
-        )
-
-    def _metrics(self, table: Any, path: str) -> Any:
-        iceberg = self.jvm.org.apache.iceberg
-        return iceberg.parquet.ParquetUtil.fileMetrics(
-            table.io().newInputFile(path), iceberg.MetricsConfig.forTable(table)
         )
 
     def _sample(self, cols: tuple[str, ...]) -> list[Any]:
@@ -317,12 +299,6 @@ class Writer:
             return [(unpart[0], None)] if unpart else []
         return chosen[: self.rng.randint(1, len(chosen))]
 
-    def _int_array(self, ids: list[int]) -> Any:
-        arr = self.spark.sparkContext._gateway.new_array(self.jvm.int, len(ids))
-        for i, v in enumerate(ids):
-            arr[i] = v
-        return arr
-
     def _write_keys(self, cols: tuple[str, ...], ids: list[int], keys: list[tuple]) -> str:
         fields = [
             pa.field(c, ARROW[self.h.columns[c]], metadata={b"PARQUET:field_id": str(i).encode()})
@@ -347,6 +323,45 @@ class Writer:
         for _ in range(steps):
             self.step()
         return self.h
+
+
+def eq_delete_file(
+    spark: Any,
+    table: Any,
+    spec: Any,
+    partition: Any,
+    path: str,
+    ids: list[int],
+    rows: int,
+    metrics: bool,
+) -> Any:
+    """The JVM DeleteFile of an equality delete Parquet file already written at `path`,
+    scoped to `partition` (None: global under `spec`). `metrics`: with the column metrics
+    Iceberg's own writers record (null counts let mor use `=` instead of `<=>`; without them
+    it must assume NULL keys)."""
+    jvm = spark._jvm
+    iceberg = jvm.org.apache.iceberg
+    arr = spark.sparkContext._gateway.new_array(jvm.int, len(ids))
+    for i, v in enumerate(ids):
+        arr[i] = v
+    local = path[len("file:") :] if path.startswith("file:") else path
+    b = (
+        iceberg.FileMetadata.deleteFileBuilder(spec)
+        .ofEqualityDeletes(arr)
+        .withPath(path)
+        .withFormat("parquet")
+        .withFileSizeInBytes(Path(local).stat().st_size)
+        .withRecordCount(rows)
+    )
+    if partition is not None:
+        b = b.withPartition(partition)
+    if metrics:
+        b = b.withMetrics(
+            iceberg.parquet.ParquetUtil.fileMetrics(
+                table.io().newInputFile(path), iceberg.MetricsConfig.forTable(table)
+            )
+        )
+    return b.build()
 
 
 def _lit(v: Any, sql_type: str) -> str:

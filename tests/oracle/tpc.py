@@ -37,6 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tests.oracle.histories import eq_delete_file  # noqa: E402
 from tests.oracle.runtime import RuntimeUnavailable, iceberg_session  # noqa: E402
 
 CACHE = ROOT / ".venv" / "mor-oracle"
@@ -246,7 +247,6 @@ class Builder:
             pa.field(c, types.field(c).type, metadata={b"PARQUET:field_id": str(i).encode()})
             for c, i in zip(cols, ids)
         ]
-        builder = self.jvm.org.apache.iceberg.FileMetadata
         delta = table.newRowDelta()
         for spec, partition in self._scopes(table):
             path = f"{table.location()}/data/eqdel-{uuid.uuid4()}.parquet"
@@ -258,27 +258,9 @@ class Builder:
                 ),
                 local,
             )
-            arr = self.spark.sparkContext._gateway.new_array(self.jvm.int, len(ids))
-            for i, v in enumerate(ids):
-                arr[i] = v
-            b = (
-                builder.deleteFileBuilder(spec)
-                .ofEqualityDeletes(arr)
-                .withPath(path)
-                .withFormat("parquet")
-                .withFileSizeInBytes(Path(local).stat().st_size)
-                .withRecordCount(len(rows))
+            delta = delta.addDeletes(
+                eq_delete_file(self.spark, table, spec, partition, path, ids, len(rows), metrics)
             )
-            if partition is not None:
-                b = b.withPartition(partition)
-            if metrics:
-                iceberg = self.jvm.org.apache.iceberg
-                b = b.withMetrics(
-                    iceberg.parquet.ParquetUtil.fileMetrics(
-                        table.io().newInputFile(path), iceberg.MetricsConfig.forTable(table)
-                    )
-                )
-            delta = delta.addDeletes(b.build())
             self.coverage[
                 "partition eq delete" if partition is not None else "global eq delete"
             ] += 1
