@@ -71,8 +71,22 @@ def split_statements(source: str) -> list[Statement]:
             continue
         start, end = g[0].start, g[-1].end + 1
         text = source[start:end]
-        out.append(Statement(text, start, source, _parse(text, start, source)))
+        out.append(Statement(text, start, source, _parse(_for_parsing(text, g), start, source)))
     return out
+
+
+def _for_parsing(text: str, tokens: list[Token]) -> str:
+    """`text` as sqlglot can parse it, every offset unchanged: Spark's `FOR SYSTEM_VERSION AS
+    OF` (sqlglot knows only `VERSION AS OF`) becomes `VERSION AS OF` padded with spaces. Only
+    the parse sees this; Spark receives the user's text (the time-travel clause is replaced by
+    the scan's view anyway)."""
+    base = tokens[0].start
+    out = list(text)
+    for a, b in zip(tokens, tokens[1:]):
+        if a.text.upper() == "FOR" and b.text.upper() == "SYSTEM_VERSION":
+            lo, hi = a.start - base, b.end - base + 1
+            out[lo:hi] = list("VERSION".rjust(hi - lo))
+    return "".join(out)
 
 
 def _parse(text: str, offset: int, source: str) -> exp.Expression:
