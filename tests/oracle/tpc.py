@@ -353,14 +353,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{title}: tables written in {time.time() - started:.0f}s; {dict(builder.coverage)}")
     failures = []
     rows = 0
+    ratios = []
     todo = queries(suite, data, wh)
     for n, theirs, ours in todo:
+        t0 = time.perf_counter()
         try:
             a = _bag(mor_sql(ours, spark=spark).collect())
         except Exception as e:  # noqa: BLE001 - reported as a failure with its text
             failures.append(f"Q{n}: mor failed: {str(e).splitlines()[0][:300]}\n{ours}")
             continue
+        t1 = time.perf_counter()
         b = _bag(spark.sql(theirs).collect())
+        t2 = time.perf_counter()
+        ratios.append((t1 - t0) / max(t2 - t1, 1e-6))
         rows += sum(b.values())
         if a != b:
             missing = list((b - a).elements())[:3]
@@ -375,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{title}: {len(todo)} queries, {rows} result rows, {len(failures)} differences "
         f"({time.time() - started:.0f}s)"
     )
+    if ratios:  # one cold run each, in this order: a correctness run, not a benchmark
+        geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        print(f"{title}: mor / Iceberg reader time per query, geometric mean {geo:.2f}")
     spark.stop()
     return 1 if failures else 0
 
