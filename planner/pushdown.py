@@ -328,10 +328,14 @@ def to_pred(e: exp.Expression, types: dict[str, str]) -> Pred | None:
         if not isinstance(left, exp.Column):
             return None
         name = left.name.lower()
+        if not _bounds_follow_spark(types.get(name), op):
+            return None
         value = literal_for(right, types.get(name))
         return None if value is _NO else Pred(column=name, op=op, values=(value,))
     if isinstance(e, exp.In) and isinstance(e.this, exp.Column) and not e.args.get("query"):
         name = e.this.name.lower()
+        if not _bounds_follow_spark(types.get(name), "in"):
+            return None
         vals = [literal_for(v, types.get(name)) for v in e.expressions]
         if not vals or any(v is _NO for v in vals):
             return None
@@ -350,6 +354,18 @@ def to_pred(e: exp.Expression, types: dict[str, str]) -> Pred | None:
     ):
         return Pred(column=e.this.this.name.lower(), op="notnull")
     return None
+
+
+def _bounds_follow_spark(iceberg_type: str | None, op: str) -> bool:
+    """Whether Iceberg's column bounds can prune `column op literal` as Spark evaluates it.
+
+    Spark orders NaN above every number (`d > 5` is true for NaN), while Iceberg's bounds leave
+    NaN out: `>`, `>=` and `!=` on a double could prune a file whose NaN rows match (Iceberg's
+    own Spark reader loses them). A float column is compared with a double literal in Spark, but
+    with the literal rounded to float by Iceberg's evaluators: never pruned by a literal."""
+    if iceberg_type == "float":
+        return False
+    return not (iceberg_type == "double" and op in (">", ">=", "!="))
 
 
 def literal_for(e: exp.Expression, iceberg_type: str | None) -> Any:
@@ -384,5 +400,8 @@ def literal_for(e: exp.Expression, iceberg_type: str | None) -> Any:
 
 def _date(lit: exp.Literal) -> Any:
     if lit.is_string and re.fullmatch(r"\d{4}-\d{2}-\d{2}", lit.this):
-        return dt.date.fromisoformat(lit.this).isoformat()
+        try:
+            return dt.date.fromisoformat(lit.this).isoformat()
+        except ValueError:
+            return _NO  # '2024-13-01': Spark's cast gives NULL, which prunes nothing here
     return _NO

@@ -447,3 +447,49 @@ def test_metadata_columns_name_each_rows_file_position_spec_and_partition(
     assert n == 3
     with pytest.raises(UnsupportedError, match="list the columns you need instead of"):
         mor_sql("SELECT *, _file FROM demo.orders", catalog=tables, spark=spark)
+
+
+def test_nan_rows_are_never_pruned_away(tables: Any, spark: Any) -> None:
+    """Spark orders NaN above every number; Iceberg's bounds leave NaN out (nan_value_counts).
+    A file whose numbers are all below 5 but which holds NaN must be read for `d > 5`: Iceberg
+    1.10.2's own Spark reader prunes it and loses those rows (../shared/SEMANTICS.md)."""
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import DoubleType, FloatType, LongType, NestedField
+
+    from mor.fixtures import TableWriter
+
+    schema = Schema(
+        NestedField(1, "id", LongType()),
+        NestedField(2, "d", DoubleType()),
+        NestedField(3, "f", FloatType()),
+    )
+    w = TableWriter(tables, "shapes.nan", schema)
+    nan = float("nan")
+    for ids, ds, fs in [
+        ([1, 2, 3], [1.0, 2.0, nan], [0.05, 0.1, nan]),
+        ([4, 5, 6], [nan, nan, 3.0], [0.7, 0.1, 0.3]),
+        ([7, 8], [10.0, 11.0], [1.5, 2.5]),
+    ]:
+        w.append(
+            pa.table(
+                {
+                    "id": pa.array(ids, pa.int64()),
+                    "d": pa.array(ds, pa.float64()),
+                    "f": pa.array(fs, pa.float32()),
+                }
+            )
+        )
+    w.commit(deletes=[w.equality_delete_file([1], [{1: 8}])])
+    mor_sql("SELECT * FROM shapes.nan", catalog=tables, spark=spark).createOrReplaceTempView(
+        "live_nan"
+    )
+    for cond in ["d > 5", "d >= 3", "d <> 1", "d < 5", "f >= 0.1", "f < 0.7", "f > 0.3", "d = d"]:
+        ours = _rows(
+            mor_sql(f"SELECT id FROM shapes.nan WHERE {cond}", catalog=tables, spark=spark)
+        )
+        theirs = _rows(spark.sql(f"SELECT id FROM live_nan WHERE {cond}"))
+        assert Counter(ours) == Counter(theirs), cond
+    # d > 5: the NaN rows of the files whose numbers are all below 5 are there
+    got = mor_sql("SELECT id FROM shapes.nan WHERE d > 5", catalog=tables, spark=spark)
+    assert sorted(r.id for r in got.collect()) == [3, 4, 5, 7]
