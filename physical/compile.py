@@ -13,7 +13,7 @@ from pyspark.sql import types as T
 from physical import arrow
 from physical.errors import query_error
 from physical.paths import SparkPaths
-from physical.scan import hidden_type, scan_data, scan_eq_deletes
+from physical.scan import float_key, hidden_type, is_float_key, scan_data, scan_eq_deletes
 from physical.types import spark_type
 from planner.errors import UnsupportedError
 from planner.nodes import (
@@ -61,10 +61,17 @@ class Compiler:
             case MetadataTable(data=data) if data is not None:
                 return arrow.to_dataframe(self.spark, data)
             case AntiJoin(left=left, right=right, keys=keys):
-                pairs = [
-                    _c(lk).eqNullSafe(_c(rk)) if node.null_safe else _c(lk) == _c(rk)
-                    for lk, rk in keys
-                ]
+                # float keys arrive as text from the delete scan (scan.float_key): the data
+                # side's are made text alike
+                floats = (
+                    {k.col.name for k in right.keys if is_float_key(k)}
+                    if isinstance(right, EqDeleteScan)
+                    else set()
+                )
+                pairs = []
+                for lk, rk in keys:
+                    lc = float_key(_c(lk)) if rk in floats else _c(lk)
+                    pairs.append(lc.eqNullSafe(_c(rk)) if node.null_safe else lc == _c(rk))
                 cond = reduce(lambda a, b: a & b, pairs)
                 if node.seq_guard:
                     cond = cond & (_c(DATA_SEQ) < _c(DEL_SEQ))

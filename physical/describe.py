@@ -64,7 +64,16 @@ class _Describer:
             case AntiJoin(left=left, right=right):
                 a, b = self.visit(left), self.visit(right)
                 op = "<=>" if node.null_safe else "="
-                cond = [f"{lk} {op} {rk}" for lk, rk in node.keys]
+                texts = (
+                    {k.col.name for k in right.keys if k.type_str in ('"float"', '"double"')}
+                    if isinstance(right, EqDeleteScan)
+                    else set()
+                )
+                # float keys compare as text: -0.0 and 0.0 differ, as in Iceberg's Java reader
+                cond = [
+                    f"string({lk}) {op} {rk}" if rk in texts else f"{lk} {op} {rk}"
+                    for lk, rk in node.keys
+                ]
                 if node.seq_guard:
                     cond.append("$data_seq < $del_seq")
                 if node.part_guard:

@@ -417,6 +417,18 @@ def _positions(
     return pdf.join(ptab, cond, "inner").select(F.col(FKEY), F.col("pos").alias(POS))
 
 
+def is_float_key(rf: ReadField) -> bool:
+    return rf.type_str in ('"float"', '"double"')
+
+
+def float_key(c: Column) -> Column:
+    """A float or double equality key as Iceberg's Java reader compares it (Double.equals):
+    -0.0 and 0.0 differ, NaN equals NaN. Spark's `=` and `<=>` (and its joins and grouping)
+    treat -0.0 and 0.0 as equal, so such keys are compared by their text, which is one string
+    per value (NULL stays NULL)."""
+    return c.cast("string")
+
+
 def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) -> DataFrame:
     where = f"equality deletes of {node.table}"
     key_names = [k.col.name for k in node.keys]
@@ -439,6 +451,9 @@ def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) 
         df = df.unionByName(other)
     if node.pushed:
         df = where_all(df, node.pushed)
+    for k in node.keys:
+        if is_float_key(k):  # before compaction: -0.0 and 0.0 are two delete keys
+            df = df.withColumn(k.col.name, float_key(F.col(f"`{k.col.name}`")))
     if not node.meta:
         # no anti-join reading this checks a guard: the keys alone, each once
         df = df.select(*key_names)
