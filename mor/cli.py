@@ -46,6 +46,11 @@ def _parser() -> argparse.ArgumentParser:
     common(run)
     run.add_argument("--format", choices=["table", "csv", "json", "parquet"], default="table")
     run.add_argument("--output", help="write results here (required for parquet)")
+    run.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing --output (never done without it)",
+    )
     run.add_argument("--limit", type=int, help="print at most N rows of each result")
     ex = sub.add_parser("explain", help="print the query plan and its merge-on-read scans")
     common(ex)
@@ -130,6 +135,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     stmts = _statements(args)
     if args.format == "parquet" and not args.output:
         raise UsageError("--format parquet needs --output PATH")
+    if args.limit is not None and args.limit < 0:
+        raise UsageError(f"--limit needs a number of rows, 0 or more, not {args.limit}")
+    targets = _targets(args, len(stmts))  # checked before any query runs
     cat = _catalog(args)
     pm = _path_map(args.path_map)
     progress.note("planning ...")
@@ -146,10 +154,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             df = df.limit(args.limit)
         results.append(df)
     if args.format == "parquet":
-        for i, df in enumerate(results):
-            out = args.output if len(results) == 1 else f"{args.output}.{i}"
+        for df, out in zip(results, targets):
             with progress.spark_stages(spark, f"writing {out}"):
-                _run_spark(lambda df=df, out=out: df.write.mode("overwrite").parquet(out))
+                _replace_atomically(
+                    out,
+                    args.overwrite,
+                    lambda tmp, df=df: _run_spark(lambda: df.write.parquet(tmp)),
+                )
         return 0
     collected = []
     for i, df in enumerate(results, start=1):
@@ -157,11 +168,67 @@ def cmd_run(args: argparse.Namespace) -> int:
             collected.append(_run_spark(lambda df=df: (df.columns, df.collect())))
     text = "\n".join(_format(cols, rows, args.format) for cols, rows in collected)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+        _replace_atomically(targets[0], args.overwrite, lambda tmp: _write_text(tmp, text))
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _targets(args: argparse.Namespace, n: int) -> list[str]:
+    """Where results go, checked before any query runs: the folder must exist, and an existing
+    file or non-empty folder is replaced only with --overwrite (never emptied unasked)."""
+    if not args.output:
+        return []
+    outs = (
+        [args.output]
+        if args.format != "parquet" or n == 1
+        else [f"{args.output}.{i}" for i in range(n)]
+    )
+    for out in outs:
+        parent = os.path.dirname(os.path.abspath(out))
+        if not os.path.isdir(parent):
+            raise UsageError(f"--output {out}: the folder {parent} does not exist")
+        if not os.access(parent, os.W_OK):
+            raise UsageError(f"--output {out}: the folder {parent} is not writable")
+        taken = os.path.isfile(out) or (os.path.isdir(out) and bool(os.listdir(out)))
+        if taken and not args.overwrite:
+            raise UsageError(
+                f"--output {out} already exists and is not empty: give --overwrite to replace it"
+            )
+        if os.path.isdir(out) and args.format != "parquet":
+            raise UsageError(f"--output {out} is a folder: {args.format} output is one file")
+    return outs
+
+
+def _replace_atomically(out: str, overwrite: bool, write: Any) -> None:
+    """`write(tmp)` writes next to `out` under a temporary name, which then takes `out`'s
+    place: a failed query leaves nothing half-written, and what was there stays until then."""
+    import shutil
+    import uuid
+
+    out = os.path.abspath(out)
+    tmp = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.mor-{uuid.uuid4().hex[:8]}")
+    try:
+        write(tmp)
+        old = None
+        if os.path.lexists(out):
+            if not overwrite and not (os.path.isdir(out) and not os.listdir(out)):
+                raise UsageError(f"--output {out} appeared while the query ran: not replaced")
+            old = f"{tmp}.old"
+            os.rename(out, old)
+        os.rename(tmp, out)
+        if old is not None:
+            shutil.rmtree(old) if os.path.isdir(old) else os.remove(old)
+    finally:
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def _run_spark(fn: Any) -> Any:

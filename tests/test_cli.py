@@ -202,6 +202,48 @@ def test_run_formats(
     ]
 
 
+def test_output_never_replaces_what_was_not_asked_for(
+    wh: Path, tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An existing file or non-empty folder is refused without --overwrite (and stays as it
+    was); with it, it is replaced whole; a missing folder or a negative --limit is refused
+    before any query runs; a failing query leaves nothing behind."""
+    import pyarrow.parquet as pq
+
+    sql = "SELECT region, count(*) AS n FROM demo.orders GROUP BY region ORDER BY region"
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("mine")
+    base = ["run", "-e", sql, "--warehouse", str(wh)]
+    parquet = [*base, "--format", "parquet", "--output", str(folder)]
+    code, out, err = _run(capsys, *parquet)
+    _one_line_error(code, 2, out, err, "already exists", "--overwrite")
+    assert (folder / "keep.txt").read_text() == "mine"
+    code, _, err = _run(capsys, *parquet, "--overwrite")
+    assert code == 0, err
+    assert not (folder / "keep.txt").exists()
+    assert pq.read_table(str(folder)).to_pylist() == [
+        {"region": "EU", "n": 8},
+        {"region": "US", "n": 8},
+    ]
+    csv = tmp_path / "out.csv"
+    csv.write_text("old")
+    code, out, err = _run(capsys, *base, "--format", "csv", "--output", str(csv))
+    _one_line_error(code, 2, out, err, "already exists")
+    assert csv.read_text() == "old"
+    code, _, _ = _run(capsys, *base, "--format", "csv", "--output", str(csv), "--overwrite")
+    assert code == 0 and csv.read_text().startswith("region,n")
+    code, out, err = _run(capsys, *base, "--format", "csv", "--output", "/nonexistent/x.csv")
+    _one_line_error(code, 2, out, err, "/nonexistent", "does not exist")
+    code, out, err = _run(capsys, *base, "--limit", "-1")
+    _one_line_error(code, 2, out, err, "--limit")
+    # a query that fails at run time leaves no output, not even a temporary one
+    bad = ["run", "-e", "SELECT raise_error('boom') FROM demo.orders", "--warehouse", str(wh)]
+    code, out, err = _run(capsys, *bad, "--format", "csv", "--output", str(tmp_path / "b.csv"))
+    assert code == 1 and not (tmp_path / "b.csv").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
 def test_explain_analyze_counts_rows_removed_by_each_kind(
     wh: Path, spark: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
