@@ -15,7 +15,7 @@ from physical.errors import query_error
 from physical.paths import SparkPaths
 from physical.scan import float_key, hidden_type, is_float_key, scan_data, scan_eq_deletes
 from physical.types import spark_type
-from planner.errors import UnsupportedError
+from planner.errors import MorError, UnsupportedError
 from planner.nodes import (
     DATA_SEQ,
     DEL_PART,
@@ -132,11 +132,21 @@ def to_dataframe(plan: Plan, spark: SparkSession, *, analyse_only: bool = False)
         # ids of nested fields when _metadata columns are read too; the nested key would then
         # read as NULL (and NULL keys match each other). Reading whole structs avoids that.
         spark.conf.set(NESTED_PRUNING_CONF, "false")
-    if analyse_only:
-        frames = [_empty(spark, s) for s in plan.scans]
-    else:
-        compiler = Compiler(spark)
-        frames = [_user_columns(compiler.compile(s), s) for s in plan.scans]
+    try:
+        if analyse_only:
+            frames = [_empty(spark, s) for s in plan.scans]
+        else:
+            compiler = Compiler(spark)
+            frames = [_user_columns(compiler.compile(s), s) for s in plan.scans]
+    except MorError:
+        raise
+    except Exception as e:  # noqa: BLE001 - Spark refusing what mor built: one line, not py4j's
+        text = str(e).strip().splitlines()
+        detail = next((ln for ln in text if "Exception" in ln or "Error" in ln), "")
+        raise MorError(
+            f"internal: Spark refused the scan mor built ({text[0] if text else type(e).__name__}"
+            f"{'; ' + detail.strip()[:200] if detail and detail != text[0] else ''})"
+        ) from e
     return run_query(spark, plan, frames)
 
 

@@ -341,11 +341,15 @@ def _with_hidden(
     inline table on the file key: path as recorded, spec id, partition struct)."""
     if "_pos" in scan.hidden:
         df = df.withColumn("_pos", F.col(POS))
-    per_file = [h for h in scan.hidden if h != "_pos"]
-    if not per_file:
-        return df
     ptype = hidden_type(scan, "_partition")
     fields = scan.files.partition_fields if scan.files else ()
+    if "_partition" in scan.hidden and not fields:
+        # an unpartitioned table: NULL of an empty struct, as Iceberg's reader gives (Spark
+        # cannot build an empty struct value)
+        df = df.withColumn("_partition", F.lit(None).cast(ptype))
+    per_file = [h for h in scan.hidden if h != "_pos" and (h != "_partition" or fields)]
+    if not per_file:
+        return df
     rows = []
     for t in scan.data_files():
         vals = [_sql_literal(keys[t.file_id], _key_type(kind))]
@@ -360,7 +364,7 @@ def _with_hidden(
                 for f, sf in zip(fields, ptype.fields):
                     lit = _partition_literal(values.get(f.field_id), sf.dataType, scan.table)
                     parts.append(f"{_sql_literal(f.name, T.StringType())}, {lit}")
-                vals.append(f"named_struct({', '.join(parts)})" if parts else "struct()")
+                vals.append(f"named_struct({', '.join(parts)})")
         rows.append("(" + ", ".join(vals) + ")")
     names = ", ".join(f"`{n}`" for n in [FKEY, *per_file])
     table = spark.sql(f"SELECT * FROM VALUES {', '.join(rows)} AS t({names})")

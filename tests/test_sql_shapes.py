@@ -493,3 +493,13 @@ def test_nan_rows_are_never_pruned_away(tables: Any, spark: Any) -> None:
     # d > 5: the NaN rows of the files whose numbers are all below 5 are there
     got = mor_sql("SELECT id FROM shapes.nan WHERE d > 5", catalog=tables, spark=spark)
     assert sorted(r.id for r in got.collect()) == [3, 4, 5, 7]
+
+
+def test_partition_column_of_an_unpartitioned_table_is_null(tables: Any, spark: Any) -> None:
+    """Iceberg's Spark reader gives `_partition` of an unpartitioned table as a NULL empty
+    struct (the oracle runs this against it too)."""
+    rows = mor_sql(
+        "SELECT id, _partition FROM shapes.nested WHERE id < 3", catalog=tables, spark=spark
+    )
+    assert rows.schema["_partition"].dataType.simpleString() == "struct<>"
+    assert sorted(tuple(r) for r in rows.collect()) == [(0, None), (1, None)]
