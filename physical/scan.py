@@ -168,16 +168,31 @@ def _listed_sizes(df: DataFrame) -> dict[str, int]:
     return out
 
 
-def _sizes_agree(frames: list[DataFrame], files: Sequence[DataTask], paths: SparkPaths) -> bool:
-    """Keying rows by file size is safe only if the sizes Iceberg recorded are the sizes Spark
-    sees: otherwise a position could be matched to no row (and a deleted row come back)."""
+def check_sizes(
+    frames: list[DataFrame],
+    files: Sequence[DataTask | DeleteTask],
+    paths: SparkPaths,
+    kind: str,
+    table: str,
+) -> None:
+    """Every file must have the size its manifest entry records: a file replaced by another
+    (truncated, rewritten) would otherwise be read as if it were the committed one (rows lost
+    or added without a word, positions matched to the wrong rows). Local files are checked
+    with `stat`; others with the sizes Spark listed for `frames` (nothing when `frames` is
+    empty). A same-size replacement cannot be seen without checksums."""
     local = [_local_size(t.read_path) for t in files]
-    if all(n is not None for n in local):  # Spark lists a local file with its size on disk
-        return all(n == t.size_bytes for n, t in zip(local, files))
     listed: dict[str, int] = {}
-    for f in frames:
-        listed.update(_listed_sizes(f))
-    return all(listed.get(paths(t.read_path)) == t.size_bytes for t in files)
+    if frames and not all(n is not None for n in local):
+        for f in frames:
+            listed.update(_listed_sizes(f))
+    for t, n in zip(files, local):
+        size = n if n is not None else listed.get(paths(t.read_path))
+        if size is not None and size != t.size_bytes:
+            raise DataFileError(
+                f"{kind} file {t.read_path} of {table} is {size} bytes, but the table's "
+                f"metadata records {t.size_bytes}: it was replaced or truncated since it was "
+                "committed; refusing to read it"
+            )
 
 
 def _local_size(path: str) -> int | None:
@@ -267,9 +282,10 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
             f"data files of {scan.table}",
         )
         parts.append((layout, part))
-    if kind == "file_size" and (need_pos or scan.meta):
-        if not _sizes_agree([p for _, p in parts], tasks, paths):
-            kind, keys = "file_path", {t.file_id: paths(t.read_path) for t in tasks}
+    check_sizes([p for _, p in parts], tasks, paths, "data", scan.table)
+    check_sizes(
+        [], [d for d in deletes.values() if d.kind == "position"], paths, "delete", scan.table
+    )
     frames = []
     for layout, part in parts:
         merged = _merged(scan.fields)
@@ -450,6 +466,7 @@ def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) 
                 F.col(f"_metadata.{kind}").alias(FKEY),
             )
         )
+    check_sizes(frames, node.files, paths, "equality delete", node.table)
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other)

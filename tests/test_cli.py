@@ -124,7 +124,7 @@ def test_broken_data_and_delete_files(
         code, out, err = _run(
             capsys, "run", "-e", "SELECT * FROM demo.orders", "--warehouse", str(wh)
         )
-        _one_line_error(code, 1, out, err, data.name, "not a Parquet file")
+        _one_line_error(code, 1, out, err, data.name, "is 100 bytes", "replaced or truncated")
         data.write_bytes(saved_data)
         os.remove(delete)
         code, out, err = _run(

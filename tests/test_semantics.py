@@ -273,20 +273,27 @@ def size_check(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     return request.param
 
 
-def test_recorded_file_size_that_differs_falls_back_to_path_keys(
+def test_file_whose_size_differs_from_its_metadata_is_refused(
     two_partitions: Any, spark: Any, position_method: str, size_check: str
 ) -> None:
-    """Rows are keyed by file size only when Spark's listing agrees with the recorded sizes;
-    otherwise a position delete would match no row and the deleted row would come back."""
+    """A data file replaced since it was committed (its size differs from the manifest's) is
+    refused by name before any row is read: read as the committed file, it would lose or add
+    rows silently, and positions would match other rows (Iceberg's own reader reads it)."""
     from dataclasses import replace
 
     from mor.api import plan_query
     from physical import to_dataframe
+    from planner.errors import DataFileError
     from planner.nodes import IcebergScan
 
     cat, w, a, _ = two_partitions
     w.commit(deletes=[w.position_delete_file({a.file_path: [0]}, a)])  # (100, 'a', 1)
     planned = plan_query("SELECT id, p, v FROM r.t", catalog=cat)
+    assert {tuple(r) for r in to_dataframe(planned.optimized, spark).collect()} == {
+        (1, "a", 2),
+        (100, "b", 3),
+        (None, "b", 4),
+    }
 
     def tamper(node: Any) -> Any:
         if isinstance(node, IcebergScan) and node.files is not None:
@@ -294,12 +301,26 @@ def test_recorded_file_size_that_differs_falls_back_to_path_keys(
             return replace(node, files=replace(node.files, data=data))
         return node
 
-    scans = [n for n in planned.optimized.walk() if isinstance(n, IcebergScan)]
-    sizes = [t.size_bytes for s in scans for t in s.files.data]  # type: ignore[union-attr]
-    assert len(set(sizes)) == len(sizes), "sizes must be unique for the size key to be tried"
-    wrong = planned.optimized.transform_up(tamper)
-    got = {tuple(r) for r in to_dataframe(wrong, spark).collect()}
-    assert (100, "a", 1) not in got and len(got) == 3
+    with pytest.raises(DataFileError, match=r"data file .*\.parquet of r\.t is \d+ bytes, but"):
+        to_dataframe(planned.optimized.transform_up(tamper), spark)
+
+
+def test_truncated_data_file_on_storage_is_refused(two_partitions: Any, spark: Any) -> None:
+    """The same through the API on a real file: half the file's bytes gone."""
+    from planner.errors import DataFileError
+
+    cat, w, a, _ = two_partitions
+    path = a.file_path[len("file://") :] if a.file_path.startswith("file://") else a.file_path
+    with open(path, "rb") as f:
+        saved = f.read()
+    try:
+        with open(path, "wb") as f:
+            f.write(saved[: len(saved) // 2])
+        with pytest.raises(DataFileError, match="was replaced or truncated"):
+            mor_sql("SELECT * FROM r.t", catalog=cat, spark=spark)
+    finally:
+        with open(path, "wb") as f:
+            f.write(saved)
 
 
 def test_positions_past_the_end_or_negative_delete_nothing(
