@@ -245,6 +245,10 @@ def _spark_error(e: BaseException) -> str:
     import re
 
     text = str(e)
+    if "java.lang.StackOverflowError" in text:
+        from physical.errors import STACK
+
+        return STACK
     m = re.search(r"(mor: [^\n]*)", text)
     if m:
         return m.group(1)[len("mor: ") :]

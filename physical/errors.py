@@ -11,8 +11,16 @@ from planner.nodes import SparkQuery
 _WHERE = re.compile(r"\s*[;.]?\s*\(?line (\d+),? pos (\d+)\)?;?")
 
 
+STACK = (
+    "Spark ran out of stack on this statement (java.lang.StackOverflowError): it nests too "
+    "deeply for the JVM's thread stack (raise it with -Xss in spark.driver.extraJavaOptions)"
+)
+
+
 def query_error(e: BaseException, plan: SparkQuery, names: tuple[str, ...]) -> QueryError:
     text = str(e).strip()
+    if "java.lang.StackOverflowError" in text:
+        return QueryError(STACK)
     lines = [ln for ln in text.splitlines() if ln.strip()]
     first = lines[0] if lines else type(e).__name__
     m = _WHERE.search(text)

@@ -276,17 +276,22 @@ def _nondeterministic(e: exp.Expression) -> bool:
 
 
 def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
-    if isinstance(e, exp.Paren):
-        return _conjuncts(e.this)
-    if isinstance(e, exp.And):
-        return _conjuncts(e.this) + _conjuncts(e.expression)
-    if isinstance(e, exp.Between):
-        # x BETWEEN a AND b is x >= a AND x <= b: two conjuncts that can each prune files
-        return [
-            exp.GTE(this=e.this.copy(), expression=e.args["low"].copy()),
-            exp.LTE(this=e.this.copy(), expression=e.args["high"].copy()),
-        ]
-    return [e]
+    """The AND-ed terms of `e`, in order; iterative, for statements with thousands of them."""
+    out: list[exp.Expression] = []
+    todo = [e]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, exp.Paren):
+            todo.append(node.this)
+        elif isinstance(node, exp.And):
+            todo += [node.expression, node.this]  # popped left first
+        elif isinstance(node, exp.Between):
+            # x BETWEEN a AND b is x >= a AND x <= b: two conjuncts that can each prune files
+            out.append(exp.GTE(this=node.this.copy(), expression=node.args["low"].copy()))
+            out.append(exp.LTE(this=node.this.copy(), expression=node.args["high"].copy()))
+        else:
+            out.append(node)
+    return out
 
 
 def _single_source(c: exp.Expression, sources: dict[str, Any]) -> str | None:

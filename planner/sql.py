@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import sqlglot
@@ -52,9 +54,28 @@ class Statement:
     tree: exp.Expression
 
 
+@contextmanager
+def deep_enough(what: str) -> Iterator[None]:
+    """Room for deeply nested statements (sqlglot parses and walks them recursively: 150
+    nested subqueries need ~2,000 frames); a statement deeper still is a one-line error."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 20_000))
+    try:
+        yield
+    except RecursionError:
+        raise SqlSyntaxError(f"the statement nests too deeply for mor to {what} it") from None
+    finally:
+        sys.setrecursionlimit(old)
+
+
 def split_statements(source: str) -> list[Statement]:
     """The `;`-separated statements of `source`; syntax errors carry the line and column in it.
     A statement holding only comments is empty, not a query."""
+    with deep_enough("parse"):
+        return _split(source)
+
+
+def _split(source: str) -> list[Statement]:
     try:
         tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(source)
     except TokenError as e:
@@ -140,6 +161,11 @@ class _Ref:
 
 def bind(stmt: Statement, resolver: Resolver) -> SparkQuery:
     """The statement as a SparkQuery over one IcebergScan per Iceberg table reference."""
+    with deep_enough("analyse"):
+        return _bind(stmt, resolver)
+
+
+def _bind(stmt: Statement, resolver: Resolver) -> SparkQuery:
     check_is_query(stmt.tree)
     refs = [_resolve(stmt, t, resolver) for t in iceberg_tables(stmt.tree)]
     refs.sort(key=lambda r: _start(r.node))

@@ -66,3 +66,19 @@ def test_imports_flow_one_way(pkg: str) -> None:
                     assert LAYERS[top] <= LAYERS[pkg], f"{path.name} imports {name}"
                 if top == "pyspark":
                     assert pkg in ("physical", "mor"), f"{path.name} imports pyspark"
+
+
+def test_deep_statements_plan_without_recursion_errors(catalog: object) -> None:
+    """2,000 AND terms and 150 nested subqueries (Spark's parser takes both) plan, filters
+    reaching the scan; the interpreter's recursion limit is left as it was."""
+    import sys
+
+    from tests_support import small_table
+
+    small_table(catalog)
+    limit = sys.getrecursionlimit()
+    wide = "SELECT count(*) FROM s.t WHERE " + " AND ".join(f"id <> {i}" for i in range(2000))
+    assert "pushed    id <> 0 AND id <> 1 AND" in explain(wide, catalog=catalog, check=False)
+    deep = "SELECT count(*) FROM " + "(SELECT * FROM " * 150 + "s.t" + " WHERE id = 5)" * 150
+    assert "pushed    id = 5" in explain(deep, catalog=catalog, check=False)
+    assert sys.getrecursionlimit() == limit
