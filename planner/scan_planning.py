@@ -130,10 +130,12 @@ def _manifests(src: TableSource, snap: Snapshot) -> list[ManifestFile]:
             f"table {src.name}: manifest list {snap.manifest_list} of snapshot "
             f"{snap.snapshot_id} is missing"
         ) from e
-    except OSError as e:
+    except Exception as e:  # noqa: BLE001 - unreadable or truncated: never a traceback
+        first = str(e).splitlines()[0][:160] if str(e) else ""
         raise MetadataError(
-            f"table {src.name}: cannot read manifest list {snap.manifest_list}: {e}"
-        )
+            f"table {src.name}: cannot read manifest list {snap.manifest_list} of snapshot "
+            f"{snap.snapshot_id}: {type(e).__name__}: {first}"
+        ) from e
 
 
 class _ManifestCache:

@@ -163,6 +163,11 @@ class Resolver:
             raise TableNotFoundError(
                 f"table {'.'.join(parts)} not found in catalog {catalog.name!r}"
             ) from e
+        except Exception as e:  # noqa: BLE001 - a missing, truncated or invalid metadata file
+            raise MetadataError(
+                f"table {'.'.join(parts)} in catalog {catalog.name!r}: its metadata cannot be "
+                f"read: {_metadata_fault(e)}"
+            ) from e
         io = MappedFileIO(table.io, self._map)
         src = TableSource(key, ".".join(parts), table.metadata, io, self._map)
         self._cache[key] = src
@@ -174,6 +179,17 @@ def _load_named_catalog(name: str) -> Catalog:
         return load_catalog(name)
     except Exception as e:  # noqa: BLE001 - pyiceberg raises several kinds here
         raise TableNotFoundError(f"unknown catalog {name!r}: {_short(e)}") from e
+
+
+def _metadata_fault(e: BaseException) -> str:
+    """What is wrong with a metadata file, in one line: the file when the error names it."""
+    text = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    if isinstance(e, FileNotFoundError):
+        m = re.search(r"'([^']+\.json)'", str(e))
+        return f"metadata file {m.group(1) if m else '(unnamed)'} is missing"
+    if type(e).__name__ == "ValidationError" and len(text) > 1:  # pydantic: the reason is line 2
+        return f"the metadata JSON is invalid ({text[1][:160]})"
+    return f"{type(e).__name__}: {text[0][:200] if text else ''}"
 
 
 def _short(e: Any) -> str:

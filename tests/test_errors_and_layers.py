@@ -82,3 +82,30 @@ def test_deep_statements_plan_without_recursion_errors(catalog: object) -> None:
     deep = "SELECT count(*) FROM " + "(SELECT * FROM " * 150 + "s.t" + " WHERE id = 5)" * 150
     assert "pushed    id = 5" in explain(deep, catalog=catalog, check=False)
     assert sys.getrecursionlimit() == limit
+
+
+def test_broken_metadata_behind_a_catalog_is_one_line(catalog: object, tmp_path: Path) -> None:
+    """A truncated or missing metadata JSON and a truncated manifest list are MetadataErrors
+    naming what is wrong, never a pydantic, FileNotFoundError or UnicodeDecodeError trace."""
+    from planner.errors import MetadataError
+    from tests_support import small_table
+
+    table = small_table(catalog).refresh()
+    loc = table.metadata_location.removeprefix("file://")
+    saved = Path(loc).read_text()
+    try:
+        Path(loc).write_text(saved[:200])
+        with pytest.raises(MetadataError, match=r"s\.t in catalog .*metadata JSON is invalid"):
+            explain("SELECT * FROM s.t", catalog=catalog, check=False)
+        Path(loc).unlink()
+        with pytest.raises(MetadataError, match=rf"metadata file .*{Path(loc).name} is missing"):
+            explain("SELECT * FROM s.t", catalog=catalog, check=False)
+    finally:
+        Path(loc).write_text(saved)
+    snap = table.current_snapshot()
+    assert snap is not None
+    ml = Path(snap.manifest_list.removeprefix("file://"))
+    data = ml.read_bytes()
+    ml.write_bytes(data[: len(data) // 2])
+    with pytest.raises(MetadataError, match=rf"manifest list .*{ml.name} of snapshot"):
+        explain("SELECT * FROM s.t", catalog=catalog, check=False)
