@@ -87,8 +87,9 @@ def test_deep_statements_plan_without_recursion_errors(catalog: object) -> None:
 def test_broken_metadata_behind_a_catalog_is_one_line(catalog: object, tmp_path: Path) -> None:
     """A truncated or missing metadata JSON and a truncated manifest list are MetadataErrors
     naming what is wrong, never a pydantic, FileNotFoundError or UnicodeDecodeError trace."""
-    from planner.errors import MetadataError
     from tests_support import small_table
+
+    from planner.errors import MetadataError
 
     table = small_table(catalog).refresh()
     loc = table.metadata_location.removeprefix("file://")
