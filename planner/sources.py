@@ -6,6 +6,7 @@ lie; matching and bounds checks keep using the paths as recorded in the metadata
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable
@@ -88,6 +89,12 @@ class TableSource:
 
 
 def _metadata_file_in(directory: str) -> str:
+    """The current metadata file of a table directory, as Iceberg's Hadoop tables find it:
+    `metadata/version-hint.text`, else the highest `v<N>` / `<N>-<uuid>` version. Files named
+    otherwise (`vfinal.metadata.json`) are ordered by what the table records in them: a file
+    listed in another's `metadata-log` is older; of the rest, the one with the highest last
+    sequence number and update time is current. When that does not decide, the candidates are
+    listed in the error: never a guess (an older file reads an older snapshot)."""
     meta = os.path.join(directory, "metadata")
     if not os.path.isdir(meta):
         raise TableNotFoundError(f"iceberg_scan: {directory} has no metadata/ folder")
@@ -98,14 +105,39 @@ def _metadata_file_in(directory: str) -> str:
         for cand in (f"v{v}.metadata.json", f"{v}.metadata.json"):
             if os.path.exists(os.path.join(meta, cand)):
                 return os.path.join(meta, cand)
-    best: tuple[int, str] | None = None
-    for name in os.listdir(meta):
-        m = re.match(r"^v?(\d+)(?:-[0-9a-f-]+)?\.metadata\.json$", name)
-        if m and (best is None or int(m.group(1)) > best[0]):
-            best = (int(m.group(1)), name)
-    if best is None:
+    names = sorted(n for n in os.listdir(meta) if n.endswith(".metadata.json"))
+    if not names:
         raise TableNotFoundError(f"iceberg_scan: no *.metadata.json file in {meta}")
-    return os.path.join(meta, best[1])
+    numbered = {n: re.match(r"^v?(\d+)(?:-[0-9a-f-]+)?\.metadata\.json$", n) for n in names}
+    if all(numbered.values()):
+        versions = sorted((int(m.group(1)), n) for n, m in numbered.items() if m)
+        if len(versions) == 1 or versions[-1][0] > versions[-2][0]:
+            return os.path.join(meta, versions[-1][1])
+    return os.path.join(meta, _newest_by_content(meta, names))
+
+
+def _newest_by_content(meta: str, names: list[str]) -> str:
+    facts = {}
+    for n in names:
+        try:
+            with open(os.path.join(meta, n)) as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue  # unreadable: not a candidate for the current metadata
+        logged = {
+            str(e.get("metadata-file", "")).rsplit("/", 1)[-1]
+            for e in doc.get("metadata-log") or []
+        }
+        order = (int(doc.get("last-sequence-number") or 0), int(doc.get("last-updated-ms") or 0))
+        facts[n] = (logged, order)
+    older = {x for logged, _ in facts.values() for x in logged}
+    heads = sorted(((o, n) for n, (_, o) in facts.items() if n not in older), reverse=True)
+    if heads and (len(heads) == 1 or heads[0][0] > heads[1][0]):
+        return heads[0][1]
+    raise TableNotFoundError(
+        f"iceberg_scan: cannot tell which metadata file of {meta} is current "
+        f"(no version-hint.text; candidates: {', '.join(names)}): name the file instead"
+    )
 
 
 class Resolver:

@@ -110,3 +110,19 @@ def test_broken_metadata_behind_a_catalog_is_one_line(catalog: object, tmp_path:
     ml.write_bytes(data[: len(data) // 2])
     with pytest.raises(MetadataError, match=rf"manifest list .*{ml.name} of snapshot"):
         explain("SELECT * FROM s.t", catalog=catalog, check=False)
+
+
+def test_table_directory_that_cannot_be_decided_is_refused(tmp_path: Path) -> None:
+    """Two metadata files no version orders, neither older than the other: refused, with the
+    candidates named, never a guess."""
+    import shutil
+
+    src = (
+        ROOT.parent / "shared" / "realdata" / "dremio" / "orders" / "metadata" / "v3.metadata.json"
+    )
+    meta = tmp_path / "t" / "metadata"
+    meta.mkdir(parents=True)
+    shutil.copy(src, meta / "a.metadata.json")
+    shutil.copy(src, meta / "b.metadata.json")
+    with pytest.raises(TableNotFoundError, match=r"cannot tell .*a\.metadata\.json, b\.metadata"):
+        explain(f"SELECT * FROM iceberg_scan('{tmp_path / 't'}')", check=False)
