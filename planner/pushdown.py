@@ -67,11 +67,13 @@ def analyze(
     """`tables`: the Iceberg table references of `tree`; `schemas`: each one's column names
     (lower case) and Spark types."""
     cols = needed_columns(tree)
-    idents = {i.name.lower() for i in tree.find_all(exp.Identifier)}
+    # metadata columns only where a column reference names them (`id AS _pos` is an alias)
+    # (`_partition.region` parses as column `region` of a table `_partition`: any part counts)
+    named = {p.name.lower() for c in tree.find_all(exp.Column) for p in c.parts}
     out = Analysis(
         columns=[cols for _ in tables],
         filters=[[] for _ in tables],
-        hidden=[tuple(h for h in HIDDEN_COLUMNS if h in idents and h not in s) for s in schemas],
+        hidden=[tuple(h for h in HIDDEN_COLUMNS if h in named and h not in s) for s in schemas],
     )
     if not tables:
         return out

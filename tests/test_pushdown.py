@@ -170,3 +170,15 @@ def test_simple_predicates_only_where_spark_and_iceberg_agree(cond: str, want: o
         op, first = want  # type: ignore[misc]
         assert pred is not None and pred.op == op
         assert (pred.values[0] if pred.values else None) == first or first in pred.values
+
+
+def test_metadata_columns_only_where_a_column_names_them() -> None:
+    def hidden(sql: str) -> list[tuple[str, ...]]:
+        tree = sqlglot.parse_one(sql, read="spark")
+        return analyze(tree, iceberg_tables(tree), [SCHEMA]).hidden
+
+    assert hidden("SELECT id, _file, _pos FROM a.t WHERE _spec_id = 0") == [
+        ("_file", "_pos", "_spec_id")
+    ]
+    assert hidden("SELECT x._partition.p FROM a.t x") == [("_partition",)]
+    assert hidden("SELECT id AS _pos FROM a.t") == [()]  # an alias, not the metadata column
