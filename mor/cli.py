@@ -166,11 +166,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     for i, df in enumerate(results, start=1):
         with progress.spark_stages(spark, f"statement {i}/{len(results)}"):
             collected.append(_run_spark(lambda df=df: (df.columns, df.collect())))
-    text = "\n".join(_format(cols, rows, args.format) for cols, rows in collected)
-    if args.output:
-        _replace_atomically(targets[0], args.overwrite, lambda tmp: _write_text(tmp, text))
+    texts = [_format(cols, rows, args.format) for cols, rows in collected]
+    if args.output:  # one file per statement (PATH.N when there are several)
+        for text, out in zip(texts, targets):
+            _replace_atomically(out, args.overwrite, lambda tmp, text=text: _write_text(tmp, text))
     else:
-        sys.stdout.write(text)
+        # tables are separated by a blank line; CSV and JSON Lines follow each other directly
+        sys.stdout.write(("\n" if args.format == "table" else "").join(texts))
     return 0
 
 
@@ -184,11 +186,7 @@ def _targets(args: argparse.Namespace, n: int) -> list[str]:
     file or non-empty folder is replaced only with --overwrite (never emptied unasked)."""
     if not args.output:
         return []
-    outs = (
-        [args.output]
-        if args.format != "parquet" or n == 1
-        else [f"{args.output}.{i}" for i in range(n)]
-    )
+    outs = [args.output] if n == 1 else [f"{args.output}.{i}" for i in range(n)]
     for out in outs:
         parent = os.path.dirname(os.path.abspath(out))
         if not os.path.isdir(parent):
@@ -275,7 +273,7 @@ def _format(cols: list[str], rows: list[Any], fmt: str) -> str:
         import io
 
         buf = io.StringIO()
-        w = csv.writer(buf)
+        w = csv.writer(buf, lineterminator="\n")  # Unix line ends, as Spark writes CSV
         w.writerow(cols)
         for r in rows:
             w.writerow(["" if v is None else v for v in r])

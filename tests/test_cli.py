@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -172,7 +173,24 @@ def test_run_formats(
 ) -> None:
     sql = "SELECT region, count(*) AS n FROM demo.orders GROUP BY region ORDER BY region"
     code, out, _ = _run(capsys, "run", "-e", sql, "--format", "csv", "--warehouse", str(wh))
-    assert code == 0 and out == "region,n\r\nEU,8\r\nUS,8\r\n"
+    assert code == 0 and out == "region,n\nEU,8\nUS,8\n"
+    # several statements: CSV results follow each other, JSON Lines without blank lines, and
+    # with --output one file per statement
+    two = f"{sql}; SELECT count(*) FROM demo.orders"
+    code, out, _ = _run(capsys, "run", "-e", two, "--format", "csv", "--warehouse", str(wh))
+    assert code == 0 and out == "region,n\nEU,8\nUS,8\ncount(1)\n16\n"
+    code, out, _ = _run(capsys, "run", "-e", two, "--format", "json", "--warehouse", str(wh))
+    assert code == 0 and [json.loads(ln) for ln in out.splitlines()] == [
+        {"region": "EU", "n": 8},
+        {"region": "US", "n": 8},
+        {"count(1)": 16},
+    ]
+    each = tmp_path / "each.csv"
+    code, _, _ = _run(
+        capsys, "run", "-e", two, "--format", "csv", "--output", str(each), "--warehouse", str(wh)
+    )
+    assert code == 0 and not each.exists()
+    assert (tmp_path / "each.csv.1").read_text() == "count(1)\n16\n"
     code, out, _ = _run(capsys, "run", "-e", sql, "--format", "json", "--warehouse", str(wh))
     assert code == 0 and out.splitlines() == [
         '{"region": "EU", "n": 8}',
