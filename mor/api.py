@@ -43,7 +43,15 @@ def default_catalog(warehouse: str | None = None) -> Catalog:
 
 
 def resolve_catalog(catalog: Catalog | str | None, warehouse: str | None = None) -> Catalog:
+    """The catalog to read from. The embedded one must exist: a read creates nothing."""
     if catalog is None:
+        db = os.path.join(warehouse_dir(warehouse), "catalog.db")
+        if not os.path.exists(db):
+            raise TableNotFoundError(
+                f"no embedded catalog at {db} (the warehouse is --warehouse, $MOR_WAREHOUSE or "
+                "./warehouse): run `mor demo` to create one there, or name your catalog with "
+                "--catalog / catalog="
+            )
         return default_catalog(warehouse)
     if isinstance(catalog, str):
         try:
@@ -123,6 +131,7 @@ def explain(
     analyze: bool = False,
     spark: SparkSession | None = None,
     check: bool = True,
+    warehouse: str | None = None,
 ) -> str:
     """The plan of `sql`: the query Spark runs, over the merge-on-read scans mor plans.
 
@@ -133,7 +142,7 @@ def explain(
     DataFrame operations in order. `analyze` adds the merge-on-read metrics and, running counts
     on Spark, the rows each kind of delete removed.
     """
-    planned = plan_query(sql, catalog=catalog, path_map=path_map)
+    planned = plan_query(sql, catalog=catalog, path_map=path_map, warehouse=warehouse)
     output = None
     session = None
     if check or analyze:

@@ -103,9 +103,11 @@ def _path_map(items: list[str]) -> dict[str, str]:
 
 
 def _catalog(args: argparse.Namespace) -> Any:
+    """A named catalog is loaded now (an unknown name fails at once); the embedded one only
+    when a statement names a table (a query of iceberg_scan(...) alone needs none)."""
     from mor.api import resolve_catalog
 
-    return resolve_catalog(args.catalog, args.warehouse)
+    return resolve_catalog(args.catalog, args.warehouse) if args.catalog else None
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -122,6 +124,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             physical=args.physical,
             analyze=args.analyze,
             check=not args.no_check,
+            warehouse=args.warehouse,
         )
         for s in _statements(args)
     ]
@@ -141,7 +144,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     cat = _catalog(args)
     pm = _path_map(args.path_map)
     progress.note("planning ...")
-    planned = [plan_query(s, catalog=cat, path_map=pm) for s in stmts]  # fail before any output
+    planned = [  # all planned before any output
+        plan_query(s, catalog=cat, path_map=pm, warehouse=args.warehouse) for s in stmts
+    ]
     progress.note("starting Spark ...")
     from physical import local_session, to_dataframe
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 
 from pyspark.sql import SparkSession
 
+from planner.errors import ConfigError, MorError
 from planner.settings import env_int
 
 FIELD_ID_CONF = "spark.sql.parquet.fieldId.read.enabled"
@@ -36,6 +38,13 @@ def local_session() -> SparkSession:
         .config(FIELD_ID_CONF, "true")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log_conf}")
     )
-    spark = builder.getOrCreate()
+    memory = os.environ.get("MOR_DRIVER_MEMORY", "4g")
+    if not re.fullmatch(r"\d+[kmgtKMGT]?", memory.strip()):
+        raise ConfigError(f"MOR_DRIVER_MEMORY must be a size like 4g or 2048m, got {memory!r}")
+    try:
+        spark = builder.getOrCreate()
+    except Exception as e:  # noqa: BLE001 - the JVM did not start: say so in one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise MorError(f"cannot start a local Spark session (Java 17+ needed): {first}") from e
     spark.sparkContext.setLogLevel(os.environ.get("MOR_SPARK_LOG_LEVEL", "FATAL"))
     return spark

@@ -192,8 +192,10 @@ class Resolver:
         try:
             table = catalog.load_table(parts)
         except (NoSuchTableError, NoSuchNamespaceError) as e:
+            where = catalog.properties.get("uri") or catalog.properties.get("warehouse")
             raise TableNotFoundError(
                 f"table {'.'.join(parts)} not found in catalog {catalog.name!r}"
+                + (f" ({where})" if where else "")
             ) from e
         except Exception as e:  # noqa: BLE001 - a missing, truncated or invalid metadata file
             raise MetadataError(

@@ -11,6 +11,7 @@ lost: whatever Spark SQL accepts runs with Spark's semantics.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -111,6 +112,9 @@ def _for_parsing(text: str, tokens: list[Token]) -> str:
 
 
 def _parse(text: str, offset: int, source: str) -> exp.Expression:
+    quiet = logging.getLogger("sqlglot")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # "falling back to a Command": mor says why in one line
     try:
         stmts = [s for s in sqlglot.parse(text, read=DIALECT) if s is not None]
     except ParseError as e:
@@ -125,6 +129,8 @@ def _parse(text: str, offset: int, source: str) -> exp.Expression:
         lines = text.split("\n")
         at = sum(len(x) + 1 for x in lines[: line - 1]) + col - 1
         raise SqlSyntaxError(desc, *line_col(source, offset + at)) from e
+    finally:
+        quiet.setLevel(level)
     if len(stmts) != 1:
         raise SqlSyntaxError("expected one statement", *line_col(source, offset))
     return stmts[0]

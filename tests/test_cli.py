@@ -288,3 +288,17 @@ def test_explain_analyze_counts_rows_removed_by_each_kind(
     m = mor_metrics("SELECT * FROM demo.orders", catalog=default_catalog(str(wh)))
     assert (m.data_files, m.pos_delete_files, m.eq_delete_files) == (3, 1, {"{1}": 1, "{1,3}": 2})
     assert m.planning_seconds > 0
+
+
+def test_a_read_creates_no_warehouse_and_says_where_it_looked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MOR_WAREHOUSE", raising=False)
+    code, out, err = _run(capsys, "explain", "--no-check", "-e", "SELECT * FROM demo.orders")
+    _one_line_error(code, 1, out, err, f"no embedded catalog at {tmp_path}/warehouse/catalog.db")
+    assert list(tmp_path.iterdir()) == []
+    # a query that names no catalog table needs no warehouse at all
+    code, out, err = _run(capsys, "explain", "--no-check", "-e", "SELECT 1 AS one")
+    assert code == 0 and "SparkQuery #0: no scans" in out
+    assert list(tmp_path.iterdir()) == []
