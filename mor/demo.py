@@ -68,19 +68,21 @@ def build_demo_table(warehouse: str | None = None) -> int:
     )
     # snapshot 5: order 3 comes back in EU: appended after its delete, so it is live
     w.append(_rows([3], "EU"))
+    # a tag on the first snapshot, so that time travel reads it by name (examples/)
+    w.refresh().manage_snapshots().create_tag(first, "first_load").commit()
     return first
 
 
 def run_demo(warehouse: str | None = None) -> int:
     wh = warehouse_dir(warehouse)
     print(f"Building demo.orders in the embedded catalog at {wh}/catalog.db ...", file=sys.stderr)
-    first = build_demo_table(warehouse)
+    build_demo_table(warehouse)
     cat = default_catalog(warehouse)
     from mor.cli import _format
 
     for path in sorted(glob.glob(os.path.join(EXAMPLES, "*.sql"))):
         with open(path, encoding="utf-8") as f:
-            sql = f.read().replace("__FIRST_SNAPSHOT__", str(first))
+            sql = f.read()  # run as written: `mor run examples/<file>` gives the same
         print(f"-- {os.path.basename(path)}")
         print("\n".join(ln for ln in sql.splitlines() if ln.startswith("--")))
         df = mor_sql(sql.strip().rstrip(";"), catalog=cat)

@@ -302,3 +302,15 @@ def test_a_read_creates_no_warehouse_and_says_where_it_looked(
     code, out, err = _run(capsys, "explain", "--no-check", "-e", "SELECT 1 AS one")
     assert code == 0 and "SparkQuery #0: no scans" in out
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in (ROOT / "examples").glob("*.sql")))
+def test_examples_run_as_written(
+    example: str, wh: Path, spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mor run examples/<file>` against the demo warehouse: no placeholder to fill in."""
+    code, out, err = _run(capsys, "run", str(ROOT / "examples" / example), "--warehouse", str(wh))
+    assert code == 0, err
+    assert "row" in out.splitlines()[-1]
+    if example.startswith("03_"):
+        assert "| 21 " in out  # the first load: order ids 1-20 and a NULL id
