@@ -1,4 +1,4 @@
-"""Shared fixtures: one local SparkSession per test session, the real tables in ../shared."""
+"""Shared fixtures: one local SparkSession per test session, the real tables in tests/realdata."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-REALDATA = Path(os.environ.get("MOR_SHARED", ROOT.parent / "shared")) / "realdata"
+REALDATA = ROOT / "tests" / "realdata"
 
 
 @pytest.fixture(scope="session")
@@ -27,8 +27,8 @@ def spark() -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def realdata() -> dict[str, dict]:
-    if not (REALDATA / "tables.json").exists():
-        pytest.skip(f"../shared/realdata is absent ({REALDATA}): real-table conformance skipped")
+    if not (REALDATA / "tables.json").exists():  # part of the repository: never skipped
+        pytest.fail(f"the real tables are missing from the repository: {REALDATA}")
     tables = json.loads((REALDATA / "tables.json").read_text())
     expected = json.loads((REALDATA / "expected_results.json").read_text())
     return {name: {**t, "expected": expected[name]} for name, t in tables.items()}

@@ -117,9 +117,7 @@ def test_table_directory_that_cannot_be_decided_is_refused(tmp_path: Path) -> No
     candidates named, never a guess."""
     import shutil
 
-    src = (
-        ROOT.parent / "shared" / "realdata" / "dremio" / "orders" / "metadata" / "v3.metadata.json"
-    )
+    src = ROOT / "tests" / "realdata" / "dremio" / "orders" / "metadata" / "v3.metadata.json"
     meta = tmp_path / "t" / "metadata"
     meta.mkdir(parents=True)
     shutil.copy(src, meta / "a.metadata.json")

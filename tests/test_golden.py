@@ -2,7 +2,7 @@
 
 Regenerate after a deliberate plan change with `make golden` and review the diff.
 Cases whose name contains `verbose` or `physical` add the rule trace or the DataFrame operations.
-Queries read ../shared/realdata through relative paths, so the text is the same on any machine.
+Queries read tests/realdata through relative paths, so the text is the same on any machine.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "golden"
-REALDATA = HERE.parent.parent / "shared" / "realdata"
+REALDATA = HERE / "realdata"
 CASES = sorted(p.stem for p in GOLDEN.glob("*.sql"))
 
 

@@ -301,7 +301,7 @@ def products(realdata: dict) -> tuple[str, dict[str, str]]:
     from pathlib import Path
 
     t = realdata["dremio/products_with_eq_deletes"]
-    base = Path(__file__).resolve().parent.parent.parent / "shared" / "realdata"
+    base = Path(__file__).resolve().parent / "realdata"
     return PRODUCTS.format(t=base / t["metadata"]), {t["prefix_in_files"]: str(base / t["maps_to"])}
 
 
