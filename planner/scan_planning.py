@@ -16,6 +16,7 @@ are pruned only by partition (never a global one) and by having no surviving dat
 from __future__ import annotations
 
 import bisect
+import os
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -128,7 +129,7 @@ def _manifests(src: TableSource, snap: Snapshot) -> list[ManifestFile]:
     except FileNotFoundError as e:
         raise MetadataError(
             f"table {src.name}: manifest list {snap.manifest_list} of snapshot "
-            f"{snap.snapshot_id} is missing"
+            f"{snap.snapshot_id} is missing{moved_hint(src, snap.manifest_list)}"
         ) from e
     except Exception as e:  # noqa: BLE001 - unreadable or truncated: never a traceback
         first = str(e).splitlines()[0][:160] if str(e) else ""
@@ -181,6 +182,20 @@ def clear_manifest_cache() -> None:
     _CACHE.clear()
 
 
+def moved_hint(src: TableSource, recorded: str) -> str:
+    """Where a missing file was looked for, and, when the folder it was recorded in does not
+    exist here, that the table was probably moved (and how to read it where it lies)."""
+    actual = src.read_path(recorded)
+    text = f" (looked for {actual})" if actual != recorded else ""
+    folder = os.path.dirname(actual.removeprefix("file://").removeprefix("file:"))
+    if "://" not in actual.replace("file://", "") and folder and not os.path.isdir(folder):
+        text += (
+            f"; {folder} does not exist here: if the table was copied or moved, give its new "
+            "place with --path-map RECORDED_PREFIX=ACTUAL_PREFIX (path_map= in Python)"
+        )
+    return text
+
+
 def _entries(src: TableSource, manifest: ManifestFile) -> list[Any]:
     key = (
         src.read_path(manifest.manifest_path),
@@ -201,6 +216,7 @@ def _fetch(src: TableSource, manifest: ManifestFile) -> list[Any]:
     except FileNotFoundError as e:
         raise MetadataError(
             f"table {src.name}: manifest {manifest.manifest_path} is missing"
+            f"{moved_hint(src, manifest.manifest_path)}"
         ) from e
     except Exception as e:  # noqa: BLE001 - a broken Avro file surfaces as many error kinds
         raise MetadataError(

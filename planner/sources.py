@@ -30,19 +30,30 @@ class PathMap:
 
     @staticmethod
     def of(mapping: dict[str, str] | None) -> PathMap:
-        items = sorted((mapping or {}).items(), key=lambda kv: -len(kv[0]))
-        return PathMap(tuple((str(k), str(v)) for k, v in items))
+        """Prefixes are whole path segments: a trailing `/` on either side is dropped, so
+        `/a/b/=/c` and `/a/b=/c/` map `/a/b/x` to `/c/x` alike (never `/cx`)."""
+        pairs = [(_trim(str(k)), _trim(str(v))) for k, v in (mapping or {}).items()]
+        return PathMap(tuple(sorted(pairs, key=lambda kv: -len(kv[0]))))
 
     def __call__(self, path: str) -> str:
         local = _local_form(path)
         for old, new in self.pairs:
-            if path.startswith(old):
+            if _under(path, old):
                 return new + path[len(old) :]
             # a local path may be recorded as /x, file:/x or file:///x: match them alike
             old_local = _local_form(old)
-            if local is not None and old_local is not None and local.startswith(old_local):
+            if local is not None and old_local is not None and _under(local, old_local):
                 return new + local[len(old_local) :]
         return path
+
+
+def _trim(prefix: str) -> str:
+    return prefix.rstrip("/") if prefix.rstrip("/") else prefix
+
+
+def _under(path: str, prefix: str) -> bool:
+    """`path` is `prefix` or lies below it (whole segments: /a/b is not under /a/bc's /a/b)."""
+    return path == prefix or path.startswith(prefix.rstrip("/") + "/")
 
 
 def _local_form(path: str) -> str | None:

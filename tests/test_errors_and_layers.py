@@ -124,3 +124,17 @@ def test_table_directory_that_cannot_be_decided_is_refused(tmp_path: Path) -> No
     shutil.copy(src, meta / "b.metadata.json")
     with pytest.raises(TableNotFoundError, match=r"cannot tell .*a\.metadata\.json, b\.metadata"):
         explain(f"SELECT * FROM iceberg_scan('{tmp_path / 't'}')", check=False)
+
+
+def test_path_map_matches_whole_segments_whatever_the_slashes() -> None:
+    from planner.sources import PathMap
+
+    for old, new in [("/a/b", "/c"), ("/a/b/", "/c"), ("/a/b", "/c/"), ("/a/b/", "/c/")]:
+        m = PathMap.of({old: new})
+        assert m("/a/b/x.parquet") == "/c/x.parquet", (old, new)
+        assert m("file:///a/b/x.parquet") == "/c/x.parquet"
+        assert m("/a/bc/x.parquet") == "/a/bc/x.parquet"  # another folder, not under /a/b
+    # the longest prefix wins, and a prefix of a sibling's name is not a match
+    m = PathMap.of({"s3://w/t": "/x", "s3://w/t_part": "/y"})
+    assert m("s3://w/t_part/d.parquet") == "/y/d.parquet"
+    assert m("s3://w/t/d.parquet") == "/x/d.parquet"
