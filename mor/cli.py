@@ -24,6 +24,7 @@ class UsageError(Exception):
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mor", description="SQL over Iceberg merge-on-read tables")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def common(sp: argparse.ArgumentParser) -> None:
@@ -41,6 +42,14 @@ def _parser() -> argparse.ArgumentParser:
             help="read files recorded under OLD from NEW (repeatable)",
         )
         sp.add_argument("--debug", action="store_true", help="show Python tracebacks")
+        sp.add_argument("--master", help="Spark master URL (default: local[*] or MOR_SPARK_MASTER)")
+        sp.add_argument(
+            "--conf",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="a Spark setting for the session (repeatable)",
+        )
 
     run = sub.add_parser("run", help="run the statements and print their results")
     common(run)
@@ -92,6 +101,34 @@ def _statements(args: argparse.Namespace) -> list[Statement]:
     return stmts
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def v(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return (
+        f"mor {v('mor')} (pyspark {v('pyspark')}, pyiceberg {v('pyiceberg')}, "
+        f"sqlglot {v('sqlglot')})"
+    )
+
+
+def _spark(args: argparse.Namespace) -> Any:
+    """The Spark session of this command, with --master and --conf applied."""
+    from physical import local_session
+
+    conf = {}
+    for item in args.conf:
+        if "=" not in item:
+            raise UsageError(f"--conf needs KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        conf[k.strip()] = v
+    return local_session(args.master, conf)
+
+
 def _path_map(items: list[str]) -> dict[str, str]:
     out = {}
     for item in items:
@@ -115,6 +152,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     cat = _catalog(args)
     pm = _path_map(args.path_map)
+    stmts = _statements(args)
+    spark = _spark(args) if args.analyze or not args.no_check else None
     texts = [
         explain(
             s,
@@ -125,8 +164,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
             analyze=args.analyze,
             check=not args.no_check,
             warehouse=args.warehouse,
+            spark=spark,
         )
-        for s in _statements(args)
+        for s in stmts
     ]
     sys.stdout.write("\n".join(texts))
     return 0
@@ -148,9 +188,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         plan_query(s, catalog=cat, path_map=pm, warehouse=args.warehouse) for s in stmts
     ]
     progress.note("starting Spark ...")
-    from physical import local_session, to_dataframe
+    from physical import to_dataframe
 
-    spark = local_session()
+    spark = _spark(args)
     progress.clear()
     results = []
     for p in planned:

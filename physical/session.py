@@ -20,15 +20,25 @@ def prepare_session(spark: SparkSession) -> SparkSession:
     return spark
 
 
-def local_session() -> SparkSession:
-    """The active session if there is one, else a local session with quiet, sensible defaults."""
+def local_session(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
+    """The active session if there is one, else a local session with quiet, sensible defaults.
+
+    `master` and `conf` (the CLI's --master and --conf) start the session with them; on an
+    active session, `conf` is applied as runtime settings and `master` must be its own."""
     active = SparkSession.getActiveSession()
     if active is not None:
+        if master and active.sparkContext.master != master:
+            raise ConfigError(
+                f"--master {master}: this process already runs Spark on "
+                f"{active.sparkContext.master}"
+            )
+        for k, v in (conf or {}).items():
+            active.conf.set(k, v)
         return prepare_session(active)
     partitions = env_int("MOR_SHUFFLE_PARTITIONS", 8, minimum=1)
     log_conf = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
     builder = (
-        SparkSession.builder.master(os.environ.get("MOR_SPARK_MASTER", "local[*]"))
+        SparkSession.builder.master(master or os.environ.get("MOR_SPARK_MASTER", "local[*]"))
         .appName("mor")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -38,6 +48,8 @@ def local_session() -> SparkSession:
         .config(FIELD_ID_CONF, "true")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log_conf}")
     )
+    for k, v in (conf or {}).items():  # after mor's defaults: the user's settings win
+        builder = builder.config(k, v)
     memory = os.environ.get("MOR_DRIVER_MEMORY", "4g")
     if not re.fullmatch(r"\d+[kmgtKMGT]?", memory.strip()):
         raise ConfigError(f"MOR_DRIVER_MEMORY must be a size like 4g or 2048m, got {memory!r}")

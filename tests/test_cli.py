@@ -314,3 +314,16 @@ def test_examples_run_as_written(
     assert "row" in out.splitlines()[-1]
     if example.startswith("03_"):
         assert "| 21 " in out  # the first load: order ids 1-20 and a NULL id
+
+
+def test_version_conf_and_master(wh: Path, spark: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "--version")
+    assert code == 0 and out.startswith("mor ") and "pyspark" in out
+    sql = "SELECT '${spark.mor.probe}' AS p"  # Spark substitutes settings in SQL text
+    code, out, err = _run(capsys, "run", "-e", sql, "--conf", "spark.mor.probe=yes")
+    assert code == 0, err
+    assert "| yes |" in out
+    code, out, err = _run(capsys, "run", "-e", sql, "--conf", "novalue")
+    _one_line_error(code, 2, out, err, "--conf needs KEY=VALUE")
+    code, out, err = _run(capsys, "run", "-e", "SELECT 1", "--master", "spark://127.0.0.1:1")
+    _one_line_error(code, 1, out, err, "--master spark://127.0.0.1:1", "already runs Spark")
