@@ -75,6 +75,17 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="add merge-on-read metrics and count the rows each delete kind removes (runs Spark)",
     )
+    tables = sub.add_parser("tables", help="list the tables of a catalog (metadata only)")
+    tables.add_argument("namespace", nargs="?", help="only this namespace")
+    describe = sub.add_parser("describe", help="schema, partitioning, snapshots of a table")
+    describe.add_argument("table", help="ns.table, catalog.ns.table, or a table's path")
+    for sp in (tables, describe):
+        sp.add_argument("--catalog", help="a catalog name from pyiceberg's configuration")
+        sp.add_argument("--warehouse", help="warehouse of the embedded catalog")
+        sp.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    describe.add_argument(
+        "--path-map", action="append", default=[], metavar="OLD=NEW", help="as for run"
+    )
     demo = sub.add_parser("demo", help="create demo.orders in the embedded catalog and query it")
     demo.add_argument("--warehouse", help="warehouse directory (default ./warehouse)")
     demo.add_argument("--debug", action="store_true", help="show Python tracebacks")
@@ -336,6 +347,33 @@ def _plain(v: Any) -> Any:
     return v.asDict(recursive=True) if hasattr(v, "asDict") else v
 
 
+def cmd_tables(args: argparse.Namespace) -> int:
+    from mor.api import resolve_catalog
+    from mor.catalog_info import list_tables
+
+    names = list_tables(resolve_catalog(args.catalog, args.warehouse), args.namespace)
+    sys.stdout.write("".join(f"{n}\n" for n in names))
+    return 0
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    from mor.api import resolve_catalog
+    from mor.catalog_info import describe
+    from planner.sources import PathMap, Resolver
+
+    catalog = args.catalog
+    resolver = Resolver(
+        lambda: resolve_catalog(catalog, args.warehouse), PathMap.of(_path_map(args.path_map))
+    )
+    name = args.table
+    if "/" in name or name.endswith(".json"):
+        src = resolver.by_path(name)
+    else:
+        src = resolver.by_name(tuple(name.split(".")))
+    sys.stdout.write(describe(src))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from mor.demo import run_demo
 
@@ -350,7 +388,14 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:
         return int(e.code or 0)
     try:
-        return {"run": cmd_run, "explain": cmd_explain, "demo": cmd_demo}[args.cmd](args)
+        commands = {
+            "run": cmd_run,
+            "explain": cmd_explain,
+            "tables": cmd_tables,
+            "describe": cmd_describe,
+            "demo": cmd_demo,
+        }
+        return commands[args.cmd](args)
     except UsageError as e:
         if debug:
             traceback.print_exc()

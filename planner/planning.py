@@ -74,7 +74,7 @@ def metadata_rows(node: MetadataTable, src: object) -> object:
     table = StaticTable(
         identifier=tuple(src.name.split(".")),  # type: ignore[attr-defined]
         metadata=src.metadata,  # type: ignore[attr-defined]
-        metadata_location=src.key,  # type: ignore[attr-defined]
+        metadata_location=src.metadata_location,  # type: ignore[attr-defined]
         io=src.io,  # type: ignore[attr-defined]
         catalog=None,  # type: ignore[arg-type]
     )

@@ -94,6 +94,7 @@ class TableSource:
     metadata: TableMetadata
     io: MappedFileIO
     path_map: PathMap
+    metadata_location: str = ""  # the metadata file read
 
     def read_path(self, recorded: str) -> str:
         return self.path_map(recorded)
@@ -179,7 +180,7 @@ class Resolver:
             metadata = FromInputFile.table_metadata(io.new_input(location))
         except Exception as e:  # noqa: BLE001 - any parse failure is the user's file
             raise MetadataError(f"cannot read table metadata {location}: {_short(e)}") from e
-        src = TableSource(location, path, metadata, io, self._map)
+        src = TableSource(location, path, metadata, io, self._map, location)
         self._cache[location] = src
         return src
 
@@ -214,7 +215,9 @@ class Resolver:
                 f"read: {_metadata_fault(e)}"
             ) from e
         io = MappedFileIO(table.io, self._map)
-        src = TableSource(key, ".".join(parts), table.metadata, io, self._map)
+        src = TableSource(
+            key, ".".join(parts), table.metadata, io, self._map, table.metadata_location
+        )
         self._cache[key] = src
         return src
 

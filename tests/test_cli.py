@@ -327,3 +327,26 @@ def test_version_conf_and_master(wh: Path, spark: Any, capsys: pytest.CaptureFix
     _one_line_error(code, 2, out, err, "--conf needs KEY=VALUE")
     code, out, err = _run(capsys, "run", "-e", "SELECT 1", "--master", "spark://127.0.0.1:1")
     _one_line_error(code, 1, out, err, "--master spark://127.0.0.1:1", "already runs Spark")
+
+
+def test_tables_and_describe(wh: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys, "tables", "--warehouse", str(wh))
+    assert code == 0, err
+    assert "demo.orders" in out.splitlines()
+    code, out, _ = _run(capsys, "tables", "demo", "--warehouse", str(wh))
+    assert code == 0 and "demo.orders" in out.splitlines()
+    code, out, err = _run(capsys, "tables", "nowhere", "--warehouse", str(wh))
+    _one_line_error(code, 1, out, err, "namespace nowhere not found")
+    code, out, err = _run(capsys, "describe", "demo.orders", "--warehouse", str(wh))
+    assert code == 0, err
+    for needle in [
+        "table      demo.orders",
+        "order_id  long",
+        "0: region identity as region",
+        "snapshots  5",
+        "first_load  tag",
+        "metadata file:",
+    ]:
+        assert needle in out, needle
+    code, out, err = _run(capsys, "describe", "demo.nope", "--warehouse", str(wh))
+    _one_line_error(code, 1, out, err, "demo.nope not found")
