@@ -75,6 +75,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="add merge-on-read metrics and count the rows each delete kind removes (runs Spark)",
     )
+    shell = sub.add_parser("shell", help="an interactive prompt; Spark stays warm between queries")
+    shell.add_argument("--catalog", help="a catalog name from pyiceberg's configuration")
+    shell.add_argument("--warehouse", help="warehouse of the embedded catalog")
+    shell.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    shell.add_argument("--master", help="Spark master URL (default: local[*] or MOR_SPARK_MASTER)")
+    shell.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     tables = sub.add_parser("tables", help="list the tables of a catalog (metadata only)")
     tables.add_argument("namespace", nargs="?", help="only this namespace")
     describe = sub.add_parser("describe", help="schema, partitioning, snapshots of a table")
@@ -374,6 +380,12 @@ def cmd_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_shell(args: argparse.Namespace) -> int:
+    from mor.shell import run_shell
+
+    return run_shell(args)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from mor.demo import run_demo
 
@@ -393,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
             "explain": cmd_explain,
             "tables": cmd_tables,
             "describe": cmd_describe,
+            "shell": cmd_shell,
             "demo": cmd_demo,
         }
         return commands[args.cmd](args)

@@ -350,3 +350,35 @@ def test_tables_and_describe(wh: Path, capsys: pytest.CaptureFixture[str]) -> No
         assert needle in out, needle
     code, out, err = _run(capsys, "describe", "demo.nope", "--warehouse", str(wh))
     _one_line_error(code, 1, out, err, "demo.nope not found")
+
+
+def test_shell_runs_statements_dot_commands_and_explain(
+    wh: Path, spark: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One session for every statement; a statement may span lines and ends at a `;` outside
+    strings; an error is one line and the shell goes on; `.quit` leaves."""
+    import io
+
+    script = "\n".join(
+        [
+            "SELECT region,",
+            "  count(*) AS n FROM demo.orders GROUP BY region ORDER BY region;",
+            ".tables",
+            "SELECT foo(1);",
+            "SELECT ';' AS semi; EXPLAIN SELECT count(*) FROM demo.orders;",
+            ".schema demo.orders",
+            ".quit",
+            "SELECT 'never run';",
+        ]
+    )
+    monkeypatch.setattr("sys.stdin", io.StringIO(script + "\n"))
+    code, out, err = _run(capsys, "shell", "--warehouse", str(wh))
+    assert code == 0
+    assert "| EU     | 8 |" in out and "(2 rows)" in out
+    assert "demo.orders\n" in out  # .tables
+    assert "| ; " in out  # the ';' inside the string did not end the statement
+    assert "== Query (Spark SQL" in out and "SparkQuery #0: scan_1=demo.orders" in out
+    assert "schema 0" in out  # .schema
+    assert "never run" not in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "`foo`" in lines[0] and "(line 1, column 8)" in lines[0]

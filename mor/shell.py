@@ -1,0 +1,191 @@
+"""`mor shell`: statements typed at a prompt, one Spark session kept warm between them.
+
+A statement ends with `;` (it may span lines; a `;` inside a string or comment does not count).
+`EXPLAIN [VERBOSE|PHYSICAL|ANALYZE] <query>;` prints mor's plan. Dot commands, alone on a line:
+`.tables [NAMESPACE]`, `.schema TABLE`, `.help`, `.quit`. Errors are one line; the shell goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from planner.errors import MorError
+
+HELP = """\
+Statements end with ';' and may span lines.
+  SELECT ...;                          run a query (at most 1000 rows are shown)
+  EXPLAIN [VERBOSE|PHYSICAL|ANALYZE] SELECT ...;   mor's plan of a query
+  .tables [NAMESPACE]                  the catalog's tables
+  .schema TABLE                        a table's schema, partitioning, snapshots
+  .help                                this text
+  .quit                                leave (or Ctrl-D)
+"""
+SHOWN_ROWS = 1000
+
+
+def complete(buffer: str) -> tuple[str, str]:
+    """(the complete statements of `buffer`, up to its last top-level `;`, and the rest)."""
+    import sqlglot
+    from sqlglot.errors import TokenError
+    from sqlglot.tokens import TokenType
+
+    try:
+        tokens = sqlglot.Dialect.get_or_raise("spark").tokenize(buffer)
+    except TokenError:
+        return "", buffer  # an unterminated string or comment: read on
+    ends = [t.end for t in tokens if t.token_type == TokenType.SEMICOLON]
+    if not ends:
+        return "", buffer
+    return buffer[: ends[-1] + 1], buffer[ends[-1] + 1 :]
+
+
+class Shell:
+    def __init__(self, args: Any, out: Callable[[str], Any], err: Callable[[str], Any]) -> None:
+        self.args = args
+        self.out = out
+        self.err = err
+        self._spark: Any = None
+
+    def spark(self) -> Any:
+        if self._spark is None:
+            from mor.cli import _spark
+
+            self._spark = _spark(self.args)
+        return self._spark
+
+    def run(self, lines: Iterator[str]) -> int:
+        buffer = ""
+        for line in lines:
+            if not buffer.strip():
+                buffer = ""  # a new statement: its lines count from here
+                if line.strip().startswith("."):
+                    if not self.dot(line.strip()):
+                        return 0
+                    continue
+            buffer += line + "\n"
+            done, buffer = complete(buffer)
+            if done.strip():
+                self.statements(done)
+        if buffer.strip():
+            self.statements(buffer)  # the last statement may omit its ';'
+        return 0
+
+    def dot(self, line: str) -> bool:
+        """Runs a dot command; False to leave the shell."""
+        from mor.catalog_info import describe, list_tables
+
+        cmd, _, rest = line.partition(" ")
+        rest = rest.strip()
+        try:
+            if cmd in (".quit", ".exit"):
+                return False
+            if cmd == ".help":
+                self.out(HELP)
+            elif cmd == ".tables":
+                self.out("".join(f"{n}\n" for n in list_tables(self.catalog(), rest or None)))
+            elif cmd == ".schema" and rest:
+                self.out(describe(self.resolver().by_name(tuple(rest.split(".")))))
+            else:
+                self.err(f"mor: unknown command {line!r}: .help lists them\n")
+        except MorError as e:
+            self.err(f"mor: {e}\n")
+        return True
+
+    def catalog(self) -> Any:
+        from mor.api import resolve_catalog
+
+        return resolve_catalog(self.args.catalog, self.args.warehouse)
+
+    def resolver(self) -> Any:
+        from planner.sources import PathMap, Resolver
+
+        return Resolver(self.catalog, PathMap.of(None))
+
+    def statements(self, text: str) -> None:
+        from mor.cli import _format, _run_spark
+        from planner.sql import split_statements
+
+        try:
+            stmts = split_statements(text)
+        except MorError as e:
+            self.err(f"mor: {e}\n")
+            return
+        for stmt in stmts:
+            try:
+                self.out(self.one(stmt, _format, _run_spark))
+            except MorError as e:
+                self.err(f"mor: {e}\n")
+            except KeyboardInterrupt:
+                self.err("mor: interrupted\n")
+
+    def one(self, stmt: Any, fmt: Any, run_spark: Any) -> str:
+        from mor.api import explain, plan_query
+        from physical import to_dataframe
+        from planner.sql import split_statements
+
+        words = stmt.text.split(None, 2)
+        if words and words[0].upper() == "EXPLAIN":
+            modes = {"VERBOSE", "PHYSICAL", "ANALYZE"}
+            mode = words[1].upper() if len(words) > 1 and words[1].upper() in modes else ""
+            rest = stmt.text.split(None, 2 if mode else 1)[-1]
+            (inner,) = split_statements(rest)
+            return explain(
+                inner,
+                catalog=self.args.catalog,
+                warehouse=self.args.warehouse,
+                verbose=mode == "VERBOSE",
+                physical=mode == "PHYSICAL",
+                analyze=mode == "ANALYZE",
+                spark=self.spark(),
+            )
+        planned = plan_query(stmt, catalog=self.args.catalog, warehouse=self.args.warehouse)
+        df = to_dataframe(planned.optimized, self.spark())
+        cols, rows = run_spark(lambda: (df.columns, df.limit(SHOWN_ROWS + 1).collect()))
+        more = len(rows) > SHOWN_ROWS
+        text = fmt(cols, rows[:SHOWN_ROWS], "table")
+        return text + (f"(only the first {SHOWN_ROWS} rows are shown)\n" if more else "")
+
+
+def _prompt_lines() -> Iterator[str]:
+    """Lines typed at a prompt, with history (~/.mor_history) when readline is there."""
+    try:
+        import readline
+    except ImportError:  # pragma: no cover - not on every platform
+        readline = None  # type: ignore[assignment]
+    history = os.path.expanduser("~/.mor_history")
+    if readline is not None and os.path.exists(history):
+        readline.read_history_file(history)
+    buffer_open = False
+    try:
+        while True:
+            try:
+                line = input("   ...> " if buffer_open else "mor> ")
+            except EOFError:
+                print()
+                return
+            except KeyboardInterrupt:
+                print()
+                buffer_open = False
+                continue
+            dot = not buffer_open and line.strip().startswith(".")
+            if line.strip() and not dot:
+                buffer_open = not line.rstrip().endswith(";")
+            yield line
+    finally:
+        if readline is not None:
+            try:
+                readline.write_history_file(history)
+            except OSError:
+                pass
+
+
+def run_shell(args: Any) -> int:
+    interactive = sys.stdin.isatty()
+    if interactive:
+        print("mor shell: statements end with ';'. .help for help, Ctrl-D to leave.")
+    lines = _prompt_lines() if interactive else (ln.rstrip("\n") for ln in sys.stdin)
+    shell = Shell(args, sys.stdout.write, sys.stderr.write)
+    return shell.run(lines)
