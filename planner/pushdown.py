@@ -81,14 +81,11 @@ def analyze(
     originals = list(tree.find_all(exp.Table))
     copies = list(copy.find_all(exp.Table))  # the same walk over an equal tree: same order
     names: dict[str, int] = {}
-    blocked: set[int] = set()
     schema: dict[str, dict[str, str]] = {}
     for i, t in enumerate(tables):
         node = copies[next(k for k, o in enumerate(originals) if o is t)]
         synthetic = f"__mor_t{i}"
         names[synthetic] = i
-        if node.args.get("sample") is not None or node.args.get("pivots"):
-            blocked.add(i)  # filtering below a sample or a pivot changes what they see
         alias = node.alias or (node.name if isinstance(node.this, exp.Identifier) else synthetic)
         node.set("this", exp.to_identifier(synthetic))
         for arg in ("db", "catalog", "version"):
@@ -109,14 +106,13 @@ def analyze(
     except Exception as e:  # noqa: BLE001 - pruning is an optimisation: Spark still runs it
         out.note = f"no filter pushed: {str(e).splitlines()[0][:120] if str(e) else type(e)}"
         return out
-    _Pusher(names, blocked, out).run(scopes)
+    _Pusher(names, out).run(scopes)
     return out
 
 
 @dataclass
 class _Pusher:
     names: dict[str, int]
-    blocked: set[int]
     out: Analysis
     # per derived-table / CTE scope: one list of conjuncts per reader
     incoming: dict[int, list[list[exp.Expression]]] = field(default_factory=dict)
@@ -158,9 +154,7 @@ class _Pusher:
                 lst = [_unqualified(c) for c in cs]
                 self.incoming.setdefault(id(target), []).append(lst)
             elif isinstance(target, exp.Table) and target.name in self.names:
-                i = self.names[target.name]
-                if i not in self.blocked:
-                    self.out.filters[i].extend(_unqualified(c) for c in cs)
+                self.out.filters[self.names[target.name]].extend(_unqualified(c) for c in cs)
 
 
 def _sources(scope: Scope) -> dict[str, Any]:
@@ -175,6 +169,8 @@ def _sources(scope: Scope) -> dict[str, Any]:
     ]
     out = {}
     for n in nodes:
+        if n.args.get("sample") is not None or n.args.get("pivots"):
+            continue  # a sample or a (un)pivot sees every row: nothing is pushed below it
         alias = n.alias_or_name
         if alias in scope.sources:
             out[alias] = scope.sources[alias]

@@ -96,6 +96,13 @@ def filters(sql: str) -> list[list[str]]:
         ("SELECT id, row_number() OVER (ORDER BY v) FROM a.t WHERE id = 5 LIMIT 3", [["id = 5"]]),
         # a sample or a pivot sees every row
         ("SELECT * FROM a.t TABLESAMPLE (10 ROWS) WHERE id = 5", [[]]),
+        # ... nor a sampled or pivoted derived table
+        ("SELECT * FROM (SELECT p, v FROM a.t) TABLESAMPLE (2 ROWS) WHERE v > 100", [[]]),
+        (
+            "SELECT * FROM (SELECT p, id % 2 AS k, v FROM a.t) "
+            "PIVOT (sum(v) FOR k IN (0 AS v, 1 AS w)) WHERE v > 100",
+            [[]],
+        ),
         # a CTE read twice: only what both readers filter
         (
             "WITH c AS (SELECT * FROM a.t) SELECT * FROM c x JOIN c y ON x.id = y.id "
