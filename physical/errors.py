@@ -31,6 +31,10 @@ def query_error(e: BaseException, plan: SparkQuery, names: tuple[str, ...]) -> Q
     if m is not None:
         line, col = plan.position(names, int(m.group(1)), int(m.group(2)))
         message += f" (line {line}, column {col})"
+    if "input_file_name" in message:
+        message += (
+            "; a mor scan reads several sources: the _file metadata column names each row's file"
+        )
     if "UNRESOLVED_COLUMN" in message and plan.columns:
         seen = dict.fromkeys(zip(plan.refs, plan.columns))
         message += "; " + "; ".join(f"columns of {r}: {', '.join(c)}" for r, c in seen)

@@ -334,6 +334,14 @@ def _after_sample(stmt: Statement, end: int) -> int:
 
 
 def _scan(r: _Ref, columns: set[str] | None, filters: list[exp.Expression]) -> IcebergScan:
+    seen: dict[str, str] = {}
+    for f in r.schema.top_level():
+        other = seen.setdefault(f.name.lower(), f.name)
+        if other != f.name:
+            raise UnsupportedError(
+                f"table {r.label} has columns {other!r} and {f.name!r}, whose names differ only "
+                "in case: Spark resolves names without case and cannot tell them apart"
+            )
     fields = []
     for f in r.schema.top_level():
         if columns is not None and f.name.lower() not in columns:

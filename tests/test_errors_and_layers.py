@@ -138,3 +138,21 @@ def test_path_map_matches_whole_segments_whatever_the_slashes() -> None:
     m = PathMap.of({"s3://w/t": "/x", "s3://w/t_part": "/y"})
     assert m("s3://w/t_part/d.parquet") == "/y/d.parquet"
     assert m("s3://w/t/d.parquet") == "/x/d.parquet"
+
+
+def test_columns_differing_only_in_case_are_refused_by_name(catalog: object) -> None:
+    """Spark resolves names without case: a table with `a` and `A` cannot be told apart (the
+    old binder answered `SELECT A` with a's values)."""
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from mor.fixtures import TableWriter
+    from planner.errors import UnsupportedError
+
+    w = TableWriter(
+        catalog, "c.t", Schema(NestedField(1, "a", LongType()), NestedField(2, "A", LongType()))
+    )
+    w.append(pa.table({"a": pa.array([1], pa.int64()), "A": pa.array([2], pa.int64())}))
+    with pytest.raises(UnsupportedError, match="columns 'a' and 'A'.*differ only in case"):
+        explain("SELECT A FROM c.t", catalog=catalog, check=False)
