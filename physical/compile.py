@@ -13,7 +13,7 @@ from pyspark.sql import types as T
 from physical import arrow
 from physical.errors import query_error
 from physical.paths import SparkPaths
-from physical.scan import float_key, hidden_type, is_float_key, scan_data, scan_eq_deletes
+from physical.scan import float_key, hidden_type, scan_data, scan_eq_deletes
 from physical.types import spark_type
 from planner.errors import MorError, UnsupportedError
 from planner.nodes import (
@@ -63,11 +63,7 @@ class Compiler:
             case AntiJoin(left=left, right=right, keys=keys):
                 # float keys arrive as text from the delete scan (scan.float_key): the data
                 # side's are made text alike
-                floats = (
-                    {k.col.name for k in right.keys if is_float_key(k)}
-                    if isinstance(right, EqDeleteScan)
-                    else set()
-                )
+                floats = right.text_keys() if isinstance(right, EqDeleteScan) else frozenset()
                 pairs = []
                 for lk, rk in keys:
                     lc = float_key(_c(lk)) if rk in floats else _c(lk)

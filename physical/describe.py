@@ -64,12 +64,7 @@ class _Describer:
             case AntiJoin(left=left, right=right):
                 a, b = self.visit(left), self.visit(right)
                 op = "<=>" if node.null_safe else "="
-                texts = (
-                    {k.col.name for k in right.keys if k.type_str in ('"float"', '"double"')}
-                    if isinstance(right, EqDeleteScan)
-                    else set()
-                )
-                # float keys compare as text: -0.0 and 0.0 differ, as in Iceberg's Java reader
+                texts = right.text_keys() if isinstance(right, EqDeleteScan) else frozenset()
                 cond = [
                     f"string({lk}) {op} {rk}" if rk in texts else f"{lk} {op} {rk}"
                     for lk, rk in node.keys

@@ -217,11 +217,15 @@ def _local_table(
     LocalRelation), so broadcasting it runs no job, unlike createDataFrame from Python rows."""
     if not rows:
         return spark.createDataFrame([], T.StructType([T.StructField(n, t) for n, t in fields]))
-    values = ", ".join(
-        "(" + ", ".join(_sql_literal(v, t) for v, (_, t) in zip(r, fields)) + ")" for r in rows
-    )
-    names = ", ".join(f"`{n}`" for n, _ in fields)
-    return spark.sql(f"SELECT * FROM VALUES {values} AS t({names})")
+    literals = [[_sql_literal(v, t) for v, (_, t) in zip(r, fields)] for r in rows]
+    return _values(spark, [n for n, _ in fields], literals)
+
+
+def _values(spark: SparkSession, names: list[str], rows: list[list[str]]) -> DataFrame:
+    """`SELECT * FROM VALUES ...`: rows of SQL literals (foldable expressions), at least one."""
+    values = ", ".join("(" + ", ".join(r) + ")" for r in rows)
+    cols = ", ".join(f"`{n}`" for n in names)
+    return spark.sql(f"SELECT * FROM VALUES {values} AS t({cols})")
 
 
 def _file_table(
@@ -381,9 +385,8 @@ def _with_hidden(
                     lit = _partition_literal(values.get(f.field_id), sf.dataType, scan.table)
                     parts.append(f"{_sql_literal(f.name, T.StringType())}, {lit}")
                 vals.append(f"named_struct({', '.join(parts)})")
-        rows.append("(" + ", ".join(vals) + ")")
-    names = ", ".join(f"`{n}`" for n in [FKEY, *per_file])
-    table = spark.sql(f"SELECT * FROM VALUES {', '.join(rows)} AS t({names})")
+        rows.append(vals)
+    table = _values(spark, [FKEY, *per_file], rows)
     return df.join(F.broadcast(table), FKEY, "left")
 
 
@@ -391,9 +394,7 @@ def _partition_literal(v: Any, dtype: T.DataType, table: str) -> str:
     """A partition value as a Spark SQL literal of its result type."""
     if v is None:
         return f"CAST(NULL AS {dtype.simpleString()})"
-    if isinstance(dtype, (T.IntegerType, T.LongType)):
-        return _sql_literal(v, dtype)
-    if isinstance(dtype, T.StringType):
+    if isinstance(dtype, (T.IntegerType, T.LongType, T.StringType)):
         return _sql_literal(v, dtype)
     if isinstance(dtype, T.BooleanType):
         return "true" if v else "false"
@@ -437,15 +438,9 @@ def _positions(
     return pdf.join(ptab, cond, "inner").select(F.col(FKEY), F.col("pos").alias(POS))
 
 
-def is_float_key(rf: ReadField) -> bool:
-    return rf.type_str in ('"float"', '"double"')
-
-
 def float_key(c: Column) -> Column:
-    """A float or double equality key as Iceberg's Java reader compares it (Double.equals):
-    -0.0 and 0.0 differ, NaN equals NaN. Spark's `=` and `<=>` (and its joins and grouping)
-    treat -0.0 and 0.0 as equal, so such keys are compared by their text, which is one string
-    per value (NULL stays NULL)."""
+    """A key compared as text (ReadField.compared_as_text): one string per float value, so
+    -0.0 and 0.0 differ and NaN equals NaN; NULL stays NULL."""
     return c.cast("string")
 
 
@@ -473,7 +468,7 @@ def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) 
     if node.pushed:
         df = where_all(df, node.pushed)
     for k in node.keys:
-        if is_float_key(k):  # before compaction: -0.0 and 0.0 are two delete keys
+        if k.compared_as_text:  # before compaction: -0.0 and 0.0 are two delete keys
             df = df.withColumn(k.col.name, float_key(F.col(f"`{k.col.name}`")))
     if not node.meta:
         # no anti-join reading this checks a guard: the keys alone, each once

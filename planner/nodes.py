@@ -100,6 +100,13 @@ class ReadField:
     type_str: str  # Iceberg type, e.g. "long", "decimal(10, 2)", "struct<...>" (JSON for nested)
     path: tuple[tuple[str, int], ...] = ()  # for a nested field: (name, id) of the structs above
 
+    @property
+    def compared_as_text(self) -> bool:
+        """A float or double equality key: compared as Iceberg's Java reader does
+        (Double.equals: -0.0 is not 0.0, NaN is NaN), which Spark's `=`, `<=>`, joins and
+        grouping do not; the physical layer compares such keys by their text."""
+        return self.type_str in ('"float"', '"double"')
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Layout:
@@ -308,6 +315,10 @@ class EqDeleteScan(Plan):
 
     def rows(self) -> int:
         return sum(f.record_count for f in self.files)
+
+    def text_keys(self) -> frozenset[str]:
+        """Names of the key columns compared as text (ReadField.compared_as_text)."""
+        return frozenset(k.col.name for k in self.keys if k.compared_as_text)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

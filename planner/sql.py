@@ -161,7 +161,7 @@ class _Ref:
     snapshot_id: int | None
     schema: TableSchema
     label: str  # the table as EXPLAIN names it
-    written: str  # the reference as the user wrote it
+    span: tuple[int, int]  # [start, end) of the reference in the statement (see _span)
     kind: str | None = None  # a metadata table of the table (`snapshots`, `files`, ...)
 
 
@@ -212,7 +212,7 @@ def _bind(stmt: Statement, resolver: Resolver) -> SparkQuery:
         source=stmt.source,
         edits=tuple(sorted(edits, key=lambda e: (e.start, e.end))),
         scans=tuple(scans),
-        refs=tuple(r.written for r in refs),
+        refs=tuple(stmt.text[slice(*r.span)] for r in refs),
         note=analysis.note,
         columns=tuple(tuple(r.schema.top_level_names()) if r.kind is None else () for r in refs),
     )
@@ -273,9 +273,8 @@ def _resolve_at(stmt: Statement, t: exp.Table, resolver: Resolver) -> _Ref:
         src = resolver.by_path(args[0].this)
         label = f"iceberg_scan('{args[0].this}')"
     snapshot_id = _time_travel(t, src)
-    start, end = _span(stmt, t)
-    written = stmt.text[start:end]
-    return _Ref(t, src, snapshot_id, schema_at(src, snapshot_id), label, written, kind)
+    span = _span(stmt, t)
+    return _Ref(t, src, snapshot_id, schema_at(src, snapshot_id), label, span, kind)
 
 
 def _start(t: exp.Table) -> int:
@@ -305,7 +304,7 @@ def _span(stmt: Statement, t: exp.Table) -> tuple[int, int]:
 
 
 def _edits(stmt: Statement, r: _Ref, i: int) -> list[TextEdit]:
-    start, end = _span(stmt, r.node)
+    start, end = r.span
     edits = [TextEdit(start=start, end=end, scan=i)]
     if not r.node.alias and isinstance(r.node.this, exp.Identifier):
         # Spark names an unaliased table by its last part (`orders.id`): keep that name
