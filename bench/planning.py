@@ -65,8 +65,8 @@ def build(warehouse: Path, files: int, manifests: int) -> object:
 def _bound(cat: object, sql: str) -> tuple[object, object]:
     """The bound plan (scans with their columns and filters), and its resolver (table loaded
     once)."""
-    from planner.sources import PathMap, Resolver
-    from planner.sql import bind, one_statement
+    from mor.planner.sources import PathMap, Resolver
+    from mor.planner.sql import bind, one_statement
 
     resolver = Resolver(cat, PathMap.of(None))  # type: ignore[arg-type]
     return bind(one_statement(sql), resolver), resolver
@@ -83,9 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     from pyiceberg.expressions import AlwaysTrue, EqualTo, LessThan
 
     from mor.api import plan_query
-    from planner import scan_planning
-    from planner.nodes import IcebergScan
-    from planner.planning import attach_files
+    from mor.planner import scan_planning
+    from mor.planner.nodes import IcebergScan
+    from mor.planner.planning import attach_files
 
     cat = build(Path(args.warehouse), args.files, args.manifests)
     table = cat.load_table("bench.many")  # type: ignore[attr-defined]

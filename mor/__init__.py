@@ -9,7 +9,7 @@ JVM.
 """
 
 from mor.api import default_catalog, explain, metrics, mor_sql, plan_query, table
-from planner.errors import MorError
+from mor.planner.errors import MorError
 
 __all__ = [
     "mor_sql",

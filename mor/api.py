@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING
 
 from pyiceberg.catalog import Catalog, load_catalog
 
-from planner.errors import MorError, TableNotFoundError
-from planner.explain import explain_text
-from planner.metrics import MorMetrics, static_metrics
-from planner.metrics import render as render_metrics
-from planner.nodes import Plan
-from planner.planning import attach_files
-from planner.sources import PathMap, Resolver
-from planner.sql import Statement, bind, one_statement
-from rules import MOR_RULES, TraceStep, optimize
+from mor.planner.errors import MorError, TableNotFoundError
+from mor.planner.explain import explain_text
+from mor.planner.metrics import MorMetrics, static_metrics
+from mor.planner.metrics import render as render_metrics
+from mor.planner.nodes import Plan
+from mor.planner.planning import attach_files
+from mor.planner.sources import PathMap, Resolver
+from mor.planner.sql import Statement, bind, one_statement
+from mor.rules import MOR_RULES, TraceStep, optimize
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -114,7 +114,7 @@ def mor_sql(
 
     Spark analyses the query before this returns: an unknown function or column is a MorError
     naming it, with its line and column in `sql`."""
-    from physical import local_session, prepare_session, to_dataframe
+    from mor.physical import local_session, prepare_session, to_dataframe
 
     planned = plan_query(sql, catalog=catalog, path_map=path_map)
     session = prepare_session(spark) if spark is not None else local_session()
@@ -146,7 +146,7 @@ def explain(
     output = None
     session = None
     if check or analyze:
-        from physical import local_session, prepare_session, to_dataframe
+        from mor.physical import local_session, prepare_session, to_dataframe
 
         session = prepare_session(spark) if spark is not None else local_session()
         schema = to_dataframe(planned.optimized, session, analyse_only=True).schema
@@ -154,11 +154,11 @@ def explain(
     trace = [(t.rule, t.changed, t.plan) for t in planned.trace] if verbose else None
     text = explain_text(planned.optimized, trace, output)
     if physical:
-        from physical.describe import describe
+        from mor.physical.describe import describe
 
         text += "\n" + describe(planned.optimized)
     if analyze and session is not None:
-        from physical.analyze import count_removed
+        from mor.physical.analyze import count_removed
 
         text += "\n" + render_metrics(count_removed(planned.metrics(), planned.optimized, session))
     return text

@@ -7,8 +7,8 @@ import datetime as dt
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchNamespaceError
 
-from planner.errors import TableNotFoundError
-from planner.sources import TableSource
+from mor.planner.errors import TableNotFoundError
+from mor.planner.sources import TableSource
 
 
 def list_tables(catalog: Catalog, namespace: str | None) -> list[str]:

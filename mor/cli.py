@@ -13,8 +13,8 @@ import traceback
 from typing import Any
 
 from mor import progress
-from planner.errors import MorError, SqlSyntaxError
-from planner.sql import Statement, check_is_query, split_statements
+from mor.planner.errors import MorError, SqlSyntaxError
+from mor.planner.sql import Statement, check_is_query, split_statements
 
 
 class UsageError(Exception):
@@ -135,7 +135,7 @@ def _version() -> str:
 
 def _spark(args: argparse.Namespace) -> Any:
     """The Spark session of this command, with --master and --conf applied."""
-    from physical import local_session
+    from mor.physical import local_session
 
     conf = {}
     for item in args.conf:
@@ -205,7 +205,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         plan_query(s, catalog=cat, path_map=pm, warehouse=args.warehouse) for s in stmts
     ]
     progress.note("starting Spark ...")
-    from physical import to_dataframe
+    from mor.physical import to_dataframe
 
     spark = _spark(args)
     progress.clear()
@@ -306,12 +306,18 @@ def _spark_error(e: BaseException) -> str:
 
     text = str(e)
     if "java.lang.StackOverflowError" in text:
-        from physical.errors import STACK
+        from mor.physical.errors import STACK
 
         return STACK
     m = re.search(r"(mor: [^\n]*)", text)
     if m:
         return m.group(1)[len("mor: ") :]
+    m = re.search(r"ChecksumException: Checksum error: (\S+)", text)
+    if m:
+        return (
+            f"file {m.group(1)} fails its Hadoop checksum (the .crc file beside it): it was "
+            "changed after it was written; refusing to read it"
+        )
     m = re.search(r"(\S+) is not a Parquet file", text)
     if m:
         return f"unreadable file {m.group(1)}: not a Parquet file (truncated or another format)"
@@ -365,7 +371,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
 def cmd_describe(args: argparse.Namespace) -> int:
     from mor.api import resolve_catalog
     from mor.catalog_info import describe
-    from planner.sources import PathMap, Resolver
+    from mor.planner.sources import PathMap, Resolver
 
     catalog = args.catalog
     resolver = Resolver(

@@ -15,7 +15,20 @@ from pyiceberg.types import LongType, NestedField, StringType
 from mor.api import default_catalog, explain, mor_sql, warehouse_dir
 from mor.fixtures import TableWriter
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+
+def _examples_dir() -> str:
+    """The example queries: `mor/examples` in an installed wheel, `examples/` in a source tree."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for candidate in (
+        os.path.join(here, "examples"),
+        os.path.join(os.path.dirname(here), "examples"),
+    ):
+        if glob.glob(os.path.join(candidate, "*.sql")):
+            return candidate
+    raise FileNotFoundError(f"mor's example queries are missing (looked in {here}/examples)")
+
+
+EXAMPLES = _examples_dir()
 SCHEMA = Schema(
     NestedField(1, "order_id", LongType(), required=False),
     NestedField(2, "region", StringType(), required=False),

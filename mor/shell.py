@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from planner.errors import MorError
+from mor.planner.errors import MorError
 
 HELP = """\
 Statements end with ';' and may span lines.
@@ -100,13 +100,13 @@ class Shell:
         return resolve_catalog(self.args.catalog, self.args.warehouse)
 
     def resolver(self) -> Any:
-        from planner.sources import PathMap, Resolver
+        from mor.planner.sources import PathMap, Resolver
 
         return Resolver(self.catalog, PathMap.of(None))
 
     def statements(self, text: str) -> None:
         from mor.cli import _format, _run_spark
-        from planner.sql import split_statements
+        from mor.planner.sql import split_statements
 
         try:
             stmts = split_statements(text)
@@ -123,8 +123,8 @@ class Shell:
 
     def one(self, stmt: Any, fmt: Any, run_spark: Any) -> str:
         from mor.api import explain, plan_query
-        from physical import to_dataframe
-        from planner.sql import split_statements
+        from mor.physical import to_dataframe
+        from mor.planner.sql import split_statements
 
         words = stmt.text.split(None, 2)
         if words and words[0].upper() == "EXPLAIN":

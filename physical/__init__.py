@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 _EXPORTS = {
-    "Compiler": "physical.compile",
-    "to_dataframe": "physical.compile",
-    "local_session": "physical.session",
-    "prepare_session": "physical.session",
-    "FIELD_ID_CONF": "physical.session",
+    "Compiler": "mor.physical.compile",
+    "to_dataframe": "mor.physical.compile",
+    "local_session": "mor.physical.session",
+    "prepare_session": "mor.physical.session",
+    "FIELD_ID_CONF": "mor.physical.session",
 }
 
 

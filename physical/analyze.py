@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from physical.compile import Compiler
-from planner.metrics import MorMetrics
-from planner.nodes import AntiJoin, IcebergScan, Plan, Union, show_ids
+from mor.physical.compile import Compiler
+from mor.planner.metrics import MorMetrics
+from mor.planner.nodes import AntiJoin, IcebergScan, Plan, Union, show_ids
 
 
 def _top_scans(plan: Plan) -> list[Plan]:

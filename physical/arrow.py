@@ -12,7 +12,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from planner.errors import UnsupportedError
+from mor.planner.errors import UnsupportedError
 
 
 def spark_type(t: pa.DataType) -> T.DataType:

@@ -10,13 +10,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from physical import arrow
-from physical.errors import query_error
-from physical.paths import SparkPaths
-from physical.scan import float_key, hidden_type, scan_data, scan_eq_deletes
-from physical.types import spark_type
-from planner.errors import MorError, UnsupportedError
-from planner.nodes import (
+from mor.physical import arrow
+from mor.physical.errors import query_error
+from mor.physical.paths import SparkPaths
+from mor.physical.scan import float_key, hidden_type, scan_data, scan_eq_deletes
+from mor.physical.types import spark_type
+from mor.planner.errors import MorError, UnsupportedError
+from mor.planner.nodes import (
     DATA_SEQ,
     DEL_PART,
     DEL_SEQ,

@@ -6,8 +6,8 @@ This module does not import pyspark.
 
 from __future__ import annotations
 
-from physical.strategy import position_strategy
-from planner.nodes import (
+from mor.physical.strategy import position_strategy
+from mor.planner.nodes import (
     AntiJoin,
     EqDeleteScan,
     IcebergScan,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from planner.errors import QueryError
-from planner.nodes import SparkQuery
+from mor.planner.errors import QueryError
+from mor.planner.nodes import SparkQuery
 
 _WHERE = re.compile(r"\s*[;.]?\s*\(?line (\d+),? pos (\d+)\)?;?")
 

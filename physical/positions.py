@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
-from planner.errors import DataFileError
-from planner.nodes import DataTask, DeleteTask
+from mor.planner.errors import DataFileError
+from mor.planner.nodes import DataTask, DeleteTask
 
 
 def local_path(path: str) -> str | None:

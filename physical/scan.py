@@ -20,12 +20,12 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from physical.paths import SparkPaths
-from physical.positions import first_line, keep_condition, local_path, read_positions
-from physical.strategy import position_strategy
-from physical.types import field, spark_type
-from planner.errors import DataFileError, UnsupportedError
-from planner.nodes import (
+from mor.physical.paths import SparkPaths
+from mor.physical.positions import first_line, keep_condition, local_path, read_positions
+from mor.physical.strategy import position_strategy
+from mor.physical.types import field, spark_type
+from mor.planner.errors import DataFileError, UnsupportedError
+from mor.planner.nodes import (
     DATA_SEQ,
     DEL_PART,
     DEL_SEQ,
@@ -38,7 +38,7 @@ from planner.nodes import (
     Layout,
     ReadField,
 )
-from planner.settings import env_int
+from mor.planner.settings import env_int
 
 POS = "$pos"
 PKEY = "$pkey"  # file_size << shift | row_index

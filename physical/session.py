@@ -7,8 +7,8 @@ import re
 
 from pyspark.sql import SparkSession
 
-from planner.errors import ConfigError, MorError
-from planner.settings import env_int
+from mor.planner.errors import ConfigError, MorError
+from mor.planner.settings import env_int
 
 FIELD_ID_CONF = "spark.sql.parquet.fieldId.read.enabled"
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from planner.nodes import DataTask, DeleteTask
-from planner.settings import env_int
+from mor.planner.nodes import DataTask, DeleteTask
+from mor.planner.settings import env_int
 
 
 def bitmap_limits() -> tuple[int, int, int]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from pyspark.sql import types as T
 
-from planner.errors import UnsupportedError
+from mor.planner.errors import UnsupportedError
 
 FIELD_ID_KEY = "parquet.field.id"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from planner.nodes import (
+from mor.planner.nodes import (
     AntiJoin,
     EqDeleteScan,
     IcebergScan,

@@ -29,9 +29,9 @@ from pyiceberg.types import (
     StructType,
 )
 
-from planner.errors import DataFileError
-from planner.nodes import Layout
-from planner.sources import TableSource
+from mor.planner.errors import DataFileError
+from mor.planner.nodes import Layout
+from mor.planner.sources import TableSource
 
 NAME_MAPPING = "schema.name-mapping.default"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from planner.nodes import EqDeleteScan, IcebergScan, Plan, show_ids
+from mor.planner.nodes import EqDeleteScan, IcebergScan, Plan, show_ids
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from sqlglot import exp
 
-from planner.errors import MorError
+from mor.planner.errors import MorError
 
 # Columns added by the planner for merge-on-read.
 DATA_SEQ = "$data_seq"  # data sequence number of the data file a row came from

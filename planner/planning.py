@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from planner.errors import MetadataError
-from planner.layouts import layout_of, needs_footers
-from planner.nodes import (
+from mor.planner.errors import MetadataError
+from mor.planner.layouts import layout_of, needs_footers
+from mor.planner.nodes import (
     SNAPSHOT_METADATA_TABLES,
     EqField,
     IcebergScan,
@@ -15,9 +15,9 @@ from planner.nodes import (
     Plan,
     ScanFiles,
 )
-from planner.scan_planning import plan_scan
-from planner.schemas import find_field
-from planner.sources import Resolver
+from mor.planner.scan_planning import plan_scan
+from mor.planner.schemas import find_field
+from mor.planner.sources import Resolver
 
 
 def attach_files(plan: Plan, resolver: Resolver) -> Plan:

@@ -31,7 +31,7 @@ from sqlglot import exp
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
-from planner.nodes import HIDDEN_COLUMNS, Pred
+from mor.planner.nodes import HIDDEN_COLUMNS, Pred
 
 DIALECT = "spark"
 _BLOCKERS = (exp.AggFunc, exp.Window, exp.Explode, exp.Posexplode, exp.Inline)

@@ -48,8 +48,8 @@ from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestCo
 from pyiceberg.schema import Schema
 from pyiceberg.table.snapshots import Snapshot
 
-from planner.errors import MetadataError, UnsupportedError
-from planner.nodes import (
+from mor.planner.errors import MetadataError, UnsupportedError
+from mor.planner.nodes import (
     GLOBAL_PART,
     DataTask,
     DeleteTask,
@@ -60,8 +60,8 @@ from planner.nodes import (
     Pruning,
     ScanFiles,
 )
-from planner.settings import env_int
-from planner.sources import TableSource
+from mor.planner.settings import env_int
+from mor.planner.sources import TableSource
 
 POS_FILE_PATH_ID = 2147483546
 

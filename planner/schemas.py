@@ -25,8 +25,8 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from planner.errors import MetadataError
-from planner.sources import TableSource
+from mor.planner.errors import MetadataError
+from mor.planner.sources import TableSource
 
 
 @dataclass(frozen=True)

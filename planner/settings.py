@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from planner.errors import ConfigError
+from mor.planner.errors import ConfigError
 
 
 def env_int(name: str, default: int, minimum: int = 0) -> int:

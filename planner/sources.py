@@ -19,7 +19,7 @@ from pyiceberg.io import FileIO, InputFile, OutputFile, load_file_io
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.metadata import TableMetadata
 
-from planner.errors import MetadataError, MorError, TableNotFoundError
+from mor.planner.errors import MetadataError, MorError, TableNotFoundError
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,8 +23,8 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
-from planner.errors import NotAQueryError, SqlSyntaxError, TableNotFoundError, UnsupportedError
-from planner.nodes import (
+from mor.planner.errors import NotAQueryError, SqlSyntaxError, TableNotFoundError, UnsupportedError
+from mor.planner.nodes import (
     METADATA_TABLES,
     SNAPSHOT_METADATA_TABLES,
     Col,
@@ -38,9 +38,9 @@ from planner.nodes import (
     TextEdit,
     line_col,
 )
-from planner.pushdown import analyze, to_pred
-from planner.schemas import TableSchema, schema_at, spark_sql_type
-from planner.sources import Resolver, TableSource
+from mor.planner.pushdown import analyze, to_pred
+from mor.planner.schemas import TableSchema, schema_at, spark_sql_type
+from mor.planner.sources import Resolver, TableSource
 
 DIALECT = "spark"
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from planner.nodes import Plan
-from rules.split_equality_deletes import split_equality_deletes
+from mor.planner.nodes import Plan
+from mor.rules.split_equality_deletes import split_equality_deletes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from planner.nodes import (
+from mor.planner.nodes import (
     DATA_SEQ,
     GLOBAL_PART,
     PART,
@@ -30,7 +30,7 @@ from planner.nodes import (
 )
 
 if TYPE_CHECKING:
-    from rules import RuleContext
+    from mor.rules import RuleContext
 
 
 def split_equality_deletes(plan: Plan, ctx: RuleContext) -> Plan:

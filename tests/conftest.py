@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ REALDATA = ROOT / "tests" / "realdata"
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    from physical import local_session
+    from mor.physical import local_session
 
     os.environ.setdefault("MOR_SPARK_MASTER", "local[2]")
     session = local_session()
@@ -39,3 +40,18 @@ def catalog(tmp_path: Path) -> object:
     from mor.api import default_catalog
 
     return default_catalog(str(tmp_path / "wh"))
+
+
+POSITION_METHODS = ("bitmap", "join-packed", "join-pairs")
+
+
+@pytest.fixture(params=POSITION_METHODS)
+def position_method(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each way of applying position deletes (physical/strategy.py), forced."""
+    if request.param != "bitmap":
+        monkeypatch.setenv("MOR_POSITION_BITMAP_BYTES", "0")  # always the join
+    if request.param == "join-pairs":
+        import mor.physical.strategy
+
+        monkeypatch.setattr(mor.physical.strategy, "packed_shift", lambda files: None)
+    return request.param

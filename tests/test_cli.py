@@ -146,6 +146,7 @@ def test_unsupported_file_format_is_refused(
 ) -> None:
     import pyarrow as pa
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
     from tests_support import small_table
 
     w = small_table(catalog)

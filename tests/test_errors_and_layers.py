@@ -9,7 +9,7 @@ import pytest
 
 from mor import explain
 from mor.cli import main
-from planner.errors import NotAQueryError, QueryError, SqlSyntaxError, TableNotFoundError
+from mor.planner.errors import NotAQueryError, QueryError, SqlSyntaxError, TableNotFoundError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,21 +51,59 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
 LAYERS = {"planner": 0, "rules": 1, "physical": 2, "mor": 3}
 
 
+def _layer(module: str) -> str | None:
+    """The layer an imported module belongs to: `mor.planner.x` -> planner, `mor.api` -> mor."""
+    parts = module.split(".")
+    if parts[0] in ("planner", "rules", "physical"):
+        raise AssertionError(f"{module}: the layers are imported as mor.{parts[0]}")
+    if parts[0] != "mor":
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else "mor"
+
+
 @pytest.mark.parametrize("pkg", list(LAYERS))
 def test_imports_flow_one_way(pkg: str) -> None:
     for path in (ROOT / pkg).glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                raise AssertionError(f"{path.name}: relative import of {node.module}")
             names = (
                 [a.name for a in node.names]
                 if isinstance(node, ast.Import)
                 else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             )
             for name in names:
-                top = name.split(".")[0]
-                if top in LAYERS:
-                    assert LAYERS[top] <= LAYERS[pkg], f"{path.name} imports {name}"
-                if top == "pyspark":
+                layer = _layer(name)
+                if layer is not None:
+                    assert LAYERS[layer] <= LAYERS[pkg], f"{path.name} imports {name}"
+                if name.split(".")[0] == "pyspark":
                     assert pkg in ("physical", "mor"), f"{path.name} imports pyspark"
+
+
+def test_wheel_installs_layers_under_mor(tmp_path: Path) -> None:
+    """The wheel holds mor.planner/rules/physical (no top-level planner, rules or physical that
+    could collide with other distributions) and the examples `mor demo` runs."""
+    import subprocess
+    import sys
+    import zipfile
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+        + ["-w", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    (wheel,) = tmp_path.glob("mor-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names}
+    assert tops == {"mor", next(t for t in tops if t.endswith(".dist-info"))}, tops
+    for layer in ("planner", "rules", "physical"):
+        expected = {f"mor/{layer}/{p.name}" for p in (ROOT / layer).glob("*.py")}
+        assert expected <= set(names), expected - set(names)
+    examples = {f"mor/examples/{p.name}" for p in (ROOT / "examples").glob("*.sql")}
+    assert examples and examples <= set(names)
+    assert "mor/physical/log4j2.properties" in names
 
 
 def test_deep_statements_plan_without_recursion_errors(catalog: object) -> None:
@@ -87,9 +125,8 @@ def test_deep_statements_plan_without_recursion_errors(catalog: object) -> None:
 def test_broken_metadata_behind_a_catalog_is_one_line(catalog: object, tmp_path: Path) -> None:
     """A truncated or missing metadata JSON and a truncated manifest list are MetadataErrors
     naming what is wrong, never a pydantic, FileNotFoundError or UnicodeDecodeError trace."""
+    from mor.planner.errors import MetadataError
     from tests_support import small_table
-
-    from planner.errors import MetadataError
 
     table = small_table(catalog).refresh()
     loc = table.metadata_location.removeprefix("file://")
@@ -127,7 +164,7 @@ def test_table_directory_that_cannot_be_decided_is_refused(tmp_path: Path) -> No
 
 
 def test_path_map_matches_whole_segments_whatever_the_slashes() -> None:
-    from planner.sources import PathMap
+    from mor.planner.sources import PathMap
 
     for old, new in [("/a/b", "/c"), ("/a/b/", "/c"), ("/a/b", "/c/"), ("/a/b/", "/c/")]:
         m = PathMap.of({old: new})
@@ -148,7 +185,7 @@ def test_columns_differing_only_in_case_are_refused_by_name(catalog: object) -> 
     from pyiceberg.types import LongType, NestedField
 
     from mor.fixtures import TableWriter
-    from planner.errors import UnsupportedError
+    from mor.planner.errors import UnsupportedError
 
     w = TableWriter(
         catalog, "c.t", Schema(NestedField(1, "a", LongType()), NestedField(2, "A", LongType()))

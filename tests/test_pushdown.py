@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import sqlglot
 
-from planner.pushdown import analyze, needed_columns, to_pred
-from planner.sql import iceberg_tables
+from mor.planner.pushdown import analyze, needed_columns, to_pred
+from mor.planner.sql import iceberg_tables
 
 SCHEMA = {"id": "bigint", "v": "bigint", "p": "string", "d": "date"}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mor import mor_sql
-from planner.errors import MetadataError
+from mor.planner.errors import MetadataError
 
 REALDATA = Path(__file__).resolve().parent / "realdata"
 _TABLES = json.loads((REALDATA / "tables.json").read_text())

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sqlglot
-from helpers import data_file, eq_delete, scan
 
-from planner.explain import render_plan
-from planner.nodes import AntiJoin, Expr, IcebergScan, Pred, Union
-from rules import RuleContext, optimize
-from rules.split_equality_deletes import split_equality_deletes
+from helpers import data_file, eq_delete, scan
+from mor.planner.explain import render_plan
+from mor.planner.nodes import AntiJoin, Expr, IcebergScan, Pred, Union
+from mor.rules import RuleContext, optimize
+from mor.rules.split_equality_deletes import split_equality_deletes
 
 CTX = RuleContext()
 
@@ -111,7 +111,7 @@ def test_split_equality_deletes_moves_key_filters_to_the_delete_scan() -> None:
     filter on another column, or one that is not a simple predicate, stays off the delete side."""
     from dataclasses import replace
 
-    from planner.nodes import EqDeleteScan
+    from mor.planner.nodes import EqDeleteScan
 
     s1 = frozenset({1})
     base = scan(data=(data_file(0, eq=(s1,)),), deletes=(eq_delete(10, ids={1}),), fields=(1, 2, 3))

@@ -126,19 +126,6 @@ op = st.one_of(
 )
 
 
-METHODS = ("bitmap", "join-packed", "join-pairs")
-
-
-@pytest.fixture(params=METHODS)
-def position_method(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each way of applying position deletes (physical/strategy.py), forced."""
-    if request.param != "bitmap":
-        monkeypatch.setenv("MOR_POSITION_BITMAP_BYTES", "0")  # always the join
-    if request.param == "join-pairs":
-        import physical.strategy
-
-        monkeypatch.setattr(physical.strategy, "packed_shift", lambda files: None)
-    return request.param
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
@@ -250,7 +237,7 @@ def test_self_join_and_time_travel(two_partitions: Any, spark: Any) -> None:
     # TIMESTAMP AS OF: the newest snapshot at or before the instant (UTC when no zone is given)
     import datetime as dt
 
-    from planner.errors import TableNotFoundError
+    from mor.planner.errors import TableNotFoundError
 
     def instant(ms: int) -> str:
         when = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
@@ -267,9 +254,9 @@ def test_self_join_and_time_travel(two_partitions: Any, spark: Any) -> None:
 def size_check(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     """Local files are checked with os.stat; others through Spark's file listing (forced)."""
     if request.param == "spark-listing":
-        import physical.scan
+        import mor.physical.scan
 
-        monkeypatch.setattr(physical.scan, "_local_size", lambda path: None)
+        monkeypatch.setattr(mor.physical.scan, "_local_size", lambda path: None)
     return request.param
 
 
@@ -282,9 +269,9 @@ def test_file_whose_size_differs_from_its_metadata_is_refused(
     from dataclasses import replace
 
     from mor.api import plan_query
-    from physical import to_dataframe
-    from planner.errors import DataFileError
-    from planner.nodes import IcebergScan
+    from mor.physical import to_dataframe
+    from mor.planner.errors import DataFileError
+    from mor.planner.nodes import IcebergScan
 
     cat, w, a, _ = two_partitions
     w.commit(deletes=[w.position_delete_file({a.file_path: [0]}, a)])  # (100, 'a', 1)
@@ -307,7 +294,7 @@ def test_file_whose_size_differs_from_its_metadata_is_refused(
 
 def test_truncated_data_file_on_storage_is_refused(two_partitions: Any, spark: Any) -> None:
     """The same through the API on a real file: half the file's bytes gone."""
-    from planner.errors import DataFileError
+    from mor.planner.errors import DataFileError
 
     cat, w, a, _ = two_partitions
     path = a.file_path[len("file://") :] if a.file_path.startswith("file://") else a.file_path
@@ -347,8 +334,8 @@ def test_file_with_more_rows_than_recorded_stops_the_bitmap_filter(
     from dataclasses import replace
 
     from mor.api import plan_query
-    from physical import to_dataframe
-    from planner.nodes import IcebergScan
+    from mor.physical import to_dataframe
+    from mor.planner.nodes import IcebergScan
 
     cat, w, a, _ = two_partitions
     w.commit(deletes=[w.position_delete_file({a.file_path: [1]}, a)])  # (1, 'a', 2)
@@ -372,11 +359,11 @@ def test_position_deletes_read_on_the_driver_by_either_file_system(
     file system; a missing delete file is a one-line error naming it, never a partial result."""
     import os
 
-    import physical.positions
-    from planner.errors import DataFileError
+    import mor.physical.positions
+    from mor.planner.errors import DataFileError
 
     if through == "hadoop":
-        monkeypatch.setattr(physical.positions, "local_path", lambda path: None)
+        monkeypatch.setattr(mor.physical.positions, "local_path", lambda path: None)
     cat, w, a, _ = two_partitions
     d = w.position_delete_file({a.file_path: [0]}, a)
     w.commit(deletes=[d])

@@ -228,10 +228,9 @@ def _rows(df: Any) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Any:
-    from tests_support import nested_table
-
     from mor.api import default_catalog
     from mor.demo import build_demo_table
+    from tests_support import nested_table
 
     wh = tmp_path_factory.mktemp("shapes") / "wh"
     build_demo_table(str(wh))
@@ -420,7 +419,7 @@ def test_metadata_columns_name_each_rows_file_position_spec_and_partition(
     """_file, _pos, _spec_id and _partition as Iceberg's Spark reader has them, checked against
     the demo's layout: EU orders 1-10 at positions 0-9 of one file, US 11-20 at 0-9 of another,
     order 3 alone in the file appended last."""
-    from planner.errors import UnsupportedError
+    from mor.planner.errors import UnsupportedError
 
     t = tables.load_table("demo.orders")
     paths = set(t.inspect.data_files().column("file_path").to_pylist())

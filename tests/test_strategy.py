@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from helpers import data_file
 
-from physical.strategy import bitmap_bytes, packed_shift, position_strategy
-from planner.errors import ConfigError
-from planner.nodes import DeleteTask
+from helpers import data_file
+from mor.physical.strategy import bitmap_bytes, packed_shift, position_strategy
+from mor.planner.errors import ConfigError
+from mor.planner.nodes import DeleteTask
 
 
 def _pos_delete(fid: int, rows: int) -> DeleteTask:
@@ -79,7 +79,7 @@ def test_bitmap_words_round_trip() -> None:
 
     import pyarrow as pa
 
-    from physical.positions import bitmap_words
+    from mor.physical.positions import bitmap_words
 
     rng = random.Random(5)
     for n in (1, 63, 64, 65, 5000):
