@@ -214,20 +214,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         df = to_dataframe(p.optimized, spark)
         if args.limit is not None:
             df = df.limit(args.limit)
-        results.append(df)
+        results.append((df, p.optimized))
     if args.format == "parquet":
-        for df, out in zip(results, targets):
+        for (df, plan), out in zip(results, targets):
             with progress.spark_stages(spark, f"writing {out}"):
                 _replace_atomically(
                     out,
                     args.overwrite,
-                    lambda tmp, df=df: _run_spark(lambda: df.write.parquet(tmp)),
+                    lambda tmp, df=df, plan=plan: _run_spark(lambda: df.write.parquet(tmp), plan),
                 )
         return 0
     collected = []
-    for i, df in enumerate(results, start=1):
+    for i, (df, plan) in enumerate(results, start=1):
         with progress.spark_stages(spark, f"statement {i}/{len(results)}"):
-            collected.append(_run_spark(lambda df=df: (df.columns, df.collect())))
+            collected.append(_run_spark(lambda df=df: (df.columns, df.collect()), plan))
     texts = [_format(cols, rows, args.format) for cols, rows in collected]
     if args.output:  # one file per statement (PATH.N when there are several)
         for text, out in zip(texts, targets):
@@ -291,13 +291,21 @@ def _replace_atomically(out: str, overwrite: bool, write: Any) -> None:
             os.remove(tmp)
 
 
-def _run_spark(fn: Any) -> Any:
+def _run_spark(fn: Any, plan: Any = None) -> Any:
+    """Run a Spark action; its failure becomes one MorError line. When Spark's error names no
+    file, the plan's files are checked for a column of another type (the one fault Spark's
+    Parquet reader reports without a path)."""
     try:
         return fn()
     except MorError:
         raise
     except Exception as e:  # noqa: BLE001 - Spark errors arrive as Py4J/Analysis exceptions
-        raise MorError(_spark_error(e)) from e
+        msg = _spark_error(e)
+        if msg.startswith("query failed") and plan is not None:
+            from mor.planner.layouts import column_type_mismatch
+
+            msg = column_type_mismatch(plan) or msg
+        raise MorError(msg) from e
 
 
 def _spark_error(e: BaseException) -> str:

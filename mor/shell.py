@@ -143,7 +143,9 @@ class Shell:
             )
         planned = plan_query(stmt, catalog=self.args.catalog, warehouse=self.args.warehouse)
         df = to_dataframe(planned.optimized, self.spark())
-        cols, rows = run_spark(lambda: (df.columns, df.limit(SHOWN_ROWS + 1).collect()))
+        cols, rows = run_spark(
+            lambda: (df.columns, df.limit(SHOWN_ROWS + 1).collect()), planned.optimized
+        )
         more = len(rows) > SHOWN_ROWS
         text = fmt(cols, rows[:SHOWN_ROWS], "table")
         return text + (f"(only the first {SHOWN_ROWS} rows are shown)\n" if more else "")

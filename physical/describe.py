@@ -129,6 +129,11 @@ class _Describer:
                     "(file_path, pos) joined with broadcast(applicable pairs) on the recorded "
                     "data file path"
                 )
+            if strategy.method != "bitmap":
+                self.emit(
+                    f"join broadcast(recorded row counts) on {key}: a row at or past its file's "
+                    "count stops the query"
+                )
             step = self.emit(strategy.describe(key) + ": deleted positions removed in the scan")
         if "_pos" in node.hidden:
             step = self.emit("_pos = _metadata.row_index")

@@ -231,12 +231,34 @@ def _values(spark: SparkSession, names: list[str], rows: list[list[str]]) -> Dat
 def _file_table(
     spark: SparkSession,
     kind: str,
-    rows: list[tuple[Any, int, int, int]],
-    names: tuple[str, str, str],
+    rows: list[tuple[Any, ...]],
+    names: tuple[str, ...],
+    types: tuple[T.DataType, ...] | None = None,
 ) -> DataFrame:
-    fields = [(FKEY, _key_type(kind)), (names[0], T.IntegerType())]
-    fields += [(n, T.LongType()) for n in names[1:]]
+    """($fkey, *names) per file, broadcast; the first name is an INT, the rest BIGINT unless
+    `types` says otherwise."""
+    types = types or (T.IntegerType(),) + (T.LongType(),) * (len(names) - 1)
+    fields = [(FKEY, _key_type(kind)), *zip(names, types)]
     return F.broadcast(_local_table(spark, fields, rows))
+
+
+COUNT = "$count"
+RECORDED = "$recorded_path"
+
+
+def _row_count_check(df: DataFrame, table: str) -> DataFrame:
+    """Stop the query at a row at or past its file's recorded row count ($count, NULL for a
+    file that is not checked). Positions there were never checked against the delete files
+    (and would not fit a packed key), so such a row cannot be called live: a file replaced by
+    one of the same size but more rows is refused instead of read around."""
+    msg = F.concat(
+        F.lit("mor: data file "),
+        F.col(RECORDED),
+        F.lit(f" of {table} has more rows than its metadata records ("),
+        F.col(COUNT).cast("string"),
+        F.lit(")"),
+    )
+    return df.where(F.when(F.col(POS) >= F.col(COUNT), F.raise_error(msg)).otherwise(True))
 
 
 def _guard(c: str, what: str) -> Column:
@@ -326,6 +348,11 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
                 (F.col(POS) >= 0) & (F.col(POS) < F.lit(1 << strategy.shift))
             ).select(_packed(F.col(FKEY), F.col(POS), strategy.shift).alias(PKEY))
             on = [PKEY]
+        # as keep_condition does for bitmaps: a row past its file's recorded count stops
+        counted = [(keys[t.file_id], t.record_count, t.path) for t in tasks if t.pos_deletes]
+        types = (T.LongType(), T.StringType())
+        df = df.join(_file_table(spark, kind, counted, (COUNT, RECORDED), types), FKEY, "left")
+        df = _row_count_check(df, scan.table)
         df = df.join(_broadcast_if_small(positions, strategy.delete_rows), on, "left_anti")
     hidden = []
     if scan.hidden:

@@ -144,3 +144,69 @@ def _promotable(phys: str, want: IcebergType) -> bool:
     if phys == "float":
         return isinstance(want, DoubleType)
     return isinstance(want, DecimalType)
+
+
+_ARROW_NAMES = (
+    (pa.types.is_int32, "int"),
+    (pa.types.is_int64, "long"),
+    (pa.types.is_float32, "float"),
+    (pa.types.is_float64, "double"),
+    (pa.types.is_boolean, "boolean"),
+    (pa.types.is_date32, "date"),
+    (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), "string"),
+    (lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t), "binary"),
+)
+
+
+def _iceberg_name(t: pa.DataType) -> str | None:
+    """The Iceberg name of a primitive Parquet column as pyarrow reads it (None: not compared)."""
+    for test, name in _ARROW_NAMES:
+        if test(t):
+            return name
+    if pa.types.is_decimal(t):
+        return f"decimal({t.precision}, {t.scale})"
+    return None
+
+
+def _open_schema(read_path: str) -> pa.Schema:
+    import pyarrow.fs as pafs
+
+    fs, path = pafs.FileSystem.from_uri(read_path if "://" in read_path else f"file://{read_path}")
+    with fs.open_input_file(path) as f:
+        return pq.read_schema(f)
+
+
+def column_type_mismatch(plan: Any) -> str | None:
+    """After Spark failed to read a query's files without naming one: the first file (data or
+    delete) of `plan` whose Parquet column for a field it reads has a type that is neither the
+    table's nor one the file's layout reads and casts, as one line naming the file. Reads one
+    footer per file, so it runs only once a query has failed; None when every file agrees."""
+    from mor.planner.nodes import EqDeleteScan, IcebergScan
+
+    checks: list[tuple[str, str, Any, tuple[Layout, ...], Iterable[Any]]] = []
+    for top in getattr(plan, "scans", ()) or (plan,):
+        for node in top.walk():
+            if isinstance(node, IcebergScan) and node.files is not None:
+                for t in node.data_files():
+                    checks.append(("data file", node.table, t, node.files.layouts, node.fields))
+            elif isinstance(node, EqDeleteScan):
+                for d in node.files:
+                    checks.append(("equality delete file", node.table, d, node.layouts, node.keys))
+    for kind, table, task, layouts, fields in checks:
+        try:
+            ids = _by_id(_open_schema(task.read_path))
+        except Exception:  # noqa: BLE001 - missing or unreadable: Spark's error says so
+            continue
+        cast = {fid: phys for fid, _, phys in layouts[task.layout].fields if phys}
+        for rf in fields:
+            found = ids.get(rf.field_id)
+            have = _iceberg_name(found.type) if found is not None else None
+            want = json.loads(rf.type_str) if rf.type_str.startswith('"') else rf.type_str
+            if rf.path or have is None or have == want or cast.get(rf.field_id) == have:
+                continue
+            return (
+                f"{kind} {task.read_path} of {table} stores column {rf.col.label} "
+                f"(field id {rf.field_id}) as {have}, but the table's type is {want}: "
+                "it was not written for this table's schema; refusing to read it"
+            )
+    return None

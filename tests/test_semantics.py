@@ -126,8 +126,6 @@ op = st.one_of(
 )
 
 
-
-
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(partitioned=st.booleans(), ops=st.lists(op, min_size=2, max_size=7))
 def test_matches_naive_reference(
