@@ -15,6 +15,7 @@ from mor.planner.metrics import MorMetrics, static_metrics
 from mor.planner.metrics import render as render_metrics
 from mor.planner.nodes import Plan
 from mor.planner.planning import attach_files
+from mor.planner.settings import user_config
 from mor.planner.sources import PathMap, Resolver
 from mor.planner.sql import Statement, bind, one_statement
 from mor.rules import MOR_RULES, TraceStep, optimize
@@ -26,7 +27,16 @@ DEFAULT_CATALOG_NAME = "mor"
 
 
 def warehouse_dir(warehouse: str | None = None) -> str:
-    return os.path.abspath(warehouse or os.environ.get("MOR_WAREHOUSE") or "warehouse")
+    """The embedded catalog's warehouse: the argument (--warehouse), else $MOR_WAREHOUSE,
+    else `warehouse` in the config file, else ./warehouse."""
+    if warehouse or os.environ.get("MOR_WAREHOUSE"):
+        return os.path.abspath(warehouse or os.environ["MOR_WAREHOUSE"])
+    return user_config().warehouse or os.path.abspath("warehouse")
+
+
+def effective_path_map(path_map: dict[str, str] | None) -> dict[str, str]:
+    """The config file's `path-map`, with the caller's entries winning for the same prefix."""
+    return {**user_config().path_map, **(path_map or {})}
 
 
 def default_catalog(warehouse: str | None = None) -> Catalog:
@@ -44,13 +54,15 @@ def default_catalog(warehouse: str | None = None) -> Catalog:
 
 def resolve_catalog(catalog: Catalog | str | None, warehouse: str | None = None) -> Catalog:
     """The catalog to read from. The embedded one must exist: a read creates nothing."""
+    if catalog is None and not warehouse and not os.environ.get("MOR_WAREHOUSE"):
+        catalog = user_config().catalog  # the config file's default catalog, if it names one
     if catalog is None:
         db = os.path.join(warehouse_dir(warehouse), "catalog.db")
         if not os.path.exists(db):
             raise TableNotFoundError(
-                f"no embedded catalog at {db} (the warehouse is --warehouse, $MOR_WAREHOUSE or "
-                "./warehouse): run `mor demo` to create one there, or name your catalog with "
-                "--catalog / catalog="
+                f"no embedded catalog at {db} (the warehouse is --warehouse, $MOR_WAREHOUSE, "
+                f"`warehouse` in {user_config().path} or ./warehouse): run `mor demo` to "
+                "create one there, or name your catalog with --catalog / catalog="
             )
         return default_catalog(warehouse)
     if isinstance(catalog, str):
@@ -92,7 +104,9 @@ def plan_query(
     if isinstance(catalog, str):
         catalog = resolve_catalog(catalog)  # an unknown catalog name fails even for iceberg_scan
     # the embedded catalog is created only when a query names a table
-    resolver = Resolver(lambda: resolve_catalog(catalog, warehouse), PathMap.of(path_map))
+    resolver = Resolver(
+        lambda: resolve_catalog(catalog, warehouse), PathMap.of(effective_path_map(path_map))
+    )
     started = time.perf_counter()
     stmt = one_statement(sql) if isinstance(sql, str) else sql
     logical = bind(stmt, resolver)

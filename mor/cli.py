@@ -92,6 +92,9 @@ def _parser() -> argparse.ArgumentParser:
     describe.add_argument(
         "--path-map", action="append", default=[], metavar="OLD=NEW", help="as for run"
     )
+    config = sub.add_parser("config", help="show the settings in effect and where each comes from")
+    config.add_argument("--warehouse", help="warehouse of the embedded catalog")
+    config.add_argument("--debug", action="store_true", help="show Python tracebacks")
     demo = sub.add_parser("demo", help="create demo.orders in the embedded catalog and query it")
     demo.add_argument("--warehouse", help="warehouse directory (default ./warehouse)")
     demo.add_argument("--debug", action="store_true", help="show Python tracebacks")
@@ -377,13 +380,14 @@ def cmd_tables(args: argparse.Namespace) -> int:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    from mor.api import resolve_catalog
+    from mor.api import effective_path_map, resolve_catalog
     from mor.catalog_info import describe
     from mor.planner.sources import PathMap, Resolver
 
     catalog = args.catalog
     resolver = Resolver(
-        lambda: resolve_catalog(catalog, args.warehouse), PathMap.of(_path_map(args.path_map))
+        lambda: resolve_catalog(catalog, args.warehouse),
+        PathMap.of(effective_path_map(_path_map(args.path_map))),
     )
     name = args.table
     if "/" in name or name.endswith(".json"):
@@ -391,6 +395,49 @@ def cmd_describe(args: argparse.Namespace) -> int:
     else:
         src = resolver.by_name(tuple(name.split(".")))
     sys.stdout.write(describe(src))
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """The config file and the settings in effect, each with where it comes from."""
+    from mor.api import warehouse_dir
+    from mor.planner.settings import user_config
+
+    cfg = user_config()
+    where = "" if cfg.exists else " (not found: defaults apply)"
+    env_wh = os.environ.get("MOR_WAREHOUSE")
+    wh = warehouse_dir(args.warehouse)
+    wh_from = (
+        "--warehouse"
+        if args.warehouse
+        else "$MOR_WAREHOUSE"
+        if env_wh
+        else "config file"
+        if cfg.warehouse
+        else "default ./warehouse"
+    )
+    has_db = os.path.exists(os.path.join(wh, "catalog.db"))
+    if cfg.catalog and not args.warehouse and not env_wh:
+        catalog = f"{cfg.catalog} (config file; pyiceberg's configuration)"
+    else:
+        catalog = "embedded (SQLite in the warehouse)"
+    env_master = os.environ.get("MOR_SPARK_MASTER")
+    master = (
+        f"{env_master} ($MOR_SPARK_MASTER)"
+        if env_master
+        else f"{cfg.master} (config file)"
+        if cfg.master
+        else "local[*] (default)"
+    )
+    rows = [
+        ("config file", cfg.path + where),
+        ("warehouse", f"{wh} ({wh_from}; catalog.db {'present' if has_db else 'missing'})"),
+        ("catalog", catalog),
+        ("master", master),
+    ]
+    rows += [("spark", f"{k} = {v} (config file)") for k, v in sorted(cfg.spark.items())]
+    rows += [("path-map", f"{k} = {v} (config file)") for k, v in sorted(cfg.path_map.items())]
+    sys.stdout.write("".join(f"{k:<12} {v}\n" for k, v in rows))
     return 0
 
 
@@ -420,6 +467,7 @@ def main(argv: list[str] | None = None) -> int:
             "tables": cmd_tables,
             "describe": cmd_describe,
             "shell": cmd_shell,
+            "config": cmd_config,
             "demo": cmd_demo,
         }
         return commands[args.cmd](args)

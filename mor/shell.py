@@ -100,9 +100,10 @@ class Shell:
         return resolve_catalog(self.args.catalog, self.args.warehouse)
 
     def resolver(self) -> Any:
+        from mor.api import effective_path_map
         from mor.planner.sources import PathMap, Resolver
 
-        return Resolver(self.catalog, PathMap.of(None))
+        return Resolver(self.catalog, PathMap.of(effective_path_map(None)))
 
     def statements(self, text: str) -> None:
         from mor.cli import _format, _run_spark

@@ -8,7 +8,7 @@ import re
 from pyspark.sql import SparkSession
 
 from mor.planner.errors import ConfigError, MorError
-from mor.planner.settings import env_int
+from mor.planner.settings import env_int, user_config
 
 FIELD_ID_CONF = "spark.sql.parquet.fieldId.read.enabled"
 
@@ -35,10 +35,13 @@ def local_session(master: str | None = None, conf: dict[str, str] | None = None)
         for k, v in (conf or {}).items():
             active.conf.set(k, v)
         return prepare_session(active)
+    config = user_config()  # for a session mor starts; an active one is the user's own
+    master = master or os.environ.get("MOR_SPARK_MASTER") or config.master
+    conf = {**config.spark, **(conf or {})}
     partitions = env_int("MOR_SHUFFLE_PARTITIONS", 8, minimum=1)
     log_conf = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
     builder = (
-        SparkSession.builder.master(master or os.environ.get("MOR_SPARK_MASTER", "local[*]"))
+        SparkSession.builder.master(master or "local[*]")
         .appName("mor")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 REALDATA = ROOT / "tests" / "realdata"
+# the user's own config file (~/.config/mor/config.toml) must not change what the tests read
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="mor-test-config-")
+os.environ.pop("MOR_CONFIG", None)
+os.environ.pop("MOR_WAREHOUSE", None)
 
 
 @pytest.fixture(scope="session")

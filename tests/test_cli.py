@@ -305,6 +305,43 @@ def test_a_read_creates_no_warehouse_and_says_where_it_looked(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_config_file_points_at_the_warehouse_once(
+    wh: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`warehouse` in the config file (relative to it) is where the embedded catalog is, from
+    any directory; --warehouse and $MOR_WAREHOUSE override it; `mor config` says which is in
+    effect; a bad file is one line naming it."""
+    cfg = tmp_path / "cfg" / "config.toml"
+    cfg.parent.mkdir()
+    shutil.copytree(wh, tmp_path / "cfg" / "wh")
+    moved = tmp_path / "cfg" / "wh"
+    cfg.write_text('warehouse = "wh"\n[path-map]\n"' + str(wh) + '" = "' + str(moved) + '"\n')
+    monkeypatch.setenv("MOR_CONFIG", str(cfg))
+    monkeypatch.delenv("MOR_WAREHOUSE", raising=False)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    before = _digest(moved)
+    code, out, err = _run(
+        capsys, "run", "-e", "SELECT count(*) AS n FROM demo.orders", "--format", "csv"
+    )
+    assert (code, out) == (0, "n\n16\n"), err
+    assert _digest(moved) == before and list(elsewhere.iterdir()) == []
+    code, out, err = _run(capsys, "config")
+    assert code == 0, err
+    assert f"warehouse    {moved} (config file; catalog.db present)" in out
+    assert f"path-map     {wh} = {moved} (config file)" in out
+    monkeypatch.setenv("MOR_WAREHOUSE", str(elsewhere))
+    code, out, err = _run(capsys, "explain", "--no-check", "-e", "SELECT * FROM demo.orders")
+    _one_line_error(code, 1, out, err, f"no embedded catalog at {elsewhere}/catalog.db", str(cfg))
+    cfg.write_text('warehouse = "wh"\nwarehose = "x"\n')
+    code, out, err = _run(capsys, "config")
+    _one_line_error(code, 1, out, err, str(cfg), "unknown setting 'warehose'")
+    monkeypatch.setenv("MOR_CONFIG", str(tmp_path / "none.toml"))
+    code, out, err = _run(capsys, "config")
+    _one_line_error(code, 1, out, err, "MOR_CONFIG names", "none.toml")
+
+
 @pytest.mark.parametrize("example", sorted(p.name for p in (ROOT / "examples").glob("*.sql")))
 def test_examples_run_as_written(
     example: str, wh: Path, spark: Any, capsys: pytest.CaptureFixture[str]
