@@ -12,7 +12,6 @@ _EXPORTS = {
     "to_dataframe": "mor.physical.compile",
     "local_session": "mor.physical.session",
     "prepare_session": "mor.physical.session",
-    "FIELD_ID_CONF": "mor.physical.session",
 }
 
 

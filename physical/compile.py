@@ -83,21 +83,6 @@ class Compiler:
         raise UnsupportedError(f"internal: no physical operator for {type(node).__name__}")
 
 
-NESTED_PRUNING_CONF = "spark.sql.optimizer.nestedSchemaPruning.enabled"
-
-
-def _reads_nested_fields(plan: Plan) -> bool:
-    for node in plan.walk():
-        fields = (
-            node.fields
-            if isinstance(node, IcebergScan)
-            else (node.keys if isinstance(node, EqDeleteScan) else ())
-        )
-        if any(f.path for f in fields):
-            return True
-    return False
-
-
 def _user_columns(df: DataFrame, scan: Plan) -> DataFrame:
     """A scan's rows with the table's column names, as the query sees the table."""
     if isinstance(scan, MetadataTable):
@@ -123,11 +108,6 @@ def to_dataframe(plan: Plan, spark: SparkSession, *, analyse_only: bool = False)
     (and name its columns) without reading any file."""
     if not isinstance(plan, SparkQuery):
         raise UnsupportedError("internal: a plan to run must be a SparkQuery")
-    if not analyse_only and _reads_nested_fields(plan):
-        # Spark 3.5's nested schema pruning rebuilds the read schema without the Parquet field
-        # ids of nested fields when _metadata columns are read too; the nested key would then
-        # read as NULL (and NULL keys match each other). Reading whole structs avoids that.
-        spark.conf.set(NESTED_PRUNING_CONF, "false")
     try:
         if analyse_only:
             frames = [_empty(spark, s) for s in plan.scans]

@@ -45,7 +45,7 @@ class _Describer:
                 )
                 self.emit(
                     f"read parquet: {len(node.files)} equality delete file(s) of {node.table} "
-                    f"{show_ids(node.eq_set)}, key columns by field id: "
+                    f"{show_ids(node.eq_set)}, key columns by name: "
                     + ", ".join(k.col.show() for k in node.keys)
                 )
                 if node.pushed:
@@ -105,7 +105,7 @@ class _Describer:
         step = self.emit(
             f"read parquet: {len(tasks)} data file(s) of {node.table}"
             + (f" in {len(layouts)} layouts" if len(layouts) > 1 else "")
-            + f", columns by field id: {cols}"
+            + f", columns by name: {cols}"
         )
         if node.pushed:
             step = self.emit(

@@ -23,7 +23,7 @@ from pyspark.sql import types as T
 from mor.physical.paths import SparkPaths
 from mor.physical.positions import first_line, keep_condition, local_path, read_positions
 from mor.physical.strategy import position_strategy
-from mor.physical.types import field, spark_type
+from mor.physical.types import FIELD_ID_KEY, spark_type
 from mor.planner.errors import DataFileError, UnsupportedError
 from mor.planner.nodes import (
     DATA_SEQ,
@@ -45,38 +45,79 @@ PKEY = "$pkey"  # file_size << shift | row_index
 FILE_ID = "$file_id"
 
 
-def _name(layout: Layout, field_id: int) -> str:
-    """The name a column is read by: its mapped name in a by-name layout, else f<id>."""
-    if layout.by_name:
+def _file_name(layout: Layout, field_id: int | None, name: str, top: bool) -> str:
+    """The name field `field_id` (named `name` in the table's schema) has in files of this
+    layout. Spark reads every column by name: no Parquet field ids (reading by id needs a
+    session setting that would change the user's own reads too)."""
+    if field_id is not None and layout.by_name and (top or layout.nested):
         o = layout.override(field_id)
         return o[0] if o and o[0] else f"__mor_absent_{field_id}"  # absent: reads as NULL
-    return f"f{field_id}"
+    return name
+
+
+def _plain(t: T.DataType) -> T.DataType:
+    """`t` without field-id metadata (the table's names and types, as Spark compares them)."""
+    if isinstance(t, T.StructType):
+        return T.StructType([T.StructField(f.name, _plain(f.dataType), True) for f in t.fields])
+    if isinstance(t, T.ArrayType):
+        return T.ArrayType(_plain(t.elementType), t.containsNull)
+    if isinstance(t, T.MapType):
+        return T.MapType(_plain(t.keyType), _plain(t.valueType), t.valueContainsNull)
+    return t
+
+
+def _fid(f: T.StructField) -> int | None:
+    v = f.metadata.get(FIELD_ID_KEY)
+    return int(v) if v is not None else None
+
+
+def _promoted(layout: Layout, field_id: int | None, where: str) -> T.DataType | None:
+    o = layout.override(field_id) if field_id is not None else None
+    return spark_type(f'"{o[1]}"', where) if o and o[1] else None
+
+
+def _in_file(t: T.DataType, layout: Layout, where: str) -> T.DataType:
+    """A declared (schema) type as files of this layout hold it: struct fields under their
+    names in the file, promoted primitives with the file's type."""
+    if isinstance(t, T.StructType):
+        return T.StructType(
+            [
+                T.StructField(
+                    _file_name(layout, _fid(f), f.name, top=False),
+                    _promoted(layout, _fid(f), where) or _in_file(f.dataType, layout, where),
+                    True,
+                )
+                for f in t.fields
+            ]
+        )
+    if isinstance(t, T.ArrayType):
+        return T.ArrayType(_in_file(t.elementType, layout, where), t.containsNull)
+    if isinstance(t, T.MapType):
+        return T.MapType(
+            _in_file(t.keyType, layout, where),
+            _in_file(t.valueType, layout, where),
+            t.valueContainsNull,
+        )
+    return t
 
 
 def _read_type(layout: Layout, rf: ReadField, where: str) -> T.DataType:
-    o = layout.override(rf.field_id)
-    return spark_type(f'"{o[1]}"' if o and o[1] else rf.type_str, where)
-
-
-def _struct_field(layout: Layout, name: str, fid: int, dtype: T.DataType) -> T.StructField:
-    if layout.by_name:
-        return T.StructField(name, dtype, True)  # no id: Spark matches this column by name
-    return field(name, fid, dtype)
+    return _promoted(layout, rf.field_id, where) or _in_file(
+        spark_type(rf.type_str, where), layout, where
+    )
 
 
 def _read_schema(fields: Sequence[ReadField], where: str, layout: Layout) -> T.StructType:
-    """Top-level fields named f<id> (or mapped names); nested reads merge into their struct,
-    whose children carry their own names and ids, as whole struct fields do."""
+    """Top-level columns under their names in the file; nested reads merge into their struct
+    (a whole struct field read too covers them)."""
     top: dict[int, T.StructField] = {}
     order: list[int] = []
     for rf in fields:
-        node = _struct_field(
-            layout, _leaf_name(layout, rf), rf.field_id, _read_type(layout, rf, where)
-        )
+        node = T.StructField(_leaf_name(layout, rf), _read_type(layout, rf, where), True)
         for i in range(len(rf.path) - 1, -1, -1):
             name, fid = rf.path[i]
-            outer = _name(layout, fid) if i == 0 else name
-            node = _struct_field(layout, outer, fid, T.StructType([node]))
+            outer = _file_name(layout, fid, name, top=i == 0)
+            node = T.StructField(outer, T.StructType([node]), True)
         tid = rf.path[0][1] if rf.path else rf.field_id
         if tid in top:
             node = _merge(top[tid], node)
@@ -87,7 +128,7 @@ def _read_schema(fields: Sequence[ReadField], where: str, layout: Layout) -> T.S
 
 
 def _leaf_name(layout: Layout, rf: ReadField) -> str:
-    return rf.col.label if rf.path else _name(layout, rf.field_id)
+    return _file_name(layout, rf.field_id, rf.col.label, top=not rf.path)
 
 
 def _merge(a: T.StructField, b: T.StructField) -> T.StructField:
@@ -96,33 +137,59 @@ def _merge(a: T.StructField, b: T.StructField) -> T.StructField:
     kids = {f.name: f for f in a.dataType.fields}
     for f in b.dataType.fields:
         kids[f.name] = _merge(kids[f.name], f) if f.name in kids else f
-    return T.StructField(a.name, T.StructType(list(kids.values())), True, a.metadata)
+    return T.StructField(a.name, T.StructType(list(kids.values())), True)
 
 
 def _column(rf: ReadField, layout: Layout, where: str, merged: bool = False) -> Column:
-    """The column a read field becomes. `merged`: a nested key was read into this (whole)
-    struct field too, so it is shaped back to the field's own type."""
+    """The column a read field becomes, with the table's names and types. `merged`: a nested
+    key was read into this (whole) struct field too, so it is shaped back to its own type."""
     if not rf.path:
-        c = F.col(f"`{_name(layout, rf.field_id)}`")
+        c = F.col(f"`{_file_name(layout, rf.field_id, rf.col.label, top=True)}`")
     else:
-        c = F.col(f"`{_name(layout, rf.path[0][1])}`")
-        for name, _fid in rf.path[1:]:
-            c = c.getField(name)
+        name, fid = rf.path[0]
+        c = F.col(f"`{_file_name(layout, fid, name, top=True)}`")
+        for name, fid in rf.path[1:]:
+            c = c.getField(_file_name(layout, fid, name, top=False))
         c = c.getField(_leaf_name(layout, rf))
-    o = layout.override(rf.field_id)
-    if o is not None and o[1]:
-        c = c.cast(spark_type(rf.type_str, where))  # promoted since the file was written
-    elif merged:
-        c = _shaped(c, spark_type(rf.type_str, where))
+    declared = spark_type(rf.type_str, where)
+    read = _read_type(layout, rf, where)
+    if merged or read != _plain(declared):
+        c = _as_declared(c, layout, declared, where, rf.field_id)
     return c.alias(rf.col.name)
 
 
-def _shaped(c: Column, declared: T.DataType) -> Column:
-    """A struct column rebuilt with exactly the declared children (a NULL struct stays NULL)."""
-    if not isinstance(declared, T.StructType):
+def _as_declared(
+    c: Column, layout: Layout, declared: T.DataType, where: str, field_id: int | None = None
+) -> Column:
+    """A column read as files of `layout` hold it, rebuilt with exactly the declared children,
+    names and types (a NULL struct stays NULL); identity where nothing differs."""
+    if _promoted(layout, field_id, where) is not None:
+        return c.cast(_plain(declared))  # promoted since the file was written
+    if isinstance(declared, T.StructType):
+        kids = [
+            _as_declared(
+                c.getField(_file_name(layout, _fid(f), f.name, top=False)),
+                layout,
+                f.dataType,
+                where,
+                _fid(f),
+            ).alias(f.name)
+            for f in declared.fields
+        ]
+        return F.when(c.isNull(), F.lit(None)).otherwise(F.struct(*kids))
+    in_file = _in_file(declared, layout, where)
+    if in_file == _plain(declared):
         return c
-    kids = [_shaped(c.getField(f.name), f.dataType).alias(f.name) for f in declared.fields]
-    return F.when(c.isNull(), F.lit(None)).otherwise(F.struct(*kids))
+    if isinstance(declared, T.ArrayType):
+        return F.transform(c, lambda x: _as_declared(x, layout, declared.elementType, where))
+    if isinstance(declared, T.MapType):
+        return F.map_from_arrays(
+            F.transform(F.map_keys(c), lambda k: _as_declared(k, layout, declared.keyType, where)),
+            F.transform(
+                F.map_values(c), lambda v: _as_declared(v, layout, declared.valueType, where)
+            ),
+        )
+    return c.cast(_plain(declared))
 
 
 def _merged(fields: Sequence[ReadField]) -> set[int]:

@@ -1,4 +1,4 @@
-"""Spark session set-up: a local default, and the one setting every session needs."""
+"""Spark session set-up: a local default; a user's session is used as it is."""
 
 from __future__ import annotations
 
@@ -10,13 +10,10 @@ from pyspark.sql import SparkSession
 from mor.planner.errors import ConfigError, MorError
 from mor.planner.settings import env_int, user_config
 
-FIELD_ID_CONF = "spark.sql.parquet.fieldId.read.enabled"
-
 
 def prepare_session(spark: SparkSession) -> SparkSession:
-    """Read Parquet columns by field id (a runtime SQL setting, so it works on any session)."""
-    if spark.conf.get(FIELD_ID_CONF, "false") != "true":
-        spark.conf.set(FIELD_ID_CONF, "true")
+    """A session given by the user is used as it is: mor changes none of its settings (every
+    column is read by name, so no Parquet field-id setting is needed)."""
     return spark
 
 
@@ -48,7 +45,6 @@ def local_session(master: str | None = None, conf: dict[str, str] | None = None)
         .config("spark.sql.shuffle.partitions", str(partitions))
         .config("spark.driver.memory", os.environ.get("MOR_DRIVER_MEMORY", "4g"))
         .config("spark.sql.session.timeZone", os.environ.get("MOR_TIMEZONE", "UTC"))
-        .config(FIELD_ID_CONF, "true")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log_conf}")
     )
     for k, v in (conf or {}).items():  # after mor's defaults: the user's settings win

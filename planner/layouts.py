@@ -13,6 +13,7 @@ Two kinds of file do, and only tables that can hold them pay for a footer read p
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -55,8 +56,56 @@ def promoted_fields(src: TableSource) -> set[int]:
     return {fid for fid, types in seen.items() if len(types) > 1}
 
 
+def _named_fields(
+    struct: StructType, parent: int = 0, out: dict[int, tuple[int, str]] | None = None
+) -> dict[int, tuple[int, str]]:
+    """field id -> (parent field id, name) of every named field (struct fields at any depth,
+    also inside lists and maps); list elements and map keys/values are structural, unnamed."""
+    out = {} if out is None else out
+    for f in struct.fields:
+        out[f.field_id] = (parent, f.name)
+        _named_in_type(f.field_type, f.field_id, out)
+    return out
+
+
+def _named_in_type(t: IcebergType, parent: int, out: dict[int, tuple[int, str]]) -> None:
+    if isinstance(t, StructType):
+        _named_fields(t, parent, out)
+    elif isinstance(t, ListType):
+        _named_in_type(t.element_type, t.element_id, out)
+    elif isinstance(t, MapType):
+        _named_in_type(t.key_type, t.key_id, out)
+        _named_in_type(t.value_type, t.value_id, out)
+
+
+# A name Iceberg's writers (Java's TypeToMessageType, pyiceberg) store in Parquet unchanged;
+# others are sanitized Avro-style (`my-col` -> `my_x2Dcol`, `1st` -> `_1st`), and the rules
+# have varied across writer versions, so such names are looked up in each file's footer.
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def names_ambiguous(src: TableSource) -> bool:
+    """Whether reading by the current schema's names could miss or pick the wrong column of
+    some file: a field id that had another name in the table's history (a rename), a name (in
+    the same struct, compared as Spark does, without case) that belonged to another field id
+    (a column dropped and another added under its name), or a name writers sanitize."""
+    names: dict[int, set[str]] = {}
+    owners: dict[tuple[int, str], set[int]] = {}
+    for schema in src.metadata.schemas:
+        for fid, (parent, name) in _named_fields(schema.as_struct()).items():
+            if not _PLAIN_NAME.fullmatch(name):
+                return True
+            names.setdefault(fid, set()).add(name)
+            owners.setdefault((parent, name.lower()), set()).add(fid)
+    return any(len(n) > 1 for n in names.values()) or any(len(o) > 1 for o in owners.values())
+
+
 def needs_footers(src: TableSource) -> bool:
-    return NAME_MAPPING in src.metadata.properties or bool(promoted_fields(src))
+    return (
+        NAME_MAPPING in src.metadata.properties
+        or bool(promoted_fields(src))
+        or names_ambiguous(src)
+    )
 
 
 def _name_mapping(src: TableSource) -> dict[tuple[int, ...], list[str]]:
@@ -130,12 +179,59 @@ def layout_of(src: TableSource, path: str, table_schema: Schema) -> Layout:
                     (key[0], hit, phys if want and phys and phys != str(want) else None)
                 )
         return Layout(by_name=True, fields=tuple(overrides))
+    promoted: dict[int, str] = {}
     for fid, f in sorted(ids.items()):
         phys = _arrow_type(f.type)
         want = table_types.get(fid)
         if phys and want is not None and phys != str(want) and _promotable(phys, want):
-            overrides.append((fid, None, phys))
-    return Layout(by_name=False, fields=tuple(overrides))
+            promoted[fid] = phys
+    in_file = _arrow_named(arrow)
+    in_schema = _named_fields(table_schema.as_struct())
+    for older in src.metadata.schemas:  # a dropped field can still be read (an equality key)
+        for fid, named in _named_fields(older.as_struct()).items():
+            in_schema.setdefault(fid, named)
+    file_names = {(parent, name.lower()) for parent, name in in_file.values()}
+    same = all(
+        in_file[fid][1] == name if fid in in_file else (parent, name.lower()) not in file_names
+        for fid, (parent, name) in in_schema.items()
+    )
+    if same:  # the schema's names find exactly this file's columns
+        return Layout(fields=tuple((fid, None, phys) for fid, phys in sorted(promoted.items())))
+    return Layout(
+        by_name=True,
+        nested=True,
+        fields=tuple(
+            (fid, in_file[fid][1], promoted.get(fid)) for fid in sorted(in_schema) if fid in in_file
+        ),
+    )
+
+
+def _arrow_named(schema: pa.Schema) -> dict[int, tuple[int, str]]:
+    """field id -> (parent field id, name) of the named fields of a file that has field ids."""
+    out: dict[int, tuple[int, str]] = {}
+
+    def fid_of(f: pa.Field) -> int | None:
+        md = f.metadata or {}
+        return int(md[b"PARQUET:field_id"]) if b"PARQUET:field_id" in md else None
+
+    def in_type(t: pa.DataType, parent: int) -> None:
+        if pa.types.is_struct(t):
+            fields(list(t), parent)
+        elif pa.types.is_list(t) or pa.types.is_large_list(t):
+            in_type(t.value_type, fid_of(t.value_field) or -1)
+        elif pa.types.is_map(t):
+            in_type(t.key_type, fid_of(t.key_field) or -1)
+            in_type(t.item_type, fid_of(t.item_field) or -1)
+
+    def fields(fs: list[pa.Field], parent: int) -> None:
+        for f in fs:
+            fid = fid_of(f)
+            if fid is not None:
+                out[fid] = (parent, f.name)
+            in_type(f.type, fid if fid is not None else -1)
+
+    fields(list(schema), 0)
+    return out
 
 
 def _promotable(phys: str, want: IcebergType) -> bool:

@@ -110,13 +110,21 @@ class ReadField:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Layout:
-    """How a group of files is read when it differs from the table schema (see planner.layouts).
+    """How a group of files is read (see planner.layouts). Columns are always read by name
+    (never by Parquet field id, which would need a session setting that changes the user's own
+    reads): the names come from the table's schema or from the file.
 
-    `fields`: (field id, name to read it by or None for by-id, physical type or None).
-    The default layout (index 0 of ScanFiles.layouts) reads every column by id, table types.
+    The default layout (index 0 of ScanFiles.layouts, `by_name=False`) reads every field by
+    its name in the table's schema, with the table's types: exact when no name in the table's
+    history was ever used by another field id (planning reads footers otherwise).
+    `by_name=True`: the file's own names, in `fields` as (field id, name in the file, physical
+    type or None); a field id not listed is absent from the file and reads as NULL. With
+    `nested=False` (files without field ids, matched by the table's name mapping) only
+    top-level fields are listed and nested fields keep the schema's names.
     """
 
     by_name: bool = False
+    nested: bool = False
     fields: tuple[tuple[int, str | None, str | None], ...] = ()
 
     def override(self, field_id: int) -> tuple[str | None, str | None] | None:

@@ -183,3 +183,117 @@ def test_files_without_field_ids_use_the_name_mapping(
     w.append(_t([4], ["a"], [40]))
     w.commit(deletes=[w.equality_delete_file([3], [{3: 20}, {3: 40}])])
     assert _q(catalog, spark, "SELECT id, v FROM e.nm") == Counter({(1, 10): 1, (3, 30): 1})
+
+
+def test_column_dropped_and_added_again_under_its_name(catalog: Any, spark: Any) -> None:
+    """A new column `v` (another field id) must read NULL from files written before it, even
+    though those files hold a column named `v`: files are matched by field id, not by name."""
+    w = TableWriter(catalog, "e.da", SCHEMA)
+    w.append(_t([1, 2], ["a", "a"], [10, 20]))
+    with w.refresh().update_schema() as u:
+        u.delete_column("v")
+    with w.refresh().update_schema() as u:
+        u.add_column("v", StringType())
+    w.append(pa.table({"id": pa.array([3], pa.int64()), "p": ["a"], "v": ["new"]}))
+    got = _q(catalog, spark, "SELECT id, v FROM e.da")
+    assert got == Counter({(1, None): 1, (2, None): 1, (3, "new"): 1})
+    # and an equality delete on the new column leaves the old rows alone
+    w.commit(deletes=[w.equality_delete_file([4], [{4: None}])])
+    assert _q(catalog, spark, "SELECT id, v FROM e.da") == Counter({(3, "new"): 1})
+
+
+def test_renamed_nested_field_reads_old_and_new_files(catalog: Any, spark: Any) -> None:
+    """A field renamed inside a struct: old files hold it under its old name. Read whole, by
+    itself, and as an equality key, from both kinds of file."""
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(
+            2,
+            "s",
+            StructType(
+                NestedField(3, "a", LongType(), required=False),
+                NestedField(4, "b", StringType(), required=False),
+            ),
+            required=False,
+        ),
+    )
+    w = TableWriter(catalog, "e.nr", schema)
+    s_type = pa.struct([("a", pa.int64()), ("b", pa.string())])
+    w.append(
+        pa.table(
+            {
+                "id": pa.array([1, 2], pa.int64()),
+                "s": pa.array([{"a": 10, "b": "x"}, {"a": 20, "b": "y"}], s_type),
+            }
+        )
+    )
+    with w.refresh().update_schema() as u:
+        u.rename_column("s.a", "renamed")
+    s_new = pa.struct([("renamed", pa.int64()), ("b", pa.string())])
+    w.append(
+        pa.table(
+            {
+                "id": pa.array([3], pa.int64()),
+                "s": pa.array([{"renamed": 30, "b": "z"}], s_new),
+            }
+        )
+    )
+    got = _q(catalog, spark, "SELECT id, s.renamed, s.b FROM e.nr")
+    assert got == Counter({(1, 10, "x"): 1, (2, 20, "y"): 1, (3, 30, "z"): 1})
+    whole = {
+        r.id: r.s.asDict()
+        for r in mor_sql("SELECT id, s FROM e.nr", catalog=catalog, spark=spark).collect()
+    }
+    assert whole[1] == {"renamed": 10, "b": "x"} and whole[3] == {"renamed": 30, "b": "z"}
+    w.commit(deletes=[w.equality_delete_file([3], [{3: 20}, {3: 30}])])
+    assert _q(catalog, spark, "SELECT id, s.renamed FROM e.nr") == Counter({(1, 10): 1})
+
+
+def test_mor_changes_no_setting_of_the_users_session(
+    catalog: Any, spark: Any, tmp_path: Any
+) -> None:
+    """After mor_sql (reading a renamed column and a nested equality key), the user's own read
+    with a schema that carries Parquet field ids still matches columns by name, as their
+    session says; no SQL setting was changed."""
+    import pyarrow.parquet as pq
+    from pyspark.sql import types as T
+
+    path = str(tmp_path / "user.parquet")
+    ids = [
+        pa.field(n, pa.int64(), metadata={b"PARQUET:field_id": i})
+        for n, i in (("a", b"1"), ("b", b"2"))
+    ]
+    pq.write_table(pa.table([[1, 2], [3, 4]], schema=pa.schema(ids)), path)
+    user_schema = T.StructType(
+        [
+            T.StructField("a", T.LongType(), True, {"parquet.field.id": 2}),
+            T.StructField("b", T.LongType(), True, {"parquet.field.id": 1}),
+        ]
+    )
+
+    def settings() -> dict[str, str]:
+        return {r.key: r.value for r in spark.sql("SET").collect()}
+
+    def user_read() -> list[tuple[int, int]]:
+        return [tuple(r) for r in spark.read.schema(user_schema).parquet(path).collect()]
+
+    before = settings()
+    assert user_read() == [(1, 3), (2, 4)]
+    test_renamed_nested_field_reads_old_and_new_files(catalog, spark)
+    test_rename_and_added_column_read_by_field_id(catalog, spark)
+    assert user_read() == [(1, 3), (2, 4)]
+    assert settings() == before
+
+
+def test_names_writers_sanitize_are_found_in_each_file(catalog: Any, spark: Any) -> None:
+    """Iceberg's writers store `my-col` as `my_x2Dcol` and `1st` as `_1st` in Parquet: mor
+    finds each column by its field id in the file's footer, never by the schema's name."""
+    schema = Schema(
+        NestedField(1, "my-col", LongType(), required=False),
+        NestedField(2, "1st", StringType(), required=False),
+    )
+    w = TableWriter(catalog, "e.san", schema)
+    w.append(pa.table({"my-col": pa.array([1, 2, 3], pa.int64()), "1st": ["a", "b", "c"]}))
+    w.commit(deletes=[w.equality_delete_file([1], [{1: 2}])])
+    got = _q(catalog, spark, "SELECT `my-col`, `1st` FROM e.san")
+    assert got == Counter({(1, "a"): 1, (3, "c"): 1})
