@@ -6,6 +6,7 @@ import os
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from pyiceberg.catalog import Catalog, load_catalog
 
@@ -47,7 +48,8 @@ def default_catalog(warehouse: str | None = None) -> Catalog:
     os.makedirs(wh, exist_ok=True)
     return SqlCatalog(
         DEFAULT_CATALOG_NAME,
-        uri=f"sqlite:///{os.path.join(wh, 'catalog.db')}",
+        # SQLAlchemy decodes %-escapes in the URL: a folder named `a b%20c` must be escaped
+        uri=f"sqlite:///{quote(os.path.join(wh, 'catalog.db'))}",
         warehouse=f"file://{wh}",
     )
 

@@ -41,7 +41,7 @@ class Compiler:
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
-        self.paths = SparkPaths(spark)
+        self.paths = SparkPaths()
         self._memo: dict[int, tuple[Plan, DataFrame]] = {}
 
     def compile(self, node: Plan) -> DataFrame:

@@ -1,25 +1,58 @@
-"""The path string Spark reports in `_metadata.file_path` for a file it is asked to read."""
+"""The path string Spark reports in `_metadata.file_path` for a file it reads.
+
+Spark reports a file as its Hadoop URI (`file:/x` for a local `/x` or `file:///x`, escapes such
+as `%20`), which mor needs when rows name their file by path. It is taken from Spark itself,
+without the JVM: each read DataFrame's `inputFiles()` (one call per read, made only when a path
+is asked for), matched to the paths mor gave it after decoding escapes and normalising slashes.
+"""
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
+import os
+import re
+from collections.abc import Sequence
+from urllib.parse import unquote
+
+from pyspark.sql import DataFrame
+
+from mor.planner.errors import MorError
+
+
+def _normal(path: str) -> str:
+    """One comparable form of a path: local ones as file:/abs, duplicate slashes collapsed."""
+    if path.startswith("file:"):
+        path = "file:/" + path[len("file:") :].lstrip("/")
+    elif "://" not in path:
+        path = "file:" + os.path.abspath(path)
+    m = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]*:(?://[^/]*)?)(.*)$", path)
+    head, rest = (m.group(1), m.group(2)) if m else ("", path)
+    return head + re.sub(r"/+", "/", rest).rstrip("/")
 
 
 class SparkPaths:
-    """Computes Spark's own form of a path through Hadoop's Path, once per path."""
+    """mor's path -> Spark's form of it, for files of DataFrames registered with `learn`."""
 
-    def __init__(self, spark: SparkSession) -> None:
-        self._jvm = spark._jvm  # type: ignore[attr-defined]
-        self._conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
-        self._cache: dict[str, str] = {}
+    def __init__(self) -> None:
+        self._pending: list[tuple[DataFrame, list[str]]] = []
+        self._known: dict[str, str] = {}
+
+    def learn(self, df: DataFrame, paths: Sequence[str]) -> None:
+        """`df` reads exactly `paths`; Spark is asked for their form only if one is needed."""
+        self._pending.append((df, list(paths)))
 
     def __call__(self, path: str) -> str:
-        hit = self._cache.get(path)
-        if hit is None:
-            hp = self._jvm.org.apache.hadoop.fs.Path(path)
-            fs = hp.getFileSystem(self._conf)
-            uri = hp.makeQualified(fs.getUri(), fs.getWorkingDirectory()).toUri()
-            # Spark's file index lists local files as file:/path (no authority)
-            hit = "file:" + uri.getRawPath() if uri.getScheme() == "file" else uri.toString()
-            self._cache[path] = hit
-        return hit
+        hit = self._known.get(path)
+        if hit is not None:
+            return hit
+        while self._pending and path not in self._known:
+            df, paths = self._pending.pop()
+            # inputFiles() writes a local file file:///x where _metadata.file_path says file:/x
+            forms = [re.sub(r"^file:///", "file:/", s) for s in df.inputFiles()]
+            listed = {_normal(unquote(s)): s for s in forms}
+            for p in paths:
+                form = listed.get(_normal(p))
+                if form is not None:
+                    self._known[p] = form
+        if path not in self._known:
+            raise MorError(f"internal: Spark did not list {path} among the files it reads")
+        return self._known[path]

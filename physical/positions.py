@@ -1,54 +1,29 @@
 """Position deletes as bitmaps carried in the plan (the `bitmap` method of strategy.py).
 
-The delete files are read on the driver through Spark's own Hadoop file system (so any path the
-scan can read, this can read), with pyarrow. Only the (delete file, data file) pairs that scan
-planning kept are used: a row of a delete file naming another data file, or a data file the
-delete does not apply to (sequence number, partition), is ignored, exactly as in the join method.
-Each data file gets one bitmap, bit p of word p >> 6 set iff position p is deleted; the words
-become an array<bigint> literal, and the scan tests `bit_get(get(words, row_index >> 6),
-row_index & 63)`.
+The delete files are read on the client with pyarrow (local files directly, others through the
+table's own FileIO: physical/files.py), never through the JVM. Only the (delete file, data
+file) pairs that scan planning kept are used: a row of a delete file naming another data file,
+or a data file the delete does not apply to (sequence number, partition), is ignored, exactly as
+in the join method. Each data file gets one bitmap, bit p of word p >> 6 set iff position p is
+deleted; the words become an array<bigint> literal (folded from one string literal), and the
+scan tests `bit_get(get(words, row_index >> 6), row_index & 63)`.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark.sql import Column, SparkSession
+from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from mor.physical.files import read_bytes
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import DataTask, DeleteTask
-
-
-def local_path(path: str) -> str | None:
-    """The local file a path names (plain, `file:/x` or `file:///x`), if it exists here."""
-    url = urlparse(path)
-    if url.scheme in ("", "file") and not url.netloc and os.path.isfile(url.path):
-        return url.path
-    return None
-
-
-def _read_bytes(spark: SparkSession, path: str) -> bytes:
-    """The file's bytes: directly for a local file, else through Spark's Hadoop file system."""
-    local = local_path(path)
-    if local is not None:
-        with open(local, "rb") as f:
-            return f.read()
-    jvm = spark._jvm  # type: ignore[attr-defined]
-    hp = jvm.org.apache.hadoop.fs.Path(path)
-    fs = hp.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
-    stream = fs.open(hp)
-    try:
-        return bytes(stream.readAllBytes())
-    finally:
-        stream.close()
 
 
 def first_line(e: BaseException) -> str:
@@ -58,7 +33,7 @@ def first_line(e: BaseException) -> str:
 
 
 def read_positions(
-    spark: SparkSession, tasks: Sequence[DataTask], deletes: Mapping[int, DeleteTask], table: str
+    tasks: Sequence[DataTask], deletes: Mapping[int, DeleteTask], table: str, source_key: str
 ) -> dict[int, pa.Array]:
     """Deleted positions of each data file named by its deletes (by file id): unique, in
     [0, record count), int64; empty when all its positions were out of that range."""
@@ -71,7 +46,7 @@ def read_positions(
         where = deletes[d].read_path
         try:
             tab = pq.read_table(
-                pa.BufferReader(_read_bytes(spark, where)), columns=["file_path", "pos"]
+                pa.BufferReader(read_bytes(source_key, where)), columns=["file_path", "pos"]
             )
         except Exception as e:  # noqa: BLE001 - a missing, unreadable or malformed file
             raise DataFileError(
@@ -113,40 +88,23 @@ def bitmap_words(positions: pa.Array) -> bytes:
     return data
 
 
-_CLASSES: dict[tuple[int, str], tuple[Any, Any]] = {}
-
-
-def _jclass(spark: SparkSession, name: str) -> Any:
-    """A JVM class by name, resolved once per gateway (each package step is a py4j call)."""
-    gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
-    hit = _CLASSES.get((id(gateway), name))
-    if hit is None:
-        cls = gateway.jvm
-        for part in name.split("."):
-            cls = getattr(cls, part)
-        # the gateway is kept with its class, so its id cannot be reused by another
-        hit = _CLASSES[(id(gateway), name)] = (gateway, cls)
-    return hit[1]
-
-
-def _long_array(spark: SparkSession, words: bytes) -> Column:
-    """An array<bigint> literal built on the JVM from raw words in a handful of py4j calls."""
-    gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
-    arr = gateway.new_array(_jclass(spark, "long"), len(words) // 8)
-    buf = _jclass(spark, "java.nio.ByteBuffer").wrap(bytearray(words))
-    little = _jclass(spark, "java.nio.ByteOrder").LITTLE_ENDIAN
-    buf.order(little).asLongBuffer().get(arr)
-    expressions = "org.apache.spark.sql.catalyst.expressions"
-    data = _jclass(spark, f"{expressions}.UnsafeArrayData").fromPrimitiveArray(arr)
-    dtype = _jclass(spark, "org.apache.spark.sql.types.DataType").fromJson(
-        '{"type":"array","elementType":"long","containsNull":false}'
+def _long_array(words: bytes) -> Column:
+    """An array<bigint> literal of raw little-endian words, without the JVM: one string
+    literal that Spark's optimizer folds into an array literal once, on the driver (the same
+    on classic sessions and Spark Connect)."""
+    n = len(words) // 8
+    values = memoryview(words).cast("q") if sys.byteorder == "little" else None
+    text = (
+        ",".join(map(str, values))
+        if values is not None
+        else ",".join(
+            str(int.from_bytes(words[i : i + 8], "little", signed=True)) for i in range(0, 8 * n, 8)
+        )
     )
-    literal = _jclass(spark, f"{expressions}.Literal")(data, dtype)
-    return Column(_jclass(spark, "org.apache.spark.sql.Column")(literal))
+    return F.split(F.lit(text), ",").cast("array<bigint>")
 
 
 def keep_condition(
-    spark: SparkSession,
     positions: Mapping[int, pa.Array],
     tasks: Mapping[int, DataTask],
     file_key: str,
@@ -156,10 +114,10 @@ def keep_condition(
 ) -> Column | None:
     """True for a row whose position is not deleted; None when nothing is deleted.
 
-    All bitmaps are concatenated into one array literal; a CASE on the file key (SQL text, one
-    py4j call) gives the index of the row's word, NULL (not deleted) for a file without deletes
-    or past the bitmap's last word. A row at or past its file's recorded row count stops the
-    query: positions there were dropped as impossible, so it cannot be told apart."""
+    All bitmaps are concatenated into one array literal; a CASE on the file key (SQL text)
+    gives the index of the row's word, NULL (not deleted) for a file without deletes or past
+    the bitmap's last word. A row at or past its file's recorded row count stops the query:
+    positions there were dropped as impossible, so it cannot be told apart."""
     if not positions:
         return None
     chunks: list[bytes] = []
@@ -179,6 +137,6 @@ def keep_condition(
         chunks.append(words)
         offset += n
     index = F.expr(f"CASE `{file_key}` " + " ".join(branches) + " END")
-    word = F.get(_long_array(spark, b"".join(chunks)), index)
+    word = F.get(_long_array(b"".join(chunks)), index)
     bit = F.bit_get(word, F.col(f"`{row_index}`").bitwiseAND(F.lit(63)).cast("int"))
     return F.coalesce(bit == 0, F.lit(True))

@@ -12,7 +12,6 @@ broadcast table on that key; a row whose key is not in it stops the query rather
 from __future__ import annotations
 
 import datetime as dt
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,8 +19,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from mor.physical.files import file_sizes
 from mor.physical.paths import SparkPaths
-from mor.physical.positions import first_line, keep_condition, local_path, read_positions
+from mor.physical.positions import first_line, keep_condition, read_positions
 from mor.physical.strategy import position_strategy
 from mor.physical.types import FIELD_ID_KEY, spark_type
 from mor.planner.errors import DataFileError, UnsupportedError
@@ -208,63 +208,42 @@ def _read(spark: SparkSession, schema: T.StructType, paths: list[str], what: str
 FKEY = "$fkey"
 
 
-def _file_keys(
-    files: Sequence[DataTask | DeleteTask], paths: SparkPaths
-) -> tuple[str, dict[int, Any]]:
+def _file_key_kind(files: Sequence[DataTask | DeleteTask]) -> str:
     """How rows name their file: `_metadata.file_size` when the sizes are unique (a long per
-    file, cheap to join on; Iceberg records exact sizes, its own readers depend on them), else
-    the path Spark reports (a string hash per row)."""
+    file, cheap to join on; Iceberg records exact sizes and check_sizes holds files to them),
+    else the path Spark reports (a string hash per row)."""
     sizes = [f.size_bytes for f in files]
-    if len(set(sizes)) == len(sizes):
-        return "file_size", {f.file_id: f.size_bytes for f in files}
-    return "file_path", {f.file_id: paths(f.read_path) for f in files}
+    return "file_size" if len(set(sizes)) == len(sizes) else "file_path"
 
 
-def _listed_sizes(df: DataFrame) -> dict[str, int]:
-    """Sizes of the files Spark listed for `df` (its file index), by the path Spark reports."""
-    out: dict[str, int] = {}
-    leaves = df._jdf.queryExecution().analyzed().collectLeaves()
-    for i in range(leaves.length()):
-        leaf = leaves.apply(i)
-        if leaf.getClass().getSimpleName() != "LogicalRelation":
-            continue
-        files = leaf.relation().location().allFiles()
-        for j in range(files.length()):
-            status = files.apply(j)
-            out[status.getPath().toString()] = status.getLen()
-    return out
+def _file_keys(
+    files: Sequence[DataTask | DeleteTask], kind: str, paths: SparkPaths
+) -> dict[int, Any]:
+    """Each file's key value of that kind (file id -> size or Spark's path)."""
+    if kind == "file_size":
+        return {f.file_id: f.size_bytes for f in files}
+    return {f.file_id: paths(f.read_path) for f in files}
 
 
 def check_sizes(
-    frames: list[DataFrame],
-    files: Sequence[DataTask | DeleteTask],
-    paths: SparkPaths,
-    kind: str,
-    table: str,
+    files: Sequence[DataTask | DeleteTask], source_key: str, kind: str, table: str
 ) -> None:
-    """Every file must have the size its manifest entry records: a file replaced by another
-    (truncated, rewritten) would otherwise be read as if it were the committed one (rows lost
-    or added without a word, positions matched to the wrong rows). Local files are checked
-    with `stat`; others with the sizes Spark listed for `frames` (nothing when `frames` is
-    empty). A same-size replacement cannot be seen without checksums."""
-    local = [_local_size(t.read_path) for t in files]
-    listed: dict[str, int] = {}
-    if frames and not all(n is not None for n in local):
-        for f in frames:
-            listed.update(_listed_sizes(f))
-    for t, n in zip(files, local):
-        size = n if n is not None else listed.get(paths(t.read_path))
-        if size is not None and size != t.size_bytes:
+    """Every file must exist with the size its manifest entry records, before Spark reads
+    any: a file replaced by another (truncated, rewritten) would otherwise be read as if it
+    were the committed one (rows lost or added without a word, positions matched to the wrong
+    rows). Local files by `stat`, others through the table's FileIO, on the client. A
+    same-size replacement cannot be seen without checksums (docs/limitations.md)."""
+    sizes = file_sizes(source_key, [t.read_path for t in files])
+    for t in files:
+        size = sizes[t.read_path]
+        if size is None:
+            raise DataFileError(f"{kind} file {t.read_path} of {table} is missing")
+        if size != t.size_bytes:
             raise DataFileError(
                 f"{kind} file {t.read_path} of {table} is {size} bytes, but the table's "
                 f"metadata records {t.size_bytes}: it was replaced or truncated since it was "
                 "committed; refusing to read it"
             )
-
-
-def _local_size(path: str) -> int | None:
-    local = local_path(path)
-    return os.path.getsize(local) if local is not None else None
 
 
 def _key_type(kind: str) -> T.DataType:
@@ -361,24 +340,26 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
         return spark.createDataFrame([], empty)
     deletes = {d.file_id: d for d in scan.files.deletes} if scan.files else {}
     need_pos = any(t.pos_deletes for t in tasks) or bool(scan.hidden)
-    kind, keys = _file_keys(tasks, paths)
+    used = sorted({p for t in tasks for p in t.pos_deletes})
+    check_sizes(tasks, scan.source_key, "data", scan.table)
+    check_sizes([deletes[i] for i in used], scan.source_key, "delete", scan.table)
+    kind = _file_key_kind(tasks)
     layouts = scan.files.layouts if scan.files else (Layout(),)
     where = f"table {scan.table}"
     parts = []
     for lay_idx in sorted({t.layout for t in tasks}):
         layout = layouts[lay_idx]
         group = [t for t in tasks if t.layout == lay_idx]
+        read_paths = [t.read_path for t in group]
         part = _read(
             spark,
             _read_schema(scan.fields, where, layout),
-            [t.read_path for t in group],
+            read_paths,
             f"data files of {scan.table}",
         )
+        paths.learn(part, read_paths)
         parts.append((layout, part))
-    check_sizes([p for _, p in parts], tasks, paths, "data", scan.table)
-    check_sizes(
-        [], [d for d in deletes.values() if d.kind == "position"], paths, "delete", scan.table
-    )
+    keys = _file_keys(tasks, kind, paths)
     frames = []
     for layout, part in parts:
         merged = _merged(scan.fields)
@@ -396,14 +377,14 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
         df = where_all(df, scan.pushed)
     strategy = position_strategy(tasks, deletes, kind == "file_size")
     if strategy is not None and strategy.method == "bitmap":
-        found = read_positions(spark, tasks, deletes, scan.table)
+        found = read_positions(tasks, deletes, scan.table, scan.source_key)
         dtype = _key_type(kind)
 
         def literal(v: Any, text: bool = False) -> str:
             return _sql_literal(v, T.StringType() if text else dtype)
 
         by_id = {t.file_id: t for t in tasks}
-        keep = keep_condition(spark, found, by_id, FKEY, keys, POS, literal)
+        keep = keep_condition(found, by_id, FKEY, keys, POS, literal)
         if keep is not None:
             df = df.where(keep)
     elif strategy is not None:
@@ -519,7 +500,9 @@ def _positions(
     schema = T.StructType(
         [T.StructField("file_path", T.StringType()), T.StructField("pos", T.LongType())]
     )  # no field ids: the spec fixes these names
-    pdf = _read(spark, schema, [deletes[i].read_path for i in used], f"position deletes of {table}")
+    read_paths = [deletes[i].read_path for i in used]
+    pdf = _read(spark, schema, read_paths, f"position deletes of {table}")
+    paths.learn(pdf, read_paths)
     pdf = pdf.select("file_path", "pos", F.col("_metadata.file_path").alias("$dpath"))
     pairs = [
         (paths(deletes[p].read_path), t.path, keys[t.file_id]) for t in tasks for p in t.pos_deletes
@@ -541,21 +524,22 @@ def float_key(c: Column) -> Column:
 def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) -> DataFrame:
     where = f"equality deletes of {node.table}"
     key_names = [k.col.name for k in node.keys]
-    kind, keys = _file_keys(node.files, paths)
+    check_sizes(node.files, node.source_key, "equality delete", node.table)
+    kind = _file_key_kind(node.files)
     frames = []
     for lay_idx in sorted({f.layout for f in node.files}):
         layout = node.layouts[lay_idx]
         group = [f for f in node.files if f.layout == lay_idx]
-        part = _read(
-            spark, _read_schema(node.keys, where, layout), [f.read_path for f in group], where
-        )
+        read_paths = [f.read_path for f in group]
+        part = _read(spark, _read_schema(node.keys, where, layout), read_paths, where)
+        paths.learn(part, read_paths)
         frames.append(
             part.select(
                 *[_column(k, layout, where) for k in node.keys],
                 F.col(f"_metadata.{kind}").alias(FKEY),
             )
         )
-    check_sizes(frames, node.files, paths, "equality delete", node.table)
+    keys = _file_keys(node.files, kind, paths)
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other)

@@ -75,6 +75,11 @@ class MappedFileIO(FileIO):
         self._inner = inner
         self._map = path_map
 
+    @property
+    def inner(self) -> FileIO:
+        """The FileIO itself, for paths already mapped (a task's read_path)."""
+        return self._inner
+
     def new_input(self, location: str) -> InputFile:
         return self._inner.new_input(self._map(location))
 
@@ -98,6 +103,19 @@ class TableSource:
 
     def read_path(self, recorded: str) -> str:
         return self.path_map(recorded)
+
+    def __post_init__(self) -> None:
+        _FILE_IOS[self.key] = self.io.inner
+
+
+# source key -> the FileIO its files are read with on the client (the catalog's, so object
+# stores and credentials a REST catalog vends follow the same path as the metadata)
+_FILE_IOS: dict[str, FileIO] = {}
+
+
+def file_io(source_key: str) -> FileIO | None:
+    """The FileIO of a table source loaded in this process (None: not loaded here)."""
+    return _FILE_IOS.get(source_key)
 
 
 def _metadata_file_in(directory: str) -> str:

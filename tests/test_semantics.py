@@ -248,13 +248,13 @@ def test_self_join_and_time_travel(two_partitions: Any, spark: Any) -> None:
         mor_sql(f"SELECT * FROM r.t TIMESTAMP AS OF '{instant(t_first - 60_000)}'", catalog=cat)
 
 
-@pytest.fixture(params=["stat", "spark-listing"])
+@pytest.fixture(params=["stat", "file-io"])
 def size_check(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Local files are checked with os.stat; others through Spark's file listing (forced)."""
-    if request.param == "spark-listing":
-        import mor.physical.scan
+    """Local files are checked with os.stat; others through the table's FileIO (forced)."""
+    if request.param == "file-io":
+        import mor.physical.files
 
-        monkeypatch.setattr(mor.physical.scan, "_local_size", lambda path: None)
+        monkeypatch.setattr(mor.physical.files, "_local_name", lambda path: None)
     return request.param
 
 
@@ -349,25 +349,26 @@ def test_file_with_more_rows_than_recorded_stops_the_bitmap_filter(
         to_dataframe(planned.optimized.transform_up(tamper), spark).collect()
 
 
-@pytest.mark.parametrize("through", ["local", "hadoop"])
-def test_position_deletes_read_on_the_driver_by_either_file_system(
+@pytest.mark.parametrize("through", ["local", "file-io"])
+def test_position_deletes_read_on_the_client_by_either_path(
     two_partitions: Any, spark: Any, monkeypatch: pytest.MonkeyPatch, through: str
 ) -> None:
-    """The bitmap method reads delete files directly when local, else through Spark's Hadoop
-    file system; a missing delete file is a one-line error naming it, never a partial result."""
+    """The bitmap method reads delete files on the client, directly when local, else through
+    the table's FileIO (never the JVM); a missing delete file is a one-line error naming it,
+    never a partial result."""
     import os
 
-    import mor.physical.positions
+    import mor.physical.files
     from mor.planner.errors import DataFileError
 
-    if through == "hadoop":
-        monkeypatch.setattr(mor.physical.positions, "local_path", lambda path: None)
+    if through == "file-io":
+        monkeypatch.setattr(mor.physical.files, "local_path", lambda path: None)
     cat, w, a, _ = two_partitions
     d = w.position_delete_file({a.file_path: [0]}, a)
     w.commit(deletes=[d])
     assert _rows(cat, spark) == {(1, "a", 2), (100, "b", 3), (None, "b", 4)}
     os.remove(d.file_path.removeprefix("file://"))
-    with pytest.raises(DataFileError, match="cannot read position delete file .*delete-") as e:
+    with pytest.raises(DataFileError, match=r"delete file .*delete-.* of r.t is missing") as e:
         _rows(cat, spark)
     assert "\n" not in str(e.value)
 
@@ -405,3 +406,24 @@ def test_float_keys_compare_as_iceberg_java_reader_does(
     w.commit(deletes=files)
     got = mor_sql("SELECT id FROM fk.t", catalog=catalog, spark=spark).collect()
     assert sorted(r.id for r in got) == ([3, 5] if many else [2, 3, 5])
+
+
+def test_file_paths_with_spaces_and_escapes_name_their_rows(
+    tmp_path_factory: Any, spark: Any, position_method: str
+) -> None:
+    """Rows name their file by the path Spark reports (URL-escaped) when sizes collide: a
+    warehouse under a folder with a space and a `%` still matches every row to its file."""
+    from mor.api import default_catalog
+
+    cat = default_catalog(str(tmp_path_factory.mktemp("odd") / "a b%20c" / "wh"))
+    schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "v", StringType()))
+    w = TableWriter(cat, "sp.t", schema)
+    _, (a,) = w.append(pa.table({"id": pa.array([1, 2], pa.int64()), "v": ["x", "y"]}))
+    _, (b,) = w.append(pa.table({"id": pa.array([3, 4], pa.int64()), "v": ["x", "y"]}))
+    assert a.file_size_in_bytes == b.file_size_in_bytes  # keys are paths, not sizes
+    w.commit(deletes=[w.position_delete_file({a.file_path: [0], b.file_path: [1]}, a)])
+    w.commit(deletes=[w.equality_delete_file([2], [{2: "y"}])])
+    got = sorted(r.id for r in mor_sql("SELECT id FROM sp.t", catalog=cat, spark=spark).collect())
+    assert got == [3]
+    got = mor_sql("SELECT id, _file FROM sp.t", catalog=cat, spark=spark).collect()
+    assert [(r.id, r._file) for r in got] == [(3, b.file_path)]

@@ -32,6 +32,7 @@ from mor.cli import main
 from mor.fixtures import TableWriter
 
 SQL = "SELECT id FROM f.t ORDER BY id"
+SPARK_MAJOR = int(__import__("pyspark").__version__.split(".")[0])
 LIVE = [2, 3, 4, 5, 7, 8]
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),
@@ -331,6 +332,11 @@ def test_equality_delete_whose_key_type_differs_is_refused(
     file, so mor checks the plan's footers once the query failed."""
     d = _eq_delete_with(table, column, key_type)
     table.writer.commit(deletes=[d])
+    if stored == "int" and SPARK_MAJOR >= 4:
+        # Spark 4's Parquet reader widens int to bigint as Iceberg's Java reader does: the
+        # delete of 3 applies
+        assert_rows(table, capsys, [2, 4, 5, 7, 8])
+        return
     assert_one_line_error(
         table,
         capsys,

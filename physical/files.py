@@ -1,0 +1,70 @@
+"""Files read on the client (the Python process), never through the JVM: delete files for the
+bitmap method, and the sizes of files the size check cannot `stat`. Local files are opened
+directly; others through the table's own FileIO (pyiceberg's), as its metadata was."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlparse
+
+from pyiceberg.io import FileIO, load_file_io
+
+from mor.planner.settings import env_int
+from mor.planner.sources import file_io
+
+
+def local_path(path: str) -> str | None:
+    """The local file a path names (plain, `file:/x` or `file:///x`), if it exists here."""
+    url = urlparse(path)
+    if url.scheme in ("", "file") and not url.netloc and os.path.isfile(url.path):
+        return url.path
+    return None
+
+
+def _io(source_key: str | None, path: str) -> FileIO:
+    io = file_io(source_key) if source_key else None
+    return io if io is not None else load_file_io({}, path)
+
+
+def read_bytes(source_key: str | None, path: str) -> bytes:
+    """A file's bytes: directly when local, else through the table's FileIO."""
+    local = local_path(path)
+    if local is not None:
+        with open(local, "rb") as f:
+            return f.read()
+    with _io(source_key, path).new_input(path).open() as f:
+        return f.read()
+
+
+def _local_name(path: str) -> str | None:
+    """The local path of a plain, `file:/x` or `file:///x` path (whether it exists or not)."""
+    url = urlparse(path)
+    return url.path if url.scheme in ("", "file") and not url.netloc else None
+
+
+def file_sizes(source_key: str | None, paths: Sequence[str]) -> dict[str, int | None]:
+    """Size on storage of each path, None for a missing file (local by `stat`, others through
+    the FileIO, a few at a time): the manifests record every file's size, so a difference
+    means a replaced or truncated file."""
+    out: dict[str, int | None] = {}
+    remote = []
+    for p in paths:
+        local = _local_name(p)
+        if local is None:
+            remote.append(p)
+        else:
+            out[p] = os.path.getsize(local) if os.path.isfile(local) else None
+    if remote:
+        io = _io(source_key, remote[0])
+
+        def size(p: str) -> int | None:
+            try:
+                return len(io.new_input(p))
+            except FileNotFoundError:
+                return None
+
+        with ThreadPoolExecutor(env_int("MOR_IO_THREADS", 16, minimum=1)) as pool:
+            out.update(zip(remote, pool.map(size, remote)))
+    return out
