@@ -44,6 +44,11 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--debug", action="store_true", help="show Python tracebacks")
         sp.add_argument("--master", help="Spark master URL (default: local[*] or MOR_SPARK_MASTER)")
         sp.add_argument(
+            "--remote",
+            metavar="sc://HOST:PORT",
+            help="run on a Spark Connect server (default: $SPARK_REMOTE; no JVM needed here)",
+        )
+        sp.add_argument(
             "--conf",
             action="append",
             default=[],
@@ -80,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     shell.add_argument("--warehouse", help="warehouse of the embedded catalog")
     shell.add_argument("--debug", action="store_true", help="show Python tracebacks")
     shell.add_argument("--master", help="Spark master URL (default: local[*] or MOR_SPARK_MASTER)")
+    shell.add_argument("--remote", metavar="sc://HOST:PORT", help="a Spark Connect server")
     shell.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     tables = sub.add_parser("tables", help="list the tables of a catalog (metadata only)")
     tables.add_argument("namespace", nargs="?", help="only this namespace")
@@ -137,8 +143,9 @@ def _version() -> str:
 
 
 def _spark(args: argparse.Namespace) -> Any:
-    """The Spark session of this command, with --master and --conf applied."""
-    from mor.physical import local_session
+    """The Spark session of this command: Spark Connect with --remote (or $SPARK_REMOTE), else
+    a local or --master session, with --conf applied."""
+    from mor.physical import local_session, remote_session
 
     conf = {}
     for item in args.conf:
@@ -146,6 +153,11 @@ def _spark(args: argparse.Namespace) -> Any:
             raise UsageError(f"--conf needs KEY=VALUE, got {item!r}")
         k, v = item.split("=", 1)
         conf[k.strip()] = v
+    remote = getattr(args, "remote", None) or os.environ.get("SPARK_REMOTE")
+    if remote:
+        if args.master:
+            raise UsageError("give either --remote (Spark Connect) or --master, not both")
+        return remote_session(remote, conf)
     return local_session(args.master, conf)
 
 
@@ -456,6 +468,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    if not debug:
+        # pyspark 4 logs each failed query to stderr as JSON ("SQLQueryContextLogger") before
+        # raising it: the CLI reports the error itself, in one line
+        import logging
+
+        logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     try:
         args = _parser().parse_args(argv)
     except SystemExit as e:

@@ -28,21 +28,43 @@ def clear() -> None:
 
 @contextmanager
 def spark_stages(spark: Any, label: str) -> Iterator[None]:
-    """Poll Spark's status tracker and show the running stages' task counts."""
+    """Show the running stages' task counts: polled from Spark's status tracker on a classic
+    session, reported by the server on Spark Connect."""
     if not enabled():
         yield
         return
-    stop = threading.Event()
-    tracker = spark.sparkContext.statusTracker()
-    start = time.monotonic()
+    from mor.physical.session import is_connect
 
-    def run() -> None:
-        while not stop.wait(0.5):
-            parts = []
+    stop = threading.Event()
+    start = time.monotonic()
+    stages: dict[int, tuple[int, int]] = {}  # stage id -> (completed tasks, tasks), running ones
+    poll: Any = None
+    handler: Any = None
+    if not is_connect(spark):
+        tracker = spark.sparkContext.statusTracker()
+
+        def poll() -> None:
+            stages.clear()
             for sid in tracker.getActiveStageIds():
                 info = tracker.getStageInfo(sid)
                 if info is not None:
-                    parts.append(f"stage {sid}: {info.numCompletedTasks}/{info.numTasks} tasks")
+                    stages[sid] = (info.numCompletedTasks, info.numTasks)
+
+    elif hasattr(spark, "registerProgressHandler"):
+
+        def handler(reported: Any, inflight: int, operation: Any, done: bool) -> None:
+            stages.clear()
+            for st in reported or ():
+                if not st.done:
+                    stages[st.stage_id] = (st.num_completed_tasks, st.num_tasks)
+
+        spark.registerProgressHandler(handler)
+
+    def run() -> None:
+        while not stop.wait(0.5):
+            if poll is not None:
+                poll()
+            parts = [f"stage {sid}: {d}/{n} tasks" for sid, (d, n) in sorted(stages.items())]
             note(f"{label} {time.monotonic() - start:.0f}s " + ("; ".join(parts) or "..."))
 
     t = threading.Thread(target=run, daemon=True)
@@ -52,4 +74,6 @@ def spark_stages(spark: Any, label: str) -> Iterator[None]:
     finally:
         stop.set()
         t.join()
+        if handler is not None:
+            spark.removeProgressHandler(handler)
         clear()

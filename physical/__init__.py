@@ -12,6 +12,7 @@ _EXPORTS = {
     "to_dataframe": "mor.physical.compile",
     "local_session": "mor.physical.session",
     "prepare_session": "mor.physical.session",
+    "remote_session": "mor.physical.session",
 }
 
 

@@ -14,6 +14,7 @@ from mor.physical import arrow
 from mor.physical.errors import query_error
 from mor.physical.paths import SparkPaths
 from mor.physical.scan import float_key, hidden_type, scan_data, scan_eq_deletes
+from mor.physical.session import is_connect
 from mor.physical.types import spark_type
 from mor.planner.errors import MorError, UnsupportedError
 from mor.planner.nodes import (
@@ -127,13 +128,23 @@ def to_dataframe(plan: Plan, spark: SparkSession, *, analyse_only: bool = False)
 
 
 def run_query(spark: SparkSession, plan: SparkQuery, frames: list[DataFrame]) -> DataFrame:
-    """`spark.sql` of the statement, each scan bound to a temporary view of its own name.
+    """`spark.sql` of the statement, each scan bound under a name of its own; the user's
+    session keeps no trace of the names.
 
-    Spark analyses the statement when `spark.sql` returns (its plan then holds the views'
-    plans), so the views are dropped at once: the user's session keeps no trace of them."""
+    Classic: temporary views, dropped as soon as `spark.sql` returns (it analyses the statement
+    then, and its plan holds the views' plans). Spark Connect analyses a plan again each time it
+    runs, so the scans travel inside the SQL relation itself (`WithRelations`), and the query is
+    analysed once here so that its errors come now, as for classic."""
     tag = uuid.uuid4().hex[:12]
     names = tuple(f"mor_scan_{i + 1}_{tag}" for i in range(len(frames)))
     text, _ = plan.text_with(names)
+    if is_connect(spark):
+        try:
+            df = _connect_sql(spark, text, names, frames)
+            df.schema  # noqa: B018 - analyse now: errors at the call, as on classic sessions
+            return df
+        except Exception as e:  # noqa: BLE001 - Spark's parse and analysis errors, as one line
+            raise query_error(e, plan, names) from e
     try:
         for n, f in zip(names, frames):
             f.createOrReplaceTempView(n)
@@ -143,3 +154,22 @@ def run_query(spark: SparkSession, plan: SparkQuery, frames: list[DataFrame]) ->
     finally:
         for n in names:
             spark.catalog.dropTempView(n)
+
+
+def _connect_sql(
+    spark: SparkSession, text: str, names: tuple[str, ...], frames: list[DataFrame]
+) -> DataFrame:
+    """The SQL relation with each scan as a named relation of its own (what `spark.sql(text,
+    **dataframes)` sends), under mor's names so that errors can be mapped back."""
+    import inspect
+
+    from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
+    from pyspark.sql.connect.plan import SQL, SubqueryAlias
+
+    if "views" not in inspect.signature(SQL.__init__).parameters:
+        raise UnsupportedError(
+            "this pyspark's Spark Connect client cannot send a query with DataFrame relations "
+            "(pyspark 4.0 or later is needed for Spark Connect)"
+        )
+    views = [SubqueryAlias(f._plan, n) for n, f in zip(names, frames)]
+    return ConnectDataFrame(SQL(text, None, None, views), spark)

@@ -93,6 +93,8 @@ def _long_array(words: bytes) -> Column:
     literal that Spark's optimizer folds into an array literal once, on the driver (the same
     on classic sessions and Spark Connect)."""
     n = len(words) // 8
+    if n == 0:  # no deleted position left (all past the recorded count): an empty array
+        return F.array().cast("array<bigint>")
     values = memoryview(words).cast("q") if sys.byteorder == "little" else None
     text = (
         ",".join(map(str, values))

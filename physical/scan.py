@@ -155,7 +155,29 @@ def _column(rf: ReadField, layout: Layout, where: str, merged: bool = False) -> 
     read = _read_type(layout, rf, where)
     if merged or read != _plain(declared):
         c = _as_declared(c, layout, declared, where, rf.field_id)
-    return c.alias(rf.col.name)
+    return _nan_shielded(c, _plain(declared)).alias(rf.col.name)
+
+
+def _has_floats(t: T.DataType) -> bool:
+    if isinstance(t, (T.FloatType, T.DoubleType)):
+        return True
+    return isinstance(t, T.StructType) and any(_has_floats(f.dataType) for f in t.fields)
+
+
+def _nan_shielded(c: Column, t: T.DataType) -> Column:
+    """A float or double column (also inside structs) Spark cannot turn into a Parquet filter.
+
+    Spark prunes Parquet row groups by their min/max statistics, and writers such as pyarrow
+    (pyiceberg's) leave NaN out of them: `d > 5` then skips a row group whose numbers are all
+    below 5 but which holds NaN, and Spark orders NaN above every number, so rows are lost
+    (even in plain spark.read.parquet). `nanvl(x, x)` is x itself (NaN, -0.0 and NULL kept)
+    but is no column reference, so no filter on it reaches the Parquet reader."""
+    if isinstance(t, (T.FloatType, T.DoubleType)):
+        return F.nanvl(c, c)
+    if isinstance(t, T.StructType) and _has_floats(t):
+        kids = [_nan_shielded(c.getField(f.name), f.dataType).alias(f.name) for f in t.fields]
+        return F.when(c.isNull(), F.lit(None)).otherwise(F.struct(*kids))
+    return c
 
 
 def _as_declared(

@@ -11,10 +11,39 @@ from mor.planner.errors import ConfigError, MorError
 from mor.planner.settings import env_int, user_config
 
 
+def is_connect(spark: object) -> bool:
+    """A Spark Connect session (no JVM in this process: pyspark.sql.connect)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def prepare_session(spark: SparkSession) -> SparkSession:
     """A session given by the user is used as it is: mor changes none of its settings (every
     column is read by name, so no Parquet field-id setting is needed)."""
     return spark
+
+
+def active_session() -> SparkSession | None:
+    """The session this process is using: a classic one, or a Spark Connect one."""
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    try:
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+    except ImportError:  # pyspark without the Connect client's dependencies
+        return None
+    return ConnectSession.getActiveSession()
+
+
+def remote_session(url: str, conf: dict[str, str] | None = None) -> SparkSession:
+    """A Spark Connect session to `url` (sc://host:port): no JVM in this process."""
+    try:
+        builder = SparkSession.builder.remote(url)
+        for k, v in (conf or {}).items():
+            builder = builder.config(k, v)
+        return builder.getOrCreate()
+    except Exception as e:  # noqa: BLE001 - missing client packages, unreachable server
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise MorError(f"cannot connect to Spark Connect at {url}: {first}") from e
 
 
 def local_session(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
@@ -22,9 +51,9 @@ def local_session(master: str | None = None, conf: dict[str, str] | None = None)
 
     `master` and `conf` (the CLI's --master and --conf) start the session with them; on an
     active session, `conf` is applied as runtime settings and `master` must be its own."""
-    active = SparkSession.getActiveSession()
+    active = active_session()
     if active is not None:
-        if master and active.sparkContext.master != master:
+        if master and not is_connect(active) and active.sparkContext.master != master:
             raise ConfigError(
                 f"--master {master}: this process already runs Spark on "
                 f"{active.sparkContext.master}"

@@ -23,12 +23,14 @@ os.environ.pop("MOR_WAREHOUSE", None)
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    from mor.physical import local_session
+    """One Spark session per test run, of the mode MOR_TEST_SPARK names (tests/spark_modes.py)."""
+    from spark_modes import start
 
-    os.environ.setdefault("MOR_SPARK_MASTER", "local[2]")
-    session = local_session()
+    session, server = start()
     yield session
     session.stop()
+    if server is not None:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

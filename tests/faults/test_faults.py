@@ -238,21 +238,25 @@ def test_data_file_with_more_rows_than_recorded_at_the_same_size(
     )
 
 
+def write_hadoop_crc(path: Path, chunk: int = 512) -> None:
+    """The `.name.crc` file Hadoop's checksummed local file system keeps beside a file it
+    writes: `crc\\0`, the chunk size, then a big-endian CRC-32 of each chunk."""
+    import struct
+    import zlib
+
+    data = path.read_bytes()
+    sums = b"".join(
+        struct.pack(">I", zlib.crc32(data[i : i + chunk])) for i in range(0, len(data), chunk)
+    )
+    (path.parent / f".{path.name}.crc").write_bytes(b"crc\x00" + struct.pack(">i", chunk) + sums)
+
+
 def test_data_file_failing_its_hadoop_checksum(
     table: Table, spark: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A data file with a Hadoop `.crc` beside it and one byte flipped since (same size, so the
     size check passes): Spark's local file system refuses it; mor names the file."""
-    jvm = spark._jvm  # test set-up only: Hadoop writes the .crc through its checksummed FS
-    conf = spark._jsc.hadoopConfiguration()
-    fs = jvm.org.apache.hadoop.fs.FileSystem.getLocal(conf)
-    moved = table.b.with_suffix(".orig")
-    table.b.rename(moved)
-    fs.copyFromLocalFile(
-        True,
-        jvm.org.apache.hadoop.fs.Path(str(moved)),
-        fs.makeQualified(jvm.org.apache.hadoop.fs.Path(str(table.b))),
-    )
+    write_hadoop_crc(table.b)
     assert (table.b.parent / f".{table.b.name}.crc").exists()
     assert_rows(table, capsys, LIVE)  # the checksum holds
     data = bytearray(table.b.read_bytes())

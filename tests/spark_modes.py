@@ -1,0 +1,118 @@
+"""The Spark a test session runs on: `MOR_TEST_SPARK` = classic (default), local-cluster or
+connect. The Makefile's test matrix runs the suite (or a part of it) in each; a mode that cannot
+start fails the run, it is never skipped."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+MODES = ("classic", "local-cluster", "connect")
+
+
+def mode() -> str:
+    m = os.environ.get("MOR_TEST_SPARK", "classic")
+    if m not in MODES:
+        raise RuntimeError(f"MOR_TEST_SPARK must be one of {', '.join(MODES)}, not {m!r}")
+    return m
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ConnectServer:
+    """A Spark Connect server on 127.0.0.1, started from pyspark's own jars and scripts."""
+
+    def __init__(self) -> None:
+        import pyspark
+
+        if int(pyspark.__version__.split(".")[0]) < 4:
+            raise RuntimeError(
+                f"MOR_TEST_SPARK=connect needs pyspark 4.x (its jars hold the Connect server); "
+                f"this environment has pyspark {pyspark.__version__}"
+            )
+        home = Path(pyspark.__file__).parent
+        self.port = _free_port()
+        self.log = Path(tempfile.mkdtemp(prefix="mor-connect-")) / "server.log"
+        env = {**os.environ, "SPARK_HOME": str(home)}
+        env.pop("SPARK_REMOTE", None)
+        env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+        cmd = [
+            str(home / "bin" / "spark-submit"),
+            "--master",
+            os.environ.get("MOR_SPARK_MASTER", "local[2]"),
+            "--conf",
+            "spark.connect.grpc.binding.address=127.0.0.1",
+            "--conf",
+            f"spark.connect.grpc.binding.port={self.port}",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.sql.session.timeZone=UTC",
+            "--conf",
+            "spark.sql.shuffle.partitions=8",
+            "--conf",
+            f"spark.driver.extraJavaOptions=-Dlog4j.configurationFile=file:{_log_conf()}",
+            "--class",
+            "org.apache.spark.sql.connect.service.SparkConnectServer",
+            "spark-internal",
+        ]
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the Spark Connect server exited; see {self.log}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"the Spark Connect server did not listen within 120 s; see {self.log}")
+
+    @property
+    def url(self) -> str:
+        return f"sc://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        shutil.rmtree(self.log.parent, ignore_errors=True)
+
+
+def _log_conf() -> str:
+    import mor.physical
+
+    return str(Path(mor.physical.__file__).parent / "log4j2.properties")
+
+
+def start() -> tuple[Any, Any]:
+    """(session, what to stop) for this test run's mode."""
+    m = mode()
+    if m == "connect":
+        from pyspark.sql import SparkSession
+
+        server = ConnectServer()
+        return SparkSession.builder.remote(server.url).getOrCreate(), server
+    from mor.physical import local_session
+
+    if m == "local-cluster":
+        # two executors in their own JVMs: nothing may rely on the driver's memory or files
+        os.environ["MOR_SPARK_MASTER"] = "local-cluster[2,1,1024]"
+    else:
+        os.environ.setdefault("MOR_SPARK_MASTER", "local[2]")
+    return local_session(), None
