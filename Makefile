@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test java venv dev clean golden soak
+.PHONY: demo test java venv dev spark4 clean golden soak
 
 java:
 	@command -v java >/dev/null 2>&1 || { echo "mor needs Java 17 or newer (for Spark): install a JDK, e.g. 'apt-get install openjdk-17-jre-headless'" >&2; exit 1; }
@@ -13,24 +13,54 @@ java:
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
+# pinned here (the package itself takes ranges: pyproject.toml)
+SPARK35 := 3.5.9
+SPARK4 := 4.3.0
+S4 := $(VENV)/spark4/bin
+
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[spark]' 'pyspark==$(SPARK35)'
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[spark,dev]' 'pyspark==$(SPARK35)'
+	touch $@
+
+# the newest pyspark, with the Spark Connect client (its jars hold the Connect server)
+$(VENV)/spark4/.installed: pyproject.toml | $(BIN)/python
+	$(PY) -m venv $(VENV)/spark4
+	$(S4)/pip install -q --upgrade pip
+	$(S4)/pip install -q -e '.[spark]' 'pyspark[connect]==$(SPARK4)' 'pandas<3' \
+	  'pytest>=9.2,<10' 'hypothesis>=6.170,<7' 'setuptools>=77,<90'
 	touch $@
 
 venv: $(VENV)/.installed
 dev: $(VENV)/.installed-dev
+spark4: $(VENV)/spark4/.installed
 
 demo: java venv
 	$(BIN)/mor demo
 
-test: java dev
+# The test matrix (docs/testing.md). pyspark 3.5, classic: everything, with Iceberg's own Spark
+# reader as the oracle; it exports the TPC tables and Iceberg's answers to .venv/mor-matrix.
+# Then the same answers on two executors in their own JVMs (local-cluster), on the newest
+# pyspark 4.x (classic) and on Spark Connect (a server started on 127.0.0.1), with the suites
+# that need no Iceberg runtime.
+S4_TESTS := tests/test_matrix.py tests/test_realdata.py tests/test_semantics.py \
+	tests/test_evolution.py tests/faults tests/test_sql_shapes.py
+CONNECT_TESTS := tests/test_realdata.py tests/test_evolution.py tests/faults \
+	tests/test_sql_shapes.py tests/test_cli.py
+test: java dev spark4
 	$(BIN)/ruff check planner rules physical mor tests bench
-	$(BIN)/python -m pytest -q
+	@echo "== pyspark $(SPARK35), classic =="
+	$(BIN)/python -m pytest -q --ignore=tests/test_matrix.py
+	@echo "== pyspark $(SPARK35), local-cluster[2,1,1024] =="
+	MOR_TEST_SPARK=local-cluster $(BIN)/python -m pytest -q tests/test_matrix.py tests/test_realdata.py -k "not tpcds"
+	@echo "== pyspark $(SPARK4), classic =="
+	$(S4)/python -m pytest -q $(S4_TESTS)
+	@echo "== pyspark $(SPARK4), Spark Connect =="
+	MOR_TEST_SPARK=connect $(S4)/python -m pytest -q $(CONNECT_TESTS) tests/test_matrix.py -k "not tpcds"
 
 clean:
 	rm -rf $(VENV) warehouse .pytest_cache .hypothesis

@@ -20,7 +20,19 @@ def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         import importlib
 
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
+        try:
+            module = importlib.import_module(_EXPORTS[name])
+        except ModuleNotFoundError as e:
+            if e.name and e.name.split(".")[0] in ("pyspark", "py4j", "grpc", "pandas"):
+                from mor.planner.errors import MorError
+
+                raise MorError(
+                    f"running a query needs Spark in this environment ({e.name} is missing): "
+                    "pip install 'mor[spark]' (pyspark 3.5 or 4.x) or 'mor[connect]' (Spark "
+                    "Connect only)"
+                ) from e
+            raise
+        return getattr(module, name)
     raise AttributeError(name)
 
 

@@ -53,7 +53,9 @@ def local_session(master: str | None = None, conf: dict[str, str] | None = None)
     active session, `conf` is applied as runtime settings and `master` must be its own."""
     active = active_session()
     if active is not None:
-        if master and not is_connect(active) and active.sparkContext.master != master:
+        if master and is_connect(active):
+            raise ConfigError(f"--master {master}: this process already runs on Spark Connect")
+        if master and active.sparkContext.master != master:
             raise ConfigError(
                 f"--master {master}: this process already runs Spark on "
                 f"{active.sparkContext.master}"

@@ -364,7 +364,7 @@ def test_version_conf_and_master(wh: Path, spark: Any, capsys: pytest.CaptureFix
     code, out, err = _run(capsys, "run", "-e", sql, "--conf", "novalue")
     _one_line_error(code, 2, out, err, "--conf needs KEY=VALUE")
     code, out, err = _run(capsys, "run", "-e", "SELECT 1", "--master", "spark://127.0.0.1:1")
-    _one_line_error(code, 1, out, err, "--master spark://127.0.0.1:1", "already runs Spark")
+    _one_line_error(code, 1, out, err, "--master spark://127.0.0.1:1", "already runs")
 
 
 def test_tables_and_describe(wh: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 HISTORIES = os.environ.get("MOR_ORACLE_HISTORIES", "6")
+MATRIX = ROOT / ".venv" / "mor-matrix"
 
 
 def test_random_histories_match_iceberg_reader() -> None:
@@ -37,8 +38,9 @@ def test_tpc_queries_match_iceberg_reader(suite: str, count: int) -> None:
     """TPC-H's 22 and TPC-DS's 99 queries (DuckDB's text and data, scale 0.01) over tables the
     Java writer made merge-on-read: position deletes from DELETE/UPDATE, equality deletes through
     RowDelta (partition-scoped and global), deleted rows appended again."""
+    export = MATRIX / suite  # the tables and Iceberg's answers, for tests/test_matrix.py
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.oracle.tpc", suite, "--sf", "0.01"],
+        [sys.executable, "-m", "tests.oracle.tpc", suite, "--sf", "0.01", "--export", str(export)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -334,9 +334,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("suite", choices=sorted(SUITES))
     ap.add_argument("--sf", type=float, default=0.01)
     ap.add_argument("--keep", help="keep the warehouse here")
+    ap.add_argument(
+        "--export",
+        help="keep the warehouse in DIR/warehouse and write each query with Iceberg's result to "
+        "DIR/results.pickle, for the test matrix's other Spark versions (tests/test_matrix.py)",
+    )
     args = ap.parse_args(argv)
     suite = SUITES[args.suite]
     CACHE.mkdir(parents=True, exist_ok=True)
+    export = Path(args.export) if args.export else None
+    if export is not None:
+        import shutil
+
+        shutil.rmtree(export, ignore_errors=True)
+        export.mkdir(parents=True)
+        args.keep = str(export / "warehouse")
     wh = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix=f"mor-{suite.name}-"))
     try:
         data = generate(suite, CACHE, args.sf)
@@ -354,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     failures = []
     rows = 0
     ratios = []
+    exported: list[tuple[int, str, Counter]] = []
     todo = queries(suite, data, wh)
     for n, theirs, ours in todo:
         t0 = time.perf_counter()
@@ -367,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         t2 = time.perf_counter()
         ratios.append((t1 - t0) / max(t2 - t1, 1e-6))
         rows += sum(b.values())
+        exported.append((n, ours, b))
         if a != b:
             missing = list((b - a).elements())[:3]
             extra = list((a - b).elements())[:3]
@@ -384,6 +398,11 @@ def main(argv: list[str] | None = None) -> int:
         geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
         print(f"{title}: mor / Iceberg reader time per query, geometric mean {geo:.2f}")
     spark.stop()
+    if export is not None and not failures:
+        import pickle
+
+        with open(export / "results.pickle", "wb") as f:
+            pickle.dump({"suite": suite.name, "sf": args.sf, "queries": exported}, f)
     return 1 if failures else 0
 
 
