@@ -6,7 +6,7 @@ This module does not import pyspark.
 
 from __future__ import annotations
 
-from mor.physical.strategy import position_strategy
+from mor.physical.strategy import file_key_kind, position_strategy
 from mor.planner.nodes import (
     AntiJoin,
     EqDeleteScan,
@@ -113,8 +113,9 @@ class _Describer:
                 + " AND ".join(e.text for e in node.pushed)
                 + " (pushed into the Parquet scan)"
             )
-        unique = len({t.size_bytes for t in tasks}) == len(tasks)
-        key = "_metadata.file_size" if unique else "_metadata.file_path"
+        kind = file_key_kind(tasks)
+        unique = kind == "file_size"
+        key = f"_metadata.{kind}"
         deletes = {d.file_id: d for d in node.files.deletes} if node.files else {}
         strategy = position_strategy(tasks, deletes, unique)
         if strategy is not None:

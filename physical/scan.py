@@ -22,7 +22,7 @@ from pyspark.sql import types as T
 from mor.physical.files import file_sizes
 from mor.physical.paths import SparkPaths
 from mor.physical.positions import first_line, keep_condition, read_positions
-from mor.physical.strategy import position_strategy
+from mor.physical.strategy import file_key_kind, position_strategy
 from mor.physical.types import FIELD_ID_KEY, spark_type
 from mor.planner.errors import DataFileError, UnsupportedError
 from mor.planner.nodes import (
@@ -230,14 +230,6 @@ def _read(spark: SparkSession, schema: T.StructType, paths: list[str], what: str
 FKEY = "$fkey"
 
 
-def _file_key_kind(files: Sequence[DataTask | DeleteTask]) -> str:
-    """How rows name their file: `_metadata.file_size` when the sizes are unique (a long per
-    file, cheap to join on; Iceberg records exact sizes and check_sizes holds files to them),
-    else the path Spark reports (a string hash per row)."""
-    sizes = [f.size_bytes for f in files]
-    return "file_size" if len(set(sizes)) == len(sizes) else "file_path"
-
-
 def _file_keys(
     files: Sequence[DataTask | DeleteTask], kind: str, paths: SparkPaths
 ) -> dict[int, Any]:
@@ -365,7 +357,7 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
     used = sorted({p for t in tasks for p in t.pos_deletes})
     check_sizes(tasks, scan.source_key, "data", scan.table)
     check_sizes([deletes[i] for i in used], scan.source_key, "delete", scan.table)
-    kind = _file_key_kind(tasks)
+    kind = file_key_kind(tasks)
     layouts = scan.files.layouts if scan.files else (Layout(),)
     where = f"table {scan.table}"
     parts = []
@@ -547,7 +539,7 @@ def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) 
     where = f"equality deletes of {node.table}"
     key_names = [k.col.name for k in node.keys]
     check_sizes(node.files, node.source_key, "equality delete", node.table)
-    kind = _file_key_kind(node.files)
+    kind = file_key_kind(node.files)
     frames = []
     for lay_idx in sorted({f.layout for f in node.files}):
         layout = node.layouts[lay_idx]

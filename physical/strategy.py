@@ -91,3 +91,12 @@ def position_strategy(
         return PositionStrategy("bitmap", len(with_pos), len(used), rows, est, None)
     shift = packed_shift(with_pos) if sizes_are_keys else None
     return PositionStrategy("join", len(with_pos), len(used), rows, est, shift)
+
+
+def file_key_kind(files: Sequence[DataTask | DeleteTask]) -> str:
+    """How rows name their file, one decision for the compiler and EXPLAIN PHYSICAL:
+    `_metadata.file_size` when the sizes are unique (a long per file, cheap to join on; Iceberg
+    records exact sizes and check_sizes holds files to them), else the path Spark reports (a
+    string hash per row)."""
+    sizes = [f.size_bytes for f in files]
+    return "file_size" if len(set(sizes)) == len(sizes) else "file_path"
