@@ -44,7 +44,8 @@ demo: java venv
 
 # The test matrix (docs/testing.md). pyspark 3.5, classic: everything, with Iceberg's own Spark
 # reader as the oracle; it exports the TPC tables and Iceberg's answers to .venv/mor-matrix.
-# Then the same answers on two executors in their own JVMs (local-cluster), on the newest
+# Then the same answers on two executors in their own JVMs (local-cluster; a standalone master
+# and worker started from pyspark's spark-class), on the newest
 # pyspark 4.x (classic) and on Spark Connect (a server started on 127.0.0.1), with the suites
 # that need no Iceberg runtime.
 S4_TESTS := tests/test_matrix.py tests/test_realdata.py tests/test_semantics.py \
@@ -57,6 +58,8 @@ test: java dev spark4
 	$(BIN)/python -m pytest -q --ignore=tests/test_matrix.py
 	@echo "== pyspark $(SPARK35), local-cluster[2,1,1024] =="
 	MOR_TEST_SPARK=local-cluster $(BIN)/python -m pytest -q tests/test_matrix.py tests/test_realdata.py -k "not tpcds"
+	@echo "== pyspark $(SPARK35), standalone master and worker on 127.0.0.1 =="
+	MOR_TEST_SPARK=standalone $(BIN)/python -m pytest -q tests/test_matrix.py tests/test_realdata.py -k "not tpcds"
 	@echo "== pyspark $(SPARK4), classic =="
 	$(S4)/python -m pytest -q $(S4_TESTS)
 	@echo "== pyspark $(SPARK4), Spark Connect =="

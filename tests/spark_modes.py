@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-MODES = ("classic", "local-cluster", "connect")
+MODES = ("classic", "local-cluster", "standalone", "connect")
 
 
 def mode() -> str:
@@ -94,6 +94,67 @@ class ConnectServer:
         shutil.rmtree(self.log.parent, ignore_errors=True)
 
 
+class Standalone:
+    """A standalone master and one worker (two cores) on 127.0.0.1, started with pyspark's own
+    `spark-class`, as a real cluster is: executors in JVMs the driver does not own."""
+
+    def __init__(self) -> None:
+        import json
+        import urllib.request
+
+        import pyspark
+
+        home = Path(pyspark.__file__).parent
+        self.dir = Path(tempfile.mkdtemp(prefix="mor-standalone-"))
+        env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOG_DIR": str(self.dir)}
+        port, ui = _free_port(), _free_port()
+        self.url = f"spark://127.0.0.1:{port}"
+        spark_class = str(home / "bin" / "spark-class")
+        self.procs: list[subprocess.Popen[bytes]] = []
+        for name, args in (
+            (
+                "master",
+                ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
+                + ["--port", str(port), "--webui-port", str(ui)],
+            ),
+            (
+                "worker",
+                ["org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1"]
+                + ["--cores", "2", "--memory", "2g", "--webui-port", str(_free_port())]
+                + ["--work-dir", str(self.dir / "work")],
+            ),
+        ):
+            with open(self.dir / f"{name}.log", "wb") as out:
+                self.procs.append(
+                    subprocess.Popen(
+                        [spark_class, *args], stdout=out, stderr=subprocess.STDOUT, env=env
+                    )
+                )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if any(p.poll() is not None for p in self.procs):
+                raise RuntimeError(f"the standalone master or worker exited; see {self.dir}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as r:
+                    if json.load(r).get("aliveworkers", 0) >= 1:
+                        return
+            except OSError:
+                pass
+            time.sleep(1)
+        self.stop()
+        raise RuntimeError(f"no standalone worker registered within 120 s; see {self.dir}")
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 def _log_conf() -> str:
     import mor.physical
 
@@ -110,6 +171,10 @@ def start() -> tuple[Any, Any]:
         return SparkSession.builder.remote(server.url).getOrCreate(), server
     from mor.physical import local_session
 
+    if m == "standalone":
+        cluster = Standalone()
+        os.environ["MOR_SPARK_MASTER"] = cluster.url
+        return local_session(), cluster
     if m == "local-cluster":
         # two executors in their own JVMs: nothing may rely on the driver's memory or files
         os.environ["MOR_SPARK_MASTER"] = "local-cluster[2,1,1024]"
