@@ -17,10 +17,8 @@ from mor.planner.sources import file_io
 
 def local_path(path: str) -> str | None:
     """The local file a path names (plain, `file:/x` or `file:///x`), if it exists here."""
-    url = urlparse(path)
-    if url.scheme in ("", "file") and not url.netloc and os.path.isfile(url.path):
-        return url.path
-    return None
+    local = _local_name(path)
+    return local if local is not None and os.path.isfile(local) else None
 
 
 def _io(source_key: str | None, path: str) -> FileIO:

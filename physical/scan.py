@@ -220,11 +220,20 @@ def _merged(fields: Sequence[ReadField]) -> set[int]:
     return {f.field_id for f in fields if not f.path and f.field_id in under}
 
 
-def _read(spark: SparkSession, schema: T.StructType, paths: list[str], what: str) -> DataFrame:
+def _read(
+    spark: SparkSession,
+    schema: T.StructType,
+    read_paths: list[str],
+    what: str,
+    paths: SparkPaths,
+) -> DataFrame:
+    """The files as one Parquet read; `paths` learns Spark's form of their paths from it."""
     try:
-        return spark.read.schema(schema).parquet(*paths)
+        df = spark.read.schema(schema).parquet(*read_paths)
     except Exception as e:  # noqa: BLE001 - AnalysisException for a missing path, etc.
         raise DataFileError(f"cannot read {what}: {first_line(e)}") from e
+    paths.learn(df, read_paths)
+    return df
 
 
 FKEY = "$fkey"
@@ -364,14 +373,13 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
     for lay_idx in sorted({t.layout for t in tasks}):
         layout = layouts[lay_idx]
         group = [t for t in tasks if t.layout == lay_idx]
-        read_paths = [t.read_path for t in group]
         part = _read(
             spark,
             _read_schema(scan.fields, where, layout),
-            read_paths,
+            [t.read_path for t in group],
             f"data files of {scan.table}",
+            paths,
         )
-        paths.learn(part, read_paths)
         parts.append((layout, part))
     keys = _file_keys(tasks, kind, paths)
     frames = []
@@ -515,8 +523,7 @@ def _positions(
         [T.StructField("file_path", T.StringType()), T.StructField("pos", T.LongType())]
     )  # no field ids: the spec fixes these names
     read_paths = [deletes[i].read_path for i in used]
-    pdf = _read(spark, schema, read_paths, f"position deletes of {table}")
-    paths.learn(pdf, read_paths)
+    pdf = _read(spark, schema, read_paths, f"position deletes of {table}", paths)
     pdf = pdf.select("file_path", "pos", F.col("_metadata.file_path").alias("$dpath"))
     pairs = [
         (paths(deletes[p].read_path), t.path, keys[t.file_id]) for t in tasks for p in t.pos_deletes
@@ -545,8 +552,7 @@ def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) 
         layout = node.layouts[lay_idx]
         group = [f for f in node.files if f.layout == lay_idx]
         read_paths = [f.read_path for f in group]
-        part = _read(spark, _read_schema(node.keys, where, layout), read_paths, where)
-        paths.learn(part, read_paths)
+        part = _read(spark, _read_schema(node.keys, where, layout), read_paths, where, paths)
         frames.append(
             part.select(
                 *[_column(k, layout, where) for k in node.keys],

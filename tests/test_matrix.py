@@ -40,7 +40,7 @@ def _load(suite: str) -> dict[str, Any]:
 def test_tpc_answers_equal_those_iceberg_gave_on_spark_3_5(
     suite: str, count: int, spark: Any
 ) -> None:
-    from tests.oracle.tpc import _bag
+    from tests.oracle.tpc import _bag, bag_difference
 
     def across_versions(bag: Counter) -> Counter:
         """Decimals to 9 significant digits: Spark 4 types some decimal divisions with another
@@ -59,12 +59,8 @@ def test_tpc_answers_equal_those_iceberg_gave_on_spark_3_5(
         got = across_versions(_bag(mor_sql(sql, spark=spark).collect()))
         expected = across_versions(expected)
         rows += sum(expected.values())
-        if got != expected:
-            missing = list((expected - got).elements())[:3]
-            extra = list((got - expected).elements())[:3]
-            differences.append(
-                f"Q{n}: {sum(got.values())} rows vs {sum(expected.values())}; "
-                f"missing {missing}; extra {extra}"
-            )
+        diff = bag_difference(n, got, expected, "")
+        if diff is not None:
+            differences.append(diff)
     print(f"{suite}: {count} queries, {rows} result rows, {len(differences)} differences")
     assert not differences, "\n".join(differences)

@@ -132,21 +132,33 @@ def test_the_table_reads_before_any_fault(
 # --- metadata -------------------------------------------------------------------------------
 
 
-def _truncate(path: Path) -> None:
-    data = path.read_bytes()
-    path.write_bytes(data[: len(data) // 2])
+def truncated_then_missing(
+    t: Table,
+    capsys: pytest.CaptureFixture[str],
+    path: Path,
+    truncated: tuple[str, ...],
+    missing: tuple[str, ...],
+    keep: int | None = None,
+) -> None:
+    """`path` cut short (to `keep` bytes, else half), then removed: each one line with its
+    needles; then restored."""
+    saved = path.read_bytes()
+    try:
+        path.write_bytes(saved[: len(saved) // 2 if keep is None else keep])
+        assert_one_line_error(t, capsys, *truncated)
+        path.unlink()
+        assert_one_line_error(t, capsys, *missing)
+    finally:
+        path.write_bytes(saved)
 
 
 def test_metadata_json_missing_or_truncated(
     table: Table, spark: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     meta = local(table.writer.refresh().metadata_location)
-    saved = meta.read_bytes()
-    _truncate(meta)
-    assert_one_line_error(table, capsys, "f.t", "metadata JSON is invalid")
-    meta.unlink()
-    assert_one_line_error(table, capsys, meta.name, "is missing")
-    meta.write_bytes(saved)
+    truncated_then_missing(
+        table, capsys, meta, ("f.t", "metadata JSON is invalid"), (meta.name, "is missing")
+    )
     assert_rows(table, capsys, LIVE)
 
 
@@ -154,12 +166,7 @@ def test_manifest_list_missing_or_truncated(
     table: Table, spark: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     ml = local(table.snapshot().manifest_list)
-    saved = ml.read_bytes()
-    _truncate(ml)
-    assert_one_line_error(table, capsys, ml.name, "manifest list")
-    ml.unlink()
-    assert_one_line_error(table, capsys, ml.name)
-    ml.write_bytes(saved)
+    truncated_then_missing(table, capsys, ml, (ml.name, "manifest list"), (ml.name,))
     assert_rows(table, capsys, LIVE)
 
 
@@ -167,12 +174,7 @@ def test_manifest_missing_or_truncated(
     table: Table, spark: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for manifest in table.manifests():
-        saved = manifest.read_bytes()
-        _truncate(manifest)
-        assert_one_line_error(table, capsys, manifest.name)
-        manifest.unlink()
-        assert_one_line_error(table, capsys, manifest.name)
-        manifest.write_bytes(saved)
+        truncated_then_missing(table, capsys, manifest, (manifest.name,), (manifest.name,))
     assert_rows(table, capsys, LIVE)
 
 
@@ -205,12 +207,7 @@ def test_data_file_missing_or_truncated(
     which: str, table: Table, spark: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = getattr(table, which)
-    saved = path.read_bytes()
-    _truncate(path)
-    assert_one_line_error(table, capsys, path.name, "replaced or truncated")
-    path.unlink()
-    assert_one_line_error(table, capsys, path.name)
-    path.write_bytes(saved)
+    truncated_then_missing(table, capsys, path, (path.name, "replaced or truncated"), (path.name,))
     assert_rows(table, capsys, LIVE)
 
 
@@ -270,17 +267,8 @@ def test_data_file_failing_its_hadoop_checksum(
 
 def test_delete_files_missing(table: Table, spark: Any, capsys: pytest.CaptureFixture[str]) -> None:
     for path in (table.pos_delete, table.eq_delete):
-        saved = path.read_bytes()
-        path.unlink()
-        assert_one_line_error(table, capsys, path.name)
-        _truncate_to(path, saved, 40)
-        assert_one_line_error(table, capsys, path.name)
-        path.write_bytes(saved)
+        truncated_then_missing(table, capsys, path, (path.name,), (path.name,), keep=40)
     assert_rows(table, capsys, LIVE)
-
-
-def _truncate_to(path: Path, data: bytes, n: int) -> None:
-    path.write_bytes(data[:n])
 
 
 def test_position_delete_past_the_end_deletes_nothing(

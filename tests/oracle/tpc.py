@@ -329,6 +329,18 @@ def _bag(rows: list[Any]) -> Counter:
     return Counter(tuple(_norm(v) for v in r) for r in rows)
 
 
+def bag_difference(n: int, got: Counter, expected: Counter, whose: str) -> str | None:
+    """One line on how query n's rows differ from `whose` (None when they are equal)."""
+    if got == expected:
+        return None
+    missing = list((expected - got).elements())[:3]
+    extra = list((got - expected).elements())[:3]
+    return (
+        f"Q{n}: {sum(got.values())} rows vs {whose}{sum(expected.values())}; "
+        f"missing {missing}; extra {extra}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("suite", choices=sorted(SUITES))
@@ -381,13 +393,9 @@ def main(argv: list[str] | None = None) -> int:
         ratios.append((t1 - t0) / max(t2 - t1, 1e-6))
         rows += sum(b.values())
         exported.append((n, ours, b))
-        if a != b:
-            missing = list((b - a).elements())[:3]
-            extra = list((a - b).elements())[:3]
-            failures.append(
-                f"Q{n}: {sum(a.values())} rows vs Iceberg's {sum(b.values())}; "
-                f"missing {missing}; extra {extra}\n{ours}"
-            )
+        diff = bag_difference(n, a, b, "Iceberg's ")
+        if diff is not None:
+            failures.append(f"{diff}\n{ours}")
     for f in failures:
         print("DIFFERENCE " + f)
     print(
