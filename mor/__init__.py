@@ -10,6 +10,7 @@ JVM.
 
 from mor.api import default_catalog, explain, metrics, mor_sql, plan_query, table
 from mor.planner.errors import MorError
+from mor.planner.settings import Settings
 
 __all__ = [
     "mor_sql",
@@ -19,4 +20,5 @@ __all__ = [
     "plan_query",
     "default_catalog",
     "MorError",
+    "Settings",
 ]

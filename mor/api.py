@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from pyiceberg.catalog import Catalog, load_catalog
@@ -16,7 +17,7 @@ from mor.planner.metrics import MorMetrics, static_metrics
 from mor.planner.metrics import render as render_metrics
 from mor.planner.nodes import Plan
 from mor.planner.planning import attach_files
-from mor.planner.settings import user_config
+from mor.planner.settings import Settings, applied, user_config
 from mor.planner.sources import PathMap, Resolver
 from mor.planner.sql import Statement, bind, one_statement
 from mor.rules import MOR_RULES, TraceStep, optimize
@@ -25,14 +26,32 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 DEFAULT_CATALOG_NAME = "mor"
+SettingsArg = Settings | Mapping[str, Any] | None
+
+
+def warehouse_and_source(warehouse: str | None = None) -> tuple[str, str]:
+    """The embedded catalog's warehouse and where it comes from: the argument (--warehouse),
+    else $MOR_WAREHOUSE, else `warehouse` in the config file, else ./warehouse."""
+    if warehouse:
+        return os.path.abspath(warehouse), "--warehouse / warehouse="
+    if os.environ.get("MOR_WAREHOUSE"):
+        return os.path.abspath(os.environ["MOR_WAREHOUSE"]), "$MOR_WAREHOUSE"
+    config = user_config()
+    if config.warehouse:
+        return config.warehouse, f"config file {config.path}"
+    return os.path.abspath("warehouse"), "default ./warehouse"
 
 
 def warehouse_dir(warehouse: str | None = None) -> str:
-    """The embedded catalog's warehouse: the argument (--warehouse), else $MOR_WAREHOUSE,
-    else `warehouse` in the config file, else ./warehouse."""
+    return warehouse_and_source(warehouse)[0]
+
+
+def default_catalog_name(warehouse: str | None = None) -> str | None:
+    """The config file's `catalog`, which applies only when no warehouse is named by argument
+    or $MOR_WAREHOUSE (the config file's own warehouse does not override it)."""
     if warehouse or os.environ.get("MOR_WAREHOUSE"):
-        return os.path.abspath(warehouse or os.environ["MOR_WAREHOUSE"])
-    return user_config().warehouse or os.path.abspath("warehouse")
+        return None
+    return user_config().catalog
 
 
 def effective_path_map(path_map: dict[str, str] | None) -> dict[str, str]:
@@ -56,8 +75,8 @@ def default_catalog(warehouse: str | None = None) -> Catalog:
 
 def resolve_catalog(catalog: Catalog | str | None, warehouse: str | None = None) -> Catalog:
     """The catalog to read from. The embedded one must exist: a read creates nothing."""
-    if catalog is None and not warehouse and not os.environ.get("MOR_WAREHOUSE"):
-        catalog = user_config().catalog  # the config file's default catalog, if it names one
+    if catalog is None:
+        catalog = default_catalog_name(warehouse)
     if catalog is None:
         db = os.path.join(warehouse_dir(warehouse), "catalog.db")
         if not os.path.exists(db):
@@ -99,10 +118,21 @@ def plan_query(
     catalog: Catalog | str | None = None,
     path_map: dict[str, str] | None = None,
     warehouse: str | None = None,
+    settings: SettingsArg = None,
 ) -> Planned:
     """The one planning pipeline (API, EXPLAIN and CLI all call it): bind the statement (find
     its table references and what each needs), plan each scan's files, apply the merge-on-read
     rules. `sql`: one statement's text, or a Statement from `planner.sql.split_statements`."""
+    with applied(settings):
+        return _plan(sql, catalog, path_map, warehouse)
+
+
+def _plan(
+    sql: str | Statement,
+    catalog: Catalog | str | None,
+    path_map: dict[str, str] | None,
+    warehouse: str | None,
+) -> Planned:
     if isinstance(catalog, str):
         catalog = resolve_catalog(catalog)  # an unknown catalog name fails even for iceberg_scan
     # the embedded catalog is created only when a query names a table
@@ -125,16 +155,19 @@ def mor_sql(
     catalog: Catalog | str | None = None,
     spark: SparkSession | None = None,
     path_map: dict[str, str] | None = None,
+    settings: SettingsArg = None,
 ) -> DataFrame:
     """Run one SELECT over Iceberg tables; returns a lazy DataFrame of exactly the live rows.
 
     Spark analyses the query before this returns: an unknown function or column is a MorError
-    naming it, with its line and column in `sql`."""
+    naming it, with its line and column in `sql`. `settings`: tuning settings for this call,
+    e.g. `{"position_bitmap_bytes": 0}`, over the environment's (docs/configuration.md)."""
     from mor.physical import local_session, prepare_session, to_dataframe
 
-    planned = plan_query(sql, catalog=catalog, path_map=path_map)
-    session = prepare_session(spark) if spark is not None else local_session()
-    return to_dataframe(planned.optimized, session)
+    with applied(settings):
+        planned = plan_query(sql, catalog=catalog, path_map=path_map)
+        session = prepare_session(spark) if spark is not None else local_session()
+        return to_dataframe(planned.optimized, session)
 
 
 def explain(
@@ -148,6 +181,7 @@ def explain(
     spark: SparkSession | None = None,
     check: bool = True,
     warehouse: str | None = None,
+    settings: SettingsArg = None,
 ) -> str:
     """The plan of `sql`: the query Spark runs, over the merge-on-read scans mor plans.
 
@@ -158,6 +192,21 @@ def explain(
     DataFrame operations in order. `analyze` adds the merge-on-read metrics and, running counts
     on Spark, the rows each kind of delete removed.
     """
+    with applied(settings):
+        return _explain(sql, catalog, path_map, verbose, physical, analyze, spark, check, warehouse)
+
+
+def _explain(
+    sql: str | Statement,
+    catalog: Catalog | str | None,
+    path_map: dict[str, str] | None,
+    verbose: bool,
+    physical: bool,
+    analyze: bool,
+    spark: SparkSession | None,
+    check: bool,
+    warehouse: str | None,
+) -> str:
     planned = plan_query(sql, catalog=catalog, path_map=path_map, warehouse=warehouse)
     output = None
     session = None
@@ -181,10 +230,14 @@ def explain(
 
 
 def metrics(
-    sql: str, *, catalog: Catalog | str | None = None, path_map: dict[str, str] | None = None
+    sql: str,
+    *,
+    catalog: Catalog | str | None = None,
+    path_map: dict[str, str] | None = None,
+    settings: SettingsArg = None,
 ) -> MorMetrics:
     """Merge-on-read metrics of `sql` known from planning: delete files, bytes, planning time."""
-    return plan_query(sql, catalog=catalog, path_map=path_map).metrics()
+    return plan_query(sql, catalog=catalog, path_map=path_map, settings=settings).metrics()
 
 
 def table(
@@ -196,6 +249,7 @@ def table(
     snapshot_id: int | None = None,
     columns: list[str] | tuple[str, ...] | None = None,
     where: str | None = None,
+    settings: SettingsArg = None,
 ) -> DataFrame:
     """The live rows of one table, for DataFrame users.
 
@@ -211,4 +265,4 @@ def table(
         ref += f" VERSION AS OF {int(snapshot_id)}"
     cols = ", ".join(f"`{c.replace('`', '``')}`" for c in columns) if columns else "*"
     sql = f"SELECT {cols} FROM {ref}" + (f" WHERE {where}" if where else "")
-    return mor_sql(sql, catalog=catalog, spark=spark, path_map=path_map)
+    return mor_sql(sql, catalog=catalog, spark=spark, path_map=path_map, settings=settings)

@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
             help="read files recorded under OLD from NEW (repeatable)",
         )
         sp.add_argument("--debug", action="store_true", help="show Python tracebacks")
-        sp.add_argument("--master", help="Spark master URL (default: local[*] or MOR_SPARK_MASTER)")
+        sp.add_argument("--master", help="Spark master URL (default: setting master, local[*])")
         sp.add_argument(
             "--remote",
             metavar="sc://HOST:PORT",
@@ -55,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
             metavar="KEY=VALUE",
             help="a Spark setting for the session (repeatable)",
         )
+        _set_option(sp)
 
     run = sub.add_parser("run", help="run the statements and print their results")
     common(run)
@@ -84,9 +85,10 @@ def _parser() -> argparse.ArgumentParser:
     shell.add_argument("--catalog", help="a catalog name from pyiceberg's configuration")
     shell.add_argument("--warehouse", help="warehouse of the embedded catalog")
     shell.add_argument("--debug", action="store_true", help="show Python tracebacks")
-    shell.add_argument("--master", help="Spark master URL (default: local[*] or MOR_SPARK_MASTER)")
+    shell.add_argument("--master", help="Spark master URL (default: setting master, local[*])")
     shell.add_argument("--remote", metavar="sc://HOST:PORT", help="a Spark Connect server")
     shell.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    _set_option(shell)
     tables = sub.add_parser("tables", help="list the tables of a catalog (metadata only)")
     tables.add_argument("namespace", nargs="?", help="only this namespace")
     describe = sub.add_parser("describe", help="schema, partitioning, snapshots of a table")
@@ -101,10 +103,34 @@ def _parser() -> argparse.ArgumentParser:
     config = sub.add_parser("config", help="show the settings in effect and where each comes from")
     config.add_argument("--warehouse", help="warehouse of the embedded catalog")
     config.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    _set_option(config)
     demo = sub.add_parser("demo", help="create demo.orders in the embedded catalog and query it")
     demo.add_argument("--warehouse", help="warehouse directory (default ./warehouse)")
     demo.add_argument("--debug", action="store_true", help="show Python tracebacks")
     return p
+
+
+def _set_option(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a mor setting for this command, e.g. position_bitmap_bytes=0 (repeatable; "
+        "`mor config` lists them)",
+    )
+
+
+def _pairs(items: list[str], flag: str, form: str = "KEY=VALUE") -> dict[str, str]:
+    """`--flag K=V` options as a dict (a later K wins); one without `=` is a usage error.
+    Keys are stripped, except path prefixes (OLD=NEW), which are taken exactly."""
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise UsageError(f"{flag} needs {form}, got {item!r}")
+        k, v = item.split("=", 1)
+        out[k if form == "OLD=NEW" else k.strip()] = v
+    return out
 
 
 def _statements(args: argparse.Namespace) -> list[Statement]:
@@ -147,12 +173,7 @@ def _spark(args: argparse.Namespace) -> Any:
     a local or --master session, with --conf applied."""
     from mor.physical import local_session, remote_session
 
-    conf = {}
-    for item in args.conf:
-        if "=" not in item:
-            raise UsageError(f"--conf needs KEY=VALUE, got {item!r}")
-        k, v = item.split("=", 1)
-        conf[k.strip()] = v
+    conf = _pairs(args.conf, "--conf")
     remote = getattr(args, "remote", None) or os.environ.get("SPARK_REMOTE")
     if remote:
         if args.master:
@@ -162,13 +183,7 @@ def _spark(args: argparse.Namespace) -> Any:
 
 
 def _path_map(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise UsageError(f"--path-map needs OLD=NEW, got {item!r}")
-        old, new = item.split("=", 1)
-        out[old] = new
-    return out
+    return _pairs(items, "--path-map", "OLD=NEW")
 
 
 def _catalog(args: argparse.Namespace) -> Any:
@@ -412,40 +427,29 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     """The config file and the settings in effect, each with where it comes from."""
-    from mor.api import warehouse_dir
-    from mor.planner.settings import user_config
+    from mor.api import default_catalog_name, warehouse_and_source
+    from mor.planner.settings import SETTINGS, current, user_config
 
     cfg = user_config()
     where = "" if cfg.exists else " (not found: defaults apply)"
-    env_wh = os.environ.get("MOR_WAREHOUSE")
-    wh = warehouse_dir(args.warehouse)
-    wh_from = (
-        "--warehouse"
-        if args.warehouse
-        else "$MOR_WAREHOUSE"
-        if env_wh
-        else "config file"
-        if cfg.warehouse
-        else "default ./warehouse"
-    )
+    wh, wh_from = warehouse_and_source(args.warehouse)
     has_db = os.path.exists(os.path.join(wh, "catalog.db"))
-    if cfg.catalog and not args.warehouse and not env_wh:
-        catalog = f"{cfg.catalog} (config file; pyiceberg's configuration)"
-    else:
-        catalog = "embedded (SQLite in the warehouse)"
-    env_master = os.environ.get("MOR_SPARK_MASTER")
-    master = (
-        f"{env_master} ($MOR_SPARK_MASTER)"
-        if env_master
-        else f"{cfg.master} (config file)"
-        if cfg.master
-        else "local[*] (default)"
+    named = default_catalog_name(args.warehouse)
+    catalog = (
+        f"{named} (config file; pyiceberg's configuration)"
+        if named
+        else "embedded (SQLite in the warehouse)"
     )
     rows = [
         ("config file", cfg.path + where),
         ("warehouse", f"{wh} ({wh_from}; catalog.db {'present' if has_db else 'missing'})"),
         ("catalog", catalog),
-        ("master", master),
+    ]
+    settings = current()
+    width = max(len(s.name) for s in SETTINGS)
+    rows += [
+        (s.name.ljust(width), f"{getattr(settings, s.name)} ({settings.source(s.name)})")
+        for s in SETTINGS
     ]
     rows += [("spark", f"{k} = {v} (config file)") for k, v in sorted(cfg.spark.items())]
     rows += [("path-map", f"{k} = {v} (config file)") for k, v in sorted(cfg.path_map.items())]
@@ -488,7 +492,10 @@ def main(argv: list[str] | None = None) -> int:
             "config": cmd_config,
             "demo": cmd_demo,
         }
-        return commands[args.cmd](args)
+        from mor.planner.settings import applied
+
+        with applied(_pairs(getattr(args, "set", []), "--set", "NAME=VALUE"), "--set"):
+            return commands[args.cmd](args)
     except UsageError as e:
         if debug:
             traceback.print_exc()

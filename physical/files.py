@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 
 from pyiceberg.io import FileIO, load_file_io
 
-from mor.planner.settings import env_int
+from mor.planner.settings import current
 from mor.planner.sources import file_io
 
 
@@ -63,6 +63,6 @@ def file_sizes(source_key: str | None, paths: Sequence[str]) -> dict[str, int | 
             except FileNotFoundError:
                 return None
 
-        with ThreadPoolExecutor(env_int("MOR_IO_THREADS", 16, minimum=1)) as pool:
+        with ThreadPoolExecutor(current().io_threads) as pool:
             out.update(zip(remote, pool.map(size, remote)))
     return out

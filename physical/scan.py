@@ -38,7 +38,7 @@ from mor.planner.nodes import (
     Layout,
     ReadField,
 )
-from mor.planner.settings import env_int
+from mor.planner.settings import current
 
 POS = "$pos"
 PKEY = "$pkey"  # file_size << shift | row_index
@@ -338,7 +338,7 @@ def _guard(c: str, what: str) -> Column:
 
 def _broadcast_if_small(df: DataFrame, rows: int) -> DataFrame:
     """Broadcast a delete side whose row count planning knows to be small enough."""
-    limit = env_int("MOR_BROADCAST_ROWS", 20_000_000)
+    limit = current().broadcast_rows
     return F.broadcast(df) if rows <= limit else df
 
 

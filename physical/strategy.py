@@ -19,17 +19,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from mor.planner.nodes import DataTask, DeleteTask
-from mor.planner.settings import env_int
+from mor.planner.settings import current
 
 
 def bitmap_limits() -> tuple[int, int, int]:
     """(max bitmap bytes in a plan, max data files with bitmaps, max delete rows read on the
-    driver) from the environment (docs/configuration.md)."""
-    return (
-        env_int("MOR_POSITION_BITMAP_BYTES", 4 << 20),
-        env_int("MOR_POSITION_BITMAP_FILES", 64),
-        env_int("MOR_POSITION_DRIVER_ROWS", 2_000_000),
-    )
+    driver) from the settings in effect (docs/configuration.md)."""
+    s = current()
+    return s.position_bitmap_bytes, s.position_bitmap_files, s.position_driver_rows
 
 
 @dataclass(frozen=True, slots=True)

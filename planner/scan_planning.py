@@ -60,7 +60,7 @@ from mor.planner.nodes import (
     Pruning,
     ScanFiles,
 )
-from mor.planner.settings import env_int
+from mor.planner.settings import current
 from mor.planner.sources import TableSource
 
 POS_FILE_PATH_ID = 2147483546
@@ -150,6 +150,7 @@ class _ManifestCache:
         self._lock = threading.Lock()
         self._data: OrderedDict[tuple[str, int, int], list[Any]] = OrderedDict()
         self._held = 0
+        self.limit = 500_000  # entries held at most: setting manifest_cache_entries, per read
 
     def get(self, key: tuple[str, int, int]) -> list[Any] | None:
         with self._lock:
@@ -159,7 +160,7 @@ class _ManifestCache:
             return hit
 
     def put(self, key: tuple[str, int, int], entries: list[Any]) -> None:
-        limit = env_int("MOR_MANIFEST_CACHE_ENTRIES", 500000)
+        limit = self.limit
         with self._lock:
             if key in self._data or len(entries) > limit:
                 return
@@ -342,8 +343,10 @@ def plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles:
 def _read_all(
     src: TableSource, manifests: list[ManifestFile]
 ) -> Iterator[tuple[ManifestFile, list[Any]]]:
-    """Manifests read on a thread pool (MOR_PLANNING_THREADS), yielded in order."""
-    workers = min(len(manifests), env_int("MOR_PLANNING_THREADS", 8, minimum=1))
+    """Manifests read on a thread pool (setting planning_threads), yielded in order."""
+    settings = current()
+    _CACHE.limit = settings.manifest_cache_entries
+    workers = min(len(manifests), settings.planning_threads)
     if workers <= 1:
         for m in manifests:
             yield m, _entries(src, m)

@@ -2,25 +2,255 @@
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from mor.planner.errors import ConfigError
 
+# --- tuning settings: one typed object ----------------------------------------------------
 
-def env_int(name: str, default: int, minimum: int = 0) -> int:
-    """An integer setting; a malformed or too small value is a one-line error, not a default."""
-    value = os.environ.get(name)
-    if value is None or not value.strip():
-        return default
+
+@dataclass(frozen=True)
+class Setting:
+    """One tuning setting: its name (API `settings={...}`, CLI `--set`, config file), its
+    environment variable, type, default and what it does (docs/configuration.md)."""
+
+    name: str
+    env: str
+    kind: type
+    default: Any
+    doc: str
+    minimum: int = 0
+    session: bool = False  # applies only to a Spark session mor starts
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "planning_threads",
+        "MOR_PLANNING_THREADS",
+        int,
+        8,
+        "manifests read in parallel during scan planning",
+        minimum=1,
+    ),
+    Setting(
+        "manifest_cache_entries",
+        "MOR_MANIFEST_CACHE_ENTRIES",
+        int,
+        500_000,
+        "manifest entries kept across queries of one process",
+    ),
+    Setting(
+        "io_threads",
+        "MOR_IO_THREADS",
+        int,
+        16,
+        "sizes of remote files fetched in parallel",
+        minimum=1,
+    ),
+    Setting(
+        "broadcast_rows",
+        "MOR_BROADCAST_ROWS",
+        int,
+        20_000_000,
+        "delete sides with at most this many rows are broadcast",
+    ),
+    Setting(
+        "position_bitmap_bytes",
+        "MOR_POSITION_BITMAP_BYTES",
+        int,
+        4 << 20,
+        "position deletes become in-plan bitmaps when these take at most this many bytes "
+        "(one bit per row of each data file with deletes); 0 always uses the anti-join",
+    ),
+    Setting(
+        "position_bitmap_files",
+        "MOR_POSITION_BITMAP_FILES",
+        int,
+        64,
+        "... and at most this many data files of the scan have position deletes",
+    ),
+    Setting(
+        "position_driver_rows",
+        "MOR_POSITION_DRIVER_ROWS",
+        int,
+        2_000_000,
+        "... and the position delete files hold at most this many rows (read on the driver)",
+    ),
+    Setting(
+        "master",
+        "MOR_SPARK_MASTER",
+        str,
+        "local[*]",
+        "the master of a Spark session mor starts",
+        session=True,
+    ),
+    Setting(
+        "shuffle_partitions",
+        "MOR_SHUFFLE_PARTITIONS",
+        int,
+        8,
+        "spark.sql.shuffle.partitions of a session mor starts",
+        minimum=1,
+        session=True,
+    ),
+    Setting(
+        "driver_memory",
+        "MOR_DRIVER_MEMORY",
+        str,
+        "4g",
+        "spark.driver.memory of a session mor starts (4g, 2048m)",
+        session=True,
+    ),
+    Setting(
+        "timezone",
+        "MOR_TIMEZONE",
+        str,
+        "UTC",
+        "spark.sql.session.timeZone of a session mor starts",
+        session=True,
+    ),
+    Setting(
+        "spark_log_level",
+        "MOR_SPARK_LOG_LEVEL",
+        str,
+        "FATAL",
+        "the log level of a session mor starts",
+        session=True,
+    ),
+)
+BY_NAME = {s.name: s for s in SETTINGS}
+_LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
+
+
+def _parse(setting: Setting, value: Any, origin: str | None, label: str | None = None) -> Any:
+    """A setting's value checked and typed. The error names `origin` (a file, `--set`) and the
+    setting (`label`: its environment variable when it came from there)."""
+    what = f"{origin + ': ' if origin else ''}{label or setting.name}"
+    if setting.kind is int:
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ConfigError(f"{what} must be an integer, got {value!r}")
+        try:
+            n = int(value)
+        except ValueError:
+            raise ConfigError(f"{what} must be an integer, got {value!r}") from None
+        if n < setting.minimum:
+            raise ConfigError(f"{what} must be at least {setting.minimum}, got {n}")
+        return n
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{what} must be a non-empty string, got {value!r}")
+    value = value.strip()
+    if setting.name == "driver_memory" and not re.fullmatch(r"\d+[kmgtKMGT]?", value):
+        raise ConfigError(f"{what} must be a size like 4g or 2048m, got {value!r}")
+    if setting.name == "spark_log_level" and value.upper() not in _LOG_LEVELS:
+        raise ConfigError(f"{what} must be one of {', '.join(_LOG_LEVELS)}, got {value!r}")
+    return value
+
+
+def unknown_setting(name: str, origin: str) -> ConfigError:
+    close = difflib.get_close_matches(name.lower().removeprefix("mor_"), BY_NAME, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(BY_NAME)})"
+    return ConfigError(f"{origin}: unknown setting {name!r}{hint}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """mor's tuning settings, typed. Each value comes from, lowest first: its default, the
+    config file, its environment variable (`MOR_*`), per-call overrides (`settings={...}` of
+    the API, `--set NAME=VALUE` of the CLI). `sources` says where each value came from."""
+
+    planning_threads: int = 8
+    manifest_cache_entries: int = 500_000
+    io_threads: int = 16
+    broadcast_rows: int = 20_000_000
+    position_bitmap_bytes: int = 4 << 20
+    position_bitmap_files: int = 64
+    position_driver_rows: int = 2_000_000
+    master: str = "local[*]"
+    shuffle_partitions: int = 8
+    driver_memory: str = "4g"
+    timezone: str = "UTC"
+    spark_log_level: str = "FATAL"
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def load(cls, overrides: Settings | Mapping[str, Any] | None = None) -> Settings:
+        """Defaults, then the config file, then the environment, then `overrides`."""
+        values: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        config = user_config()
+        for s in SETTINGS:
+            if s.name in config.settings:
+                values[s.name] = config.settings[s.name]
+                sources[s.name] = f"config file {config.path}"
+            raw = os.environ.get(s.env)
+            if raw is not None and raw.strip():
+                values[s.name] = _parse(s, raw, None, s.env)
+                sources[s.name] = f"${s.env}"
+        for s in SETTINGS:
+            sources.setdefault(s.name, "default")
+        return cls(**values, sources=sources).overridden(overrides)
+
+    def overridden(
+        self, overrides: Settings | Mapping[str, Any] | None, origin: str = "settings"
+    ) -> Settings:
+        """These settings with `overrides` on top: a mapping of setting names to values, or a
+        Settings (its values that are not defaults)."""
+        if overrides is None:
+            return self
+        if isinstance(overrides, Settings):
+            overrides = {
+                s.name: getattr(overrides, s.name)
+                for s in SETTINGS
+                if overrides.source(s.name) != "default"
+            }
+        if not isinstance(overrides, Mapping):
+            raise ConfigError(
+                "settings must map setting names to values (a dict), not "
+                + type(overrides).__name__
+            )
+        values = {}
+        for name, value in overrides.items():
+            if name not in BY_NAME:
+                raise unknown_setting(str(name), origin)
+            values[name] = _parse(BY_NAME[name], value, origin)
+        if not values:
+            return self
+        sources = {**self.sources, **dict.fromkeys(values, origin)}
+        return replace(self, **values, sources=sources)
+
+    def source(self, name: str) -> str:
+        return self.sources.get(name, "default")
+
+
+_ACTIVE: ContextVar[Settings | None] = ContextVar("mor_settings", default=None)
+
+
+def current() -> Settings:
+    """The settings of the call in progress (see `applied`), else loaded anew."""
+    active = _ACTIVE.get()
+    return active if active is not None else Settings.load()
+
+
+@contextmanager
+def applied(
+    overrides: Settings | Mapping[str, Any] | None, origin: str = "settings"
+) -> Iterator[Settings]:
+    """The settings in effect (those of an enclosing call, else loaded anew) with `overrides`
+    on top, made current for the calls inside."""
+    settings = current().overridden(overrides, origin)
+    token = _ACTIVE.set(settings)
     try:
-        n = int(value)
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {value!r}") from None
-    if n < minimum:
-        raise ConfigError(f"{name} must be at least {minimum}, got {n}")
-    return n
+        yield settings
+    finally:
+        _ACTIVE.reset(token)
 
 
 # --- the user's config file ---------------------------------------------------------------
@@ -28,9 +258,9 @@ def env_int(name: str, default: int, minimum: int = 0) -> int:
 CONFIG_KEYS = {
     "warehouse": "the embedded catalog's warehouse folder (relative: to the config file)",
     "catalog": "a pyiceberg catalog name to read from instead of the embedded one",
-    "master": "the Spark master of sessions mor starts",
     "spark": "a table of Spark settings for sessions mor starts, as --conf KEY=VALUE",
     "path-map": "a table of recorded path prefix = actual prefix, as --path-map",
+    **{s.name: s.doc for s in SETTINGS},
 }
 
 
@@ -43,9 +273,9 @@ class UserConfig:
     exists: bool
     warehouse: str | None = None
     catalog: str | None = None
-    master: str | None = None
     spark: dict[str, str] = field(default_factory=dict)
     path_map: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)  # tuning settings, checked
 
 
 def config_path() -> str:
@@ -89,10 +319,11 @@ def user_config() -> UserConfig:
         raise ConfigError(f"{path}: {e}") from None
     unknown = sorted(set(raw) - set(CONFIG_KEYS))
     if unknown:
-        raise ConfigError(
-            f"{path}: unknown setting {unknown[0]!r} (known: {', '.join(CONFIG_KEYS)})"
-        )
-    for key in ("warehouse", "catalog", "master"):
+        close = difflib.get_close_matches(unknown[0], CONFIG_KEYS, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(CONFIG_KEYS)}"
+        raise ConfigError(f"{path}: unknown setting {unknown[0]!r} ({hint})")
+    settings = {k: _parse(BY_NAME[k], v, path) for k, v in raw.items() if k in BY_NAME}
+    for key in ("warehouse", "catalog"):
         if key in raw and not isinstance(raw[key], str):
             raise ConfigError(f"{path}: `{key}` must be a string")
     warehouse = raw.get("warehouse")
@@ -103,7 +334,7 @@ def user_config() -> UserConfig:
         exists=True,
         warehouse=os.path.abspath(warehouse) if warehouse else None,
         catalog=raw.get("catalog") or None,
-        master=raw.get("master") or None,
         spark=_table_of_strings(path, "spark", raw.get("spark", {})),
         path_map=_table_of_strings(path, "path-map", raw.get("path-map", {})),
+        settings=settings,
     )

@@ -329,7 +329,7 @@ def test_config_file_points_at_the_warehouse_once(
     assert _digest(moved) == before and list(elsewhere.iterdir()) == []
     code, out, err = _run(capsys, "config")
     assert code == 0, err
-    assert f"warehouse    {moved} (config file; catalog.db present)" in out
+    assert f"warehouse    {moved} (config file {cfg}; catalog.db present)" in out
     assert f"path-map     {wh} = {moved} (config file)" in out
     monkeypatch.setenv("MOR_WAREHOUSE", str(elsewhere))
     code, out, err = _run(capsys, "explain", "--no-check", "-e", "SELECT * FROM demo.orders")
