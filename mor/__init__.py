@@ -8,8 +8,20 @@ query runs or is checked, so planning (`plan_query`, `metrics`, `explain(check=F
 JVM.
 """
 
-from mor.api import default_catalog, explain, metrics, mor_sql, plan_query, table
-from mor.planner.errors import MorError
+from mor.api import default_catalog, explain, metrics, mor_errors, mor_sql, plan_query, table
+from mor.planner.errors import (
+    ColumnNotFoundError,
+    ConfigError,
+    DataFileError,
+    InternalError,
+    MetadataError,
+    MorError,
+    NotAQueryError,
+    QueryError,
+    SqlSyntaxError,
+    TableNotFoundError,
+    UnsupportedError,
+)
 from mor.planner.settings import Settings
 
 __all__ = [
@@ -19,6 +31,17 @@ __all__ = [
     "metrics",
     "plan_query",
     "default_catalog",
+    "mor_errors",
     "MorError",
+    "DataFileError",
+    "MetadataError",
+    "QueryError",
+    "InternalError",
+    "ColumnNotFoundError",
+    "ConfigError",
+    "NotAQueryError",
+    "SqlSyntaxError",
+    "TableNotFoundError",
+    "UnsupportedError",
     "Settings",
 ]

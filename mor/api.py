@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
+from weakref import WeakKeyDictionary
 
 from pyiceberg.catalog import Catalog, load_catalog
 
@@ -167,7 +169,39 @@ def mor_sql(
     with applied(settings):
         planned = plan_query(sql, catalog=catalog, path_map=path_map)
         session = prepare_session(spark) if spark is not None else local_session()
-        return to_dataframe(planned.optimized, session)
+        df = to_dataframe(planned.optimized, session)
+    _PLANS[df] = planned.optimized
+    return df
+
+
+# the plan behind each DataFrame mor_sql returned, while the DataFrame lives (for mor_errors)
+_PLANS: WeakKeyDictionary[Any, Plan] = WeakKeyDictionary()
+
+
+@contextmanager
+def mor_errors(df: DataFrame | None = None) -> Iterator[None]:
+    """Spark actions inside raise mor's errors where mor can tell what failed:
+
+        with mor_errors(df):
+            rows = df.collect()
+
+    A failure of one of mor's guards inside Spark's tasks (a data file with more rows than its
+    metadata records), a data or delete file missing, truncated, not Parquet or failing its
+    checksum, becomes the MorError subclass naming it (DataFileError, InternalError, ...),
+    raised from Spark's exception. With `df` (a DataFrame `mor_sql` or `table` returned), a
+    failure that names no file is checked against that query's files for a column stored with
+    another type. Any other exception passes unchanged."""
+    try:
+        yield
+    except MorError:
+        raise
+    except Exception as e:
+        from mor.physical.errors import recognised
+
+        found = recognised(e, _PLANS.get(df) if df is not None else None)
+        if found is None:
+            raise
+        raise found from e
 
 
 def explain(

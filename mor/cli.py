@@ -322,51 +322,15 @@ def _replace_atomically(out: str, overwrite: bool, write: Any) -> None:
 
 
 def _run_spark(fn: Any, plan: Any = None) -> Any:
-    """Run a Spark action; its failure becomes one MorError line. When Spark's error names no
-    file, the plan's files are checked for a column of another type (the one fault Spark's
-    Parquet reader reports without a path)."""
+    """Run a Spark action; its failure becomes one MorError line (physical/errors.py)."""
     try:
         return fn()
     except MorError:
         raise
-    except Exception as e:  # noqa: BLE001 - Spark errors arrive as Py4J/Analysis exceptions
-        msg = _spark_error(e)
-        if msg.startswith("query failed") and plan is not None:
-            from mor.planner.layouts import column_type_mismatch
+    except Exception as e:  # noqa: BLE001 - Spark errors arrive as Py4J/Analysis/gRPC exceptions
+        from mor.physical.errors import spark_failure
 
-            msg = column_type_mismatch(plan) or msg
-        raise MorError(msg) from e
-
-
-def _spark_error(e: BaseException) -> str:
-    """One line naming what failed (and the file, when a file is to blame) from a Spark error."""
-    import re
-
-    text = str(e)
-    if "java.lang.StackOverflowError" in text:
-        from mor.physical.errors import STACK
-
-        return STACK
-    m = re.search(r"(mor: [^\n]*)", text)
-    if m:
-        return m.group(1)[len("mor: ") :]
-    m = re.search(r"ChecksumException: Checksum error: (\S+)", text)
-    if m:
-        return (
-            f"file {m.group(1)} fails its Hadoop checksum (the .crc file beside it): it was "
-            "changed after it was written; refusing to read it"
-        )
-    m = re.search(r"(\S+) is not a Parquet file", text)
-    if m:
-        return f"unreadable file {m.group(1)}: not a Parquet file (truncated or another format)"
-    m = re.search(r"(?:FileNotFoundException|PATH_NOT_FOUND\]?)[:\s]*(?:File )?(\S+)", text)
-    if m:
-        return f"file missing: {m.group(1).rstrip('.')}"
-    m = re.search(r"(?:Could not read footer for file|Error while reading file)[:\s]*(\S+)", text)
-    if m:
-        return f"unreadable file {m.group(1).rstrip('.')}"
-    first = next((ln for ln in text.splitlines() if ln.strip()), type(e).__name__)
-    return f"query failed: {first[:300]}"
+        raise spark_failure(e, plan) from e
 
 
 def _format(cols: list[str], rows: list[Any], fmt: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 
 from mor.physical.compile import Compiler
+from mor.planner.errors import InternalError
 from mor.planner.metrics import MorMetrics
 from mor.planner.nodes import AntiJoin, IcebergScan, Plan, Union, show_ids
 
@@ -45,7 +46,8 @@ def count_removed(m: MorMetrics, plan: Plan, spark: SparkSession) -> MorMetrics:
             while isinstance(node, AntiJoin):
                 chain.append(node)
                 node = node.left
-            assert isinstance(node, IcebergScan)
+            if not isinstance(node, IcebergScan):
+                raise InternalError(f"an anti-join chain ends in {type(node).__name__}, not a scan")
             scanned = compiler.compile(node).count()
             by_pos += node.rows_estimate() - scanned
             before = scanned

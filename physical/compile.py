@@ -16,7 +16,7 @@ from mor.physical.paths import SparkPaths
 from mor.physical.scan import float_key, hidden_type, scan_data, scan_eq_deletes
 from mor.physical.session import is_connect
 from mor.physical.types import spark_type
-from mor.planner.errors import MorError, UnsupportedError
+from mor.planner.errors import InternalError, MorError, UnsupportedError
 from mor.planner.nodes import (
     DATA_SEQ,
     DEL_PART,
@@ -81,7 +81,7 @@ class Compiler:
                 names = [_c(c.name) for c in cols]
                 parts = [self.compile(p).select(*names) for p in inputs]
                 return reduce(lambda a, b: a.unionAll(b), parts)
-        raise UnsupportedError(f"internal: no physical operator for {type(node).__name__}")
+        raise InternalError(f"no physical operator for {type(node).__name__}")
 
 
 def _user_columns(df: DataFrame, scan: Plan) -> DataFrame:
@@ -108,7 +108,7 @@ def to_dataframe(plan: Plan, spark: SparkSession, *, analyse_only: bool = False)
     """The query's result. `analyse_only`: over empty scans, to have Spark check the query
     (and name its columns) without reading any file."""
     if not isinstance(plan, SparkQuery):
-        raise UnsupportedError("internal: a plan to run must be a SparkQuery")
+        raise InternalError("a plan to run must be a SparkQuery")
     try:
         if analyse_only:
             frames = [_empty(spark, s) for s in plan.scans]
@@ -120,8 +120,8 @@ def to_dataframe(plan: Plan, spark: SparkSession, *, analyse_only: bool = False)
     except Exception as e:  # noqa: BLE001 - Spark refusing what mor built: one line, not py4j's
         text = str(e).strip().splitlines()
         detail = next((ln for ln in text if "Exception" in ln or "Error" in ln), "")
-        raise MorError(
-            f"internal: Spark refused the scan mor built ({text[0] if text else type(e).__name__}"
+        raise InternalError(
+            f"Spark refused the scan mor built ({text[0] if text else type(e).__name__}"
             f"{'; ' + detail.strip()[:200] if detail and detail != text[0] else ''})"
         ) from e
     return run_query(spark, plan, frames)

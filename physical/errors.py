@@ -1,11 +1,18 @@
-"""Spark's parse and analysis errors as one line in the user's terms: the reason Spark gives,
-the line and column in the user's input, the user's table names instead of mor's views."""
+"""Spark's errors in the user's terms, one line each.
+
+- `query_error`: a parse or analysis error: the reason Spark gives, the line and column in the
+  user's input, the user's table names instead of mor's views.
+- `recognised`: a failure while a query runs that mor can name: one of its own guards (raised
+  inside Spark tasks with `raise_error`), a data or delete file missing, unreadable, changed
+  or of another column type. As a MorError subclass; None for anything else.
+"""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from mor.planner.errors import QueryError
+from mor.planner.errors import DataFileError, InternalError, MorError, QueryError
 from mor.planner.nodes import SparkQuery
 
 _WHERE = re.compile(r"\s*[;.]?\s*\(?line (\d+),? pos (\d+)\)?;?")
@@ -39,3 +46,63 @@ def query_error(e: BaseException, plan: SparkQuery, names: tuple[str, ...]) -> Q
         seen = dict.fromkeys(zip(plan.refs, plan.columns))
         message += "; " + "; ".join(f"columns of {r}: {', '.join(c)}" for r, c in seen)
     return QueryError(message)
+
+
+# mor's guards inside Spark tasks (physical/scan.py, physical/positions.py): "mor: <message>"
+_GUARDS: tuple[tuple[str, type[MorError]], ...] = (
+    ("has more rows than its metadata records", DataFileError),
+    ("came from a file the plan does not list", InternalError),
+)
+
+
+def recognised(e: BaseException, plan: Any = None) -> MorError | None:
+    """The MorError a failed Spark action stands for, if mor can tell; else None. With the
+    query's `plan`, a failure that names no file is checked against the plan's files for a
+    column stored with another type (the one fault Spark's Parquet reader reports unnamed)."""
+    if isinstance(e, MorError):
+        return e
+    text = str(e)
+    if "java.lang.StackOverflowError" in text:
+        return QueryError(STACK)
+    m = re.search(r"mor: ([^\n]*)", text)
+    if m:
+        message = m.group(1).strip()
+        for needle, kind in _GUARDS:
+            if needle in message:
+                return kind(message)
+        return MorError(message)
+    m = re.search(r"ChecksumException: Checksum error: (\S+)", text)
+    if m:
+        return DataFileError(
+            f"file {m.group(1)} fails its Hadoop checksum (the .crc file beside it): it was "
+            "changed after it was written; refusing to read it"
+        )
+    m = re.search(r"(\S+) is not a Parquet file", text)
+    if m:
+        return DataFileError(
+            f"unreadable file {m.group(1)}: not a Parquet file (truncated or another format)"
+        )
+    m = re.search(r"(?:FileNotFoundException|PATH_NOT_FOUND\]?)[:\s]*(?:File )?(\S+)", text)
+    if m:
+        return DataFileError(f"file missing: {m.group(1).rstrip('.')}")
+    m = re.search(r"(?:Could not read footer for file|Error while reading file)[:\s]*(\S+)", text)
+    if m:
+        return DataFileError(f"unreadable file {m.group(1).rstrip('.')}")
+    if plan is not None:
+        from mor.planner.layouts import column_type_mismatch
+
+        mismatch = column_type_mismatch(plan)
+        if mismatch:
+            return DataFileError(mismatch)
+    return None
+
+
+def spark_failure(e: BaseException, plan: Any = None) -> MorError:
+    """A failed Spark action as one MorError line: what `recognised` names, else Spark's first
+    line of the reason."""
+    found = recognised(e, plan)
+    if found is not None:
+        return found
+    text = str(e)
+    first = next((ln for ln in text.splitlines() if ln.strip()), type(e).__name__)
+    return QueryError(f"query failed: {first[:300]}")

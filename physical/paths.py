@@ -15,7 +15,7 @@ from urllib.parse import unquote
 
 from pyspark.sql import DataFrame
 
-from mor.planner.errors import MorError
+from mor.planner.errors import InternalError
 
 
 def _normal(path: str) -> str:
@@ -54,5 +54,5 @@ class SparkPaths:
                 if form is not None:
                     self._known[p] = form
         if path not in self._known:
-            raise MorError(f"internal: Spark did not list {path} among the files it reads")
+            raise InternalError(f"Spark did not list {path} among the files it reads")
         return self._known[path]

@@ -48,3 +48,13 @@ class ConfigError(MorError):
 class QueryError(MorError):
     """Spark refused the query around the scans (an unknown function or column, a type
     mismatch): Spark's reason, at the line and column of the user's text."""
+
+
+class InternalError(MorError):
+    """An invariant of mor's own plan failed: a bug in mor, never a problem with the user's
+    query or table. Raised instead of returning rows from a plan that may be wrong."""
+
+    exit_code = 3
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"internal error (a bug in mor; please report it): {message}")

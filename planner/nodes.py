@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from sqlglot import exp
 
-from mor.planner.errors import MorError
+from mor.planner.errors import InternalError
 
 # Columns added by the planner for merge-on-read.
 DATA_SEQ = "$data_seq"  # data sequence number of the data file a row came from
@@ -215,12 +215,6 @@ class ScanFiles:
     layouts: tuple[Layout, ...] = (Layout(),)
     partition_fields: tuple[PartField, ...] = ()
 
-    def delete(self, file_id: int) -> DeleteTask:
-        for d in self.deletes:
-            if d.file_id == file_id:
-                return d
-        raise KeyError(file_id)
-
 
 class Plan:
     """Base class of logical plan nodes. `_kids` names the fields that hold child plans."""
@@ -281,7 +275,7 @@ class IcebergScan(Plan):
     def __post_init__(self) -> None:
         for h in self.hidden:
             if h not in HIDDEN_COLUMNS:
-                raise MorError(f"internal: unknown metadata column {h}")
+                raise InternalError(f"unknown metadata column {h}")
 
     @property
     def output(self) -> tuple[Col, ...]:
@@ -351,11 +345,11 @@ class AntiJoin(Plan):
         lnames, rnames = _names(self.left.output), _names(self.right.output)
         for lk, rk in self.keys:
             if lk not in lnames or rk not in rnames:
-                raise MorError(f"internal: anti-join key {lk}/{rk} is not produced by its input")
+                raise InternalError(f"anti-join key {lk}/{rk} is not produced by its input")
         if self.seq_guard and DATA_SEQ not in lnames:
-            raise MorError("internal: a sequence-guarded anti-join needs $data_seq on its left")
+            raise InternalError("a sequence-guarded anti-join needs $data_seq on its left")
         if self.part_guard and PART not in lnames:
-            raise MorError("internal: a partition-guarded anti-join needs $partition on its left")
+            raise InternalError("a partition-guarded anti-join needs $partition on its left")
 
     @property
     def output(self) -> tuple[Col, ...]:
@@ -382,7 +376,7 @@ class Union(Plan):
         want = _names(self.columns)
         for p in self.inputs:
             if not want <= _names(p.output):
-                raise MorError("internal: a union branch lacks some of the union's columns")
+                raise InternalError("a union branch lacks some of the union's columns")
 
     @property
     def output(self) -> tuple[Col, ...]:
@@ -422,7 +416,7 @@ class MetadataTable(Plan):
 
     def __post_init__(self) -> None:
         if self.kind not in METADATA_TABLES:
-            raise MorError(f"internal: unknown metadata table {self.kind}")
+            raise InternalError(f"unknown metadata table {self.kind}")
 
     @property
     def output(self) -> tuple[Col, ...]:
@@ -463,11 +457,11 @@ class SparkQuery(Plan):
 
     def __post_init__(self) -> None:
         if len(self.refs) != len(self.scans):
-            raise MorError("internal: a SparkQuery needs one reference text per scan")
+            raise InternalError("a SparkQuery needs one reference text per scan")
         last = 0
         for e in self.edits:
             if e.start < last or e.end < e.start:
-                raise MorError("internal: SparkQuery edits overlap or are out of order")
+                raise InternalError("SparkQuery edits overlap or are out of order")
             last = e.end
 
     @property

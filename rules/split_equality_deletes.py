@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from mor.planner.errors import InternalError
 from mor.planner.nodes import (
     DATA_SEQ,
     GLOBAL_PART,
@@ -116,7 +117,7 @@ def _guards(data: list[DataTask], deletes: EqDeleteScan, files: ScanFiles) -> tu
             if same_scope and not t.data_seq < d.data_seq:
                 seq_needed = True
             if not same_scope and not part_needed:
-                raise AssertionError("partition scope check is inconsistent")
+                raise InternalError("partition scope check is inconsistent")
     return seq_needed, part_needed
 
 
@@ -124,7 +125,7 @@ def _left_key(scan: IcebergScan, field_id: int) -> str:
     for f in scan.fields:
         if f.field_id == field_id and (not f.path or f.col.name == f"$eq{field_id}"):
             return f.col.name
-    raise AssertionError(f"equality field {field_id} missing from branch scan")
+    raise InternalError(f"equality field {field_id} missing from branch scan")
 
 
 def _branch_scan(

@@ -420,3 +420,25 @@ def test_shell_runs_statements_dot_commands_and_explain(
     assert "never run" not in out
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "`foo`" in lines[0] and "(line 1, column 8)" in lines[0]
+
+
+def test_an_internal_error_is_one_line_with_its_own_exit_code(
+    wh: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An invariant of mor's own plan that fails (here: a union whose branch lacks a column)
+    is one line saying it is mor's bug, exit code 3, never rows from a plan that may be
+    wrong."""
+    from dataclasses import replace
+
+    from mor.planner.nodes import IcebergScan, Union
+
+    def broken(plan: Any, ctx: Any) -> Any:
+        scan = next(n for n in plan.walk() if isinstance(n, IcebergScan))
+        return Union(inputs=(scan,), columns=(replace(scan.output[0], name="$nowhere"),))
+
+    broken.__name__ = "broken_rule"
+    monkeypatch.setattr("mor.api.MOR_RULES", (broken,))
+    code, out, err = _run(
+        capsys, "explain", "--no-check", "--warehouse", str(wh), "-e", "SELECT * FROM demo.orders"
+    )
+    _one_line_error(code, 3, out, err, "internal error (a bug in mor; please report it)")

@@ -27,7 +27,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
-from mor import mor_sql
+from mor import DataFileError, MorError, mor_errors, mor_sql
 from mor.cli import main
 from mor.fixtures import TableWriter
 
@@ -397,9 +397,57 @@ def test_a_file_removed_after_planning_fails_the_query_not_the_rows(
     df = mor_sql(SQL, catalog=table.catalog, spark=spark)
     shutil.move(table.b, table.b.with_suffix(".gone"))
     try:
-        with pytest.raises(Exception, match=table.b.name):
-            df.collect()
+        with pytest.raises(DataFileError, match=f"^file missing: .*{table.b.name}$") as e:
+            with mor_errors(df):
+                df.collect()
+        assert e.value.__cause__ is not None  # Spark's exception, for --debug and tracebacks
     finally:
         shutil.move(table.b.with_suffix(".gone"), table.b)
     # (Spark keeps the failed job's result for that DataFrame; a new query reads the file)
     assert [r.id for r in mor_sql(SQL, catalog=table.catalog, spark=spark).collect()] == LIVE
+
+
+# --- the same faults through the API: MorError subclasses -----------------------------------
+
+
+def test_api_users_get_mor_errors_from_failed_actions(
+    table: Table, spark: Any, position_method: str
+) -> None:
+    """A guard that fails inside Spark's tasks reaches `mor_errors` users as DataFileError
+    naming the file; a failure mor cannot attribute passes through unchanged."""
+    table.a.write_bytes(same_size_parquet(table.a, [1, 2, 3, 4, 9]))
+    from mor.planner.scan_planning import clear_manifest_cache
+
+    clear_manifest_cache()
+    df = mor_sql(SQL, catalog=table.catalog, spark=spark)
+    with pytest.raises(DataFileError) as e:
+        with mor_errors():
+            df.collect()
+    assert table.a.name in str(e.value)
+    assert "has more rows than its metadata records (4)" in str(e.value)
+    assert "\n" not in str(e.value)
+    # not mor's failure: Spark's own error, unchanged
+    boom = mor_sql(
+        "SELECT raise_error('the user asked for this') AS x FROM f.t",
+        catalog=table.catalog,
+        spark=spark,
+    )
+    with pytest.raises(Exception, match="the user asked for this") as other:
+        with mor_errors(boom):
+            boom.collect()
+    assert not isinstance(other.value, MorError)
+
+
+def test_api_column_type_mismatch_is_named_with_the_dataframe(table: Table, spark: Any) -> None:
+    """Spark names no file when a Parquet column has another type: given the DataFrame,
+    mor_errors checks that query's files and names the one at fault."""
+    if SPARK_MAJOR >= 4:
+        column, key_type = pa.array(["3"], pa.string()), StringType()
+    else:
+        column, key_type = pa.array([3], pa.int32()), IntegerType()
+    d = _eq_delete_with(table, column, key_type)
+    table.writer.commit(deletes=[d])
+    df = mor_sql(SQL, catalog=table.catalog, spark=spark)
+    with pytest.raises(DataFileError, match=f"equality delete file {d.file_path}"):
+        with mor_errors(df):
+            df.collect()
