@@ -153,8 +153,8 @@ def _column(rf: ReadField, layout: Layout, where: str, merged: bool = False) -> 
         c = c.getField(_leaf_name(layout, rf))
     declared = spark_type(rf.type_str, where)
     read = _read_type(layout, rf, where)
-    if merged or read != _plain(declared):
-        c = _as_declared(c, layout, declared, where, rf.field_id)
+    if merged or read != _plain(declared):  # rebuilt and NaN-shielded in one pass
+        return _as_declared(c, layout, declared, where, rf.field_id).alias(rf.col.name)
     return _nan_shielded(c, _plain(declared)).alias(rf.col.name)
 
 
@@ -181,12 +181,19 @@ def _nan_shielded(c: Column, t: T.DataType) -> Column:
 
 
 def _as_declared(
-    c: Column, layout: Layout, declared: T.DataType, where: str, field_id: int | None = None
+    c: Column,
+    layout: Layout,
+    declared: T.DataType,
+    where: str,
+    field_id: int | None = None,
+    shield: bool = True,
 ) -> Column:
     """A column read as files of `layout` hold it, rebuilt with exactly the declared children,
-    names and types (a NULL struct stays NULL); identity where nothing differs."""
-    if _promoted(layout, field_id, where) is not None:
-        return c.cast(_plain(declared))  # promoted since the file was written
+    names and types (a NULL struct stays NULL); identity where nothing differs. `shield`: float
+    and double leaves outside arrays and maps are NaN-shielded in the same pass."""
+    if _promoted(layout, field_id, where) is not None:  # promoted since the file was written
+        cast = c.cast(_plain(declared))
+        return _nan_shielded(cast, _plain(declared)) if shield else cast
     if isinstance(declared, T.StructType):
         kids = [
             _as_declared(
@@ -195,23 +202,30 @@ def _as_declared(
                 f.dataType,
                 where,
                 _fid(f),
+                shield,
             ).alias(f.name)
             for f in declared.fields
         ]
         return F.when(c.isNull(), F.lit(None)).otherwise(F.struct(*kids))
     in_file = _in_file(declared, layout, where)
-    if in_file == _plain(declared):
-        return c
-    if isinstance(declared, T.ArrayType):
-        return F.transform(c, lambda x: _as_declared(x, layout, declared.elementType, where))
-    if isinstance(declared, T.MapType):
+    if isinstance(declared, T.ArrayType) and in_file != _plain(declared):
+        return F.transform(
+            c, lambda x: _as_declared(x, layout, declared.elementType, where, shield=False)
+        )
+    if isinstance(declared, T.MapType) and in_file != _plain(declared):
         return F.map_from_arrays(
-            F.transform(F.map_keys(c), lambda k: _as_declared(k, layout, declared.keyType, where)),
             F.transform(
-                F.map_values(c), lambda v: _as_declared(v, layout, declared.valueType, where)
+                F.map_keys(c),
+                lambda k: _as_declared(k, layout, declared.keyType, where, shield=False),
+            ),
+            F.transform(
+                F.map_values(c),
+                lambda v: _as_declared(v, layout, declared.valueType, where, shield=False),
             ),
         )
-    return c.cast(_plain(declared))
+    if in_file != _plain(declared):
+        c = c.cast(_plain(declared))
+    return _nan_shielded(c, _plain(declared)) if shield else c
 
 
 def _merged(fields: Sequence[ReadField]) -> set[int]:
