@@ -6,7 +6,7 @@ import os
 
 from pyspark.sql import SparkSession
 
-from mor.planner.errors import ConfigError, MorError
+from mor.planner.errors import ConfigError, MorError, UnsupportedError
 from mor.planner.settings import current, user_config
 
 
@@ -18,7 +18,22 @@ def is_connect(spark: object) -> bool:
 def prepare_session(spark: SparkSession) -> SparkSession:
     """A session given by the user is used as it is: mor changes none of its settings (every
     column is read by name, so no Parquet field-id setting is needed)."""
+    if is_connect(spark):
+        connect_supported()
     return spark
+
+
+def connect_supported() -> None:
+    """Spark Connect needs a pyspark 4 client: mor sends each query with its scans as one SQL
+    relation over named sub-relations (WithRelations), which the 3.5 client cannot build."""
+    import pyspark
+
+    if int(pyspark.__version__.split(".")[0]) < 4:
+        raise UnsupportedError(
+            f"Spark Connect needs pyspark 4.0 or later in this Python (installed: pyspark "
+            f"{pyspark.__version__}, whose Connect client cannot send a query with its scans): "
+            "use a classic session, or install 'mor[connect]' (pyspark-client 4.x)"
+        )
 
 
 def active_session() -> SparkSession | None:
@@ -35,6 +50,8 @@ def active_session() -> SparkSession | None:
 
 def remote_session(url: str, conf: dict[str, str] | None = None) -> SparkSession:
     """A Spark Connect session to `url` (sc://host:port): no JVM in this process."""
+    connect_supported()
+    _reachable(url)
     try:
         builder = SparkSession.builder.remote(url)
         for k, v in (conf or {}).items():
@@ -43,6 +60,25 @@ def remote_session(url: str, conf: dict[str, str] | None = None) -> SparkSession
     except Exception as e:  # noqa: BLE001 - missing client packages, unreachable server
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise MorError(f"cannot connect to Spark Connect at {url}: {first}") from e
+
+
+def _reachable(url: str, timeout: float = 10.0) -> None:
+    """Fail at once, naming the address, when nothing listens at a Connect URL: the Connect
+    client would retry with backoff for many minutes before giving up."""
+    import re
+    import socket
+
+    m = re.match(r"^sc://(\[[^\]]+\]|[^:/;]+)(?::(\d+))?", url)
+    if m is None:
+        raise ConfigError(f"not a Spark Connect URL: {url!r} (expected sc://host:port)")
+    host, port = m.group(1).strip("[]"), int(m.group(2) or 15002)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as e:
+        raise MorError(
+            f"cannot connect to Spark Connect at {url}: nothing answers at {host}:{port} "
+            f"({e.strerror or e})"
+        ) from e
 
 
 def local_session(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:

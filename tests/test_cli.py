@@ -442,3 +442,19 @@ def test_an_internal_error_is_one_line_with_its_own_exit_code(
         capsys, "explain", "--no-check", "--warehouse", str(wh), "-e", "SELECT * FROM demo.orders"
     )
     _one_line_error(code, 3, out, err, "internal error (a bug in mor; please report it)")
+
+
+def test_spark_connect_needs_a_pyspark_4_client(capsys: pytest.CaptureFixture[str]) -> None:
+    """pyspark 3.5's Connect client cannot carry a query with its scans: refused by name
+    before connecting. With pyspark 4, an unreachable server is one line naming it."""
+    import pyspark
+
+    code, out, err = _run(capsys, "run", "--remote", "sc://127.0.0.1:1", "-e", "SELECT 1")
+    if int(pyspark.__version__.split(".")[0]) < 4:
+        _one_line_error(
+            code, 1, out, err, "Spark Connect needs pyspark 4.0 or later", pyspark.__version__
+        )
+    else:  # at once, not after the Connect client's minutes of retries
+        _one_line_error(code, 1, out, err, "sc://127.0.0.1:1", "nothing answers at 127.0.0.1:1")
+        code, out, err = _run(capsys, "run", "--remote", "http://h:1", "-e", "SELECT 1")
+        _one_line_error(code, 1, out, err, "not a Spark Connect URL: 'http://h:1'")
