@@ -1,0 +1,183 @@
+"""Spark Connect against a classic session: mor's overhead on the bench queries, pyspark 4.x.
+
+    .venv/spark4/bin/python bench/connect.py                  # 2M rows, 1% pos, 10% eq deletes
+    .venv/spark4/bin/python bench/connect.py --rows 5000000 --reps 7
+
+One process holds a classic local session (`local[2]`) and a Spark Connect session to a server
+started from pyspark's own jars on 127.0.0.1 with the same master, memory and settings. Every
+query runs through `mor_sql` on both, alternating, after an untimed warm-up of each; results
+must be equal before any time is printed. Reported per query: the median of `mor_sql()` alone
+(planning and building the DataFrame: where Connect adds round trips to the server) and of
+`mor_sql()` plus the action, and the ratio Connect / classic. The table is written with
+pyiceberg (mor.fixtures), position and equality deletes in each data file, and cached in
+`--warehouse`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.run import QUERIES, _action, _bag, _fingerprint  # noqa: E402
+
+
+def build_table(warehouse: Path, rows: int, files: int, pos: float, eq: float) -> str:
+    """`bench.c<rows>` in the embedded catalog at `warehouse` (built once): columns as
+    bench/tables.py, `files` data files, every m-th row of each deleted by position and every
+    n-th id by one equality delete file."""
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import DoubleType, IntegerType, LongType, NestedField, StringType
+
+    from mor.api import default_catalog
+    from mor.fixtures import TableWriter
+
+    name = "bench.c" + f"{rows}_f{files}_pos{pos}_eq{eq}".replace(".", "p")
+    catalog = default_catalog(str(warehouse))
+    if catalog.table_exists(name):
+        return name
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "k", IntegerType(), required=False),
+        NestedField(3, "grp", StringType(), required=False),
+        NestedField(4, "v", DoubleType(), required=False),
+        NestedField(5, "pad", StringType(), required=False),
+    )
+    w = TableWriter(catalog, name, schema)
+    per = rows // files
+    data = []
+    for i in range(files):
+        ids = pa.array(range(i * per, (i + 1) * per), pa.int64())
+        ints = pa.array([x % 1000 for x in range(i * per, (i + 1) * per)], pa.int32())
+        table = pa.table(
+            {
+                "id": ids,
+                "k": ints,
+                "grp": pa.array([f"g{x % 50}" for x in range(i * per, (i + 1) * per)]),
+                "v": pa.array([(x % 9973) / 7 for x in range(i * per, (i + 1) * per)]),
+                "pad": pa.array(["x" * 20] * per),
+            }
+        )
+        data += w.data_files(table)
+    w.commit(data=data)
+    deletes = []
+    if pos:
+        m = round(1 / pos)
+        for f in data:
+            deletes.append(w.position_delete_file({f.file_path: range(0, f.record_count, m)}, f))
+    if eq:
+        n = round(1 / eq)
+        deletes.append(w.equality_delete_file([1], [{1: x} for x in range(1, rows, n)]))
+    w.commit(deletes=deletes)
+    return name
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--files", type=int, default=8)
+    ap.add_argument("--pos", type=float, default=0.01)
+    ap.add_argument("--eq", type=float, default=0.1)
+    ap.add_argument("--queries", nargs="*", default=list(QUERIES), choices=list(QUERIES))
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--warehouse", default=str(Path(tempfile.gettempdir()) / "mor-bench-connect"))
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args(argv)
+
+    import pyspark
+
+    if int(pyspark.__version__.split(".")[0]) < 4:
+        raise SystemExit(
+            f"bench/connect.py needs pyspark 4.x (its jars hold the Connect server); this is "
+            f"pyspark {pyspark.__version__}: run it with .venv/spark4/bin/python"
+        )
+    os.environ.setdefault("MOR_SPARK_MASTER", "local[2]")
+    from pyspark.sql import SparkSession
+
+    from mor import mor_sql
+    from mor.api import default_catalog
+    from mor.physical import local_session
+    from tests.spark_modes import ConnectServer
+
+    warehouse = Path(args.warehouse)
+    name = build_table(warehouse, args.rows, args.files, args.pos, args.eq)
+    catalog = default_catalog(str(warehouse))
+    classic = local_session()
+    server = ConnectServer()
+    try:
+        remote = SparkSession.builder.remote(server.url).getOrCreate()
+        sessions = {"classic": classic, "connect": remote}
+        out = []
+        lo = args.rows // 3
+        print(f"pyspark {pyspark.__version__}, {name}, {args.reps} reps (medians)", flush=True)
+        for q in args.queries:
+            sql = QUERIES[q].format(t=name, lo=lo, hi=lo + 5000)
+
+            def run(label: str, sql: str = sql, q: str = q) -> tuple[float, float]:
+                t0 = time.perf_counter()
+                df = mor_sql(sql, catalog=catalog, spark=sessions[label])
+                t1 = time.perf_counter()
+                _action(df, q)
+                return t1 - t0, time.perf_counter() - t0
+
+            if q == "select_star":
+                results = {
+                    k: _fingerprint(mor_sql(sql, catalog=catalog, spark=s))
+                    for k, s in sessions.items()
+                }
+            else:
+                results = {
+                    k: _bag(mor_sql(sql, catalog=catalog, spark=s).collect())
+                    for k, s in sessions.items()
+                }
+            if results["classic"] != results["connect"]:
+                raise SystemExit(f"RESULTS DIFFER between classic and Connect for {q}")
+            for label in sessions:
+                run(label)  # warm-up
+            build: dict[str, list[float]] = {k: [] for k in sessions}
+            total: dict[str, list[float]] = {k: [] for k in sessions}
+            for _ in range(args.reps):
+                for label in sessions:
+                    b, t = run(label)
+                    build[label].append(b)
+                    total[label].append(t)
+            med = {
+                f"{k}_{what}_s": statistics.median(v[k])
+                for what, v in (("mor_sql", build), ("total", total))
+                for k in sessions
+            }
+            row = {
+                "query": q,
+                **med,
+                "connect/classic": med["connect_total_s"] / med["classic_total_s"],
+            }
+            out.append(row)
+            print(
+                f"{q:<12} classic {row['classic_total_s']:6.2f}s "
+                f"(mor_sql {row['classic_mor_sql_s']:5.2f}s)  connect "
+                f"{row['connect_total_s']:6.2f}s (mor_sql {row['connect_mor_sql_s']:5.2f}s)  "
+                f"connect/classic {row['connect/classic']:5.2f}",
+                flush=True,
+            )
+        ratios = [r["connect/classic"] for r in out]
+        geo = statistics.geometric_mean(ratios)
+        print(f"geometric mean connect/classic over {len(out)} queries: {geo:.2f}")
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps({"rows": out, "geomean": geo}, indent=2))
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
