@@ -3,10 +3,11 @@
     .venv/spark4/bin/python bench/connect.py                  # 2M rows, 1% pos, 10% eq deletes
     .venv/spark4/bin/python bench/connect.py --rows 5000000 --reps 7
 
-One process holds a classic local session (`local[2]`) and a Spark Connect session to a server
-started from pyspark's own jars on 127.0.0.1 with the same master, memory and settings. Every
-query runs through `mor_sql` on both, alternating, after an untimed warm-up of each; results
-must be equal before any time is printed. Reported per query: the median of `mor_sql()` alone
+Two child processes (pyspark allows no classic and Connect session in one): a classic local
+session (`local[2]`), then a Spark Connect session to a server started from pyspark's own jars
+on 127.0.0.1 with the same master and settings. Every query runs through `mor_sql`, an untimed
+warm-up and then `--reps` times; results of the two must be equal before any time is printed.
+Reported per query: the median of `mor_sql()` alone
 (planning and building the DataFrame: where Connect adds round trips to the server) and of
 `mor_sql()` plus the action, and the ratio Connect / classic. The table is written with
 pyiceberg (mor.fixtures), position and equality deletes in each data file, and cached in
@@ -19,10 +20,12 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -81,6 +84,56 @@ def build_table(warehouse: Path, rows: int, files: int, pos: float, eq: float) -
     return name
 
 
+def measure(args: argparse.Namespace, mode: str) -> dict[str, Any]:
+    """In this process, on one session of `mode`: each query's results and its median times."""
+    from mor import mor_sql
+    from mor.api import default_catalog
+
+    warehouse = Path(args.warehouse)
+    name = build_table(warehouse, args.rows, args.files, args.pos, args.eq)
+    catalog = default_catalog(str(warehouse))
+    server = None
+    if mode == "connect":
+        from pyspark.sql import SparkSession
+
+        from tests.spark_modes import ConnectServer
+
+        server = ConnectServer()
+        spark = SparkSession.builder.remote(server.url).getOrCreate()
+    else:
+        from mor.physical import local_session
+
+        spark = local_session()
+    try:
+        lo = args.rows // 3
+        out: dict[str, Any] = {"table": name, "queries": {}}
+        for q in args.queries:
+            sql = QUERIES[q].format(t=name, lo=lo, hi=lo + 5000)
+            if q == "select_star":
+                result = list(_fingerprint(mor_sql(sql, catalog=catalog, spark=spark)))
+            else:
+                result = _bag(mor_sql(sql, catalog=catalog, spark=spark).collect())
+            build, total = [], []
+            for i in range(args.reps + 1):  # the first is an untimed warm-up
+                t0 = time.perf_counter()
+                df = mor_sql(sql, catalog=catalog, spark=spark)
+                t1 = time.perf_counter()
+                _action(df, q)
+                if i:
+                    build.append(t1 - t0)
+                    total.append(time.perf_counter() - t0)
+            out["queries"][q] = {
+                "result": repr(result),
+                "mor_sql_s": statistics.median(build),
+                "total_s": statistics.median(total),
+            }
+        return out
+    finally:
+        spark.stop()
+        if server is not None:
+            server.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=2_000_000)
@@ -91,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--warehouse", default=str(Path(tempfile.gettempdir()) / "mor-bench-connect"))
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--mode", choices=["classic", "connect"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     import pyspark
@@ -101,81 +155,53 @@ def main(argv: list[str] | None = None) -> int:
             f"pyspark {pyspark.__version__}: run it with .venv/spark4/bin/python"
         )
     os.environ.setdefault("MOR_SPARK_MASTER", "local[2]")
-    from pyspark.sql import SparkSession
-
-    from mor import mor_sql
-    from mor.api import default_catalog
-    from mor.physical import local_session
-    from tests.spark_modes import ConnectServer
-
-    warehouse = Path(args.warehouse)
-    name = build_table(warehouse, args.rows, args.files, args.pos, args.eq)
-    catalog = default_catalog(str(warehouse))
-    classic = local_session()
-    server = ConnectServer()
-    try:
-        remote = SparkSession.builder.remote(server.url).getOrCreate()
-        sessions = {"classic": classic, "connect": remote}
-        out = []
-        lo = args.rows // 3
-        print(f"pyspark {pyspark.__version__}, {name}, {args.reps} reps (medians)", flush=True)
-        for q in args.queries:
-            sql = QUERIES[q].format(t=name, lo=lo, hi=lo + 5000)
-
-            def run(label: str, sql: str = sql, q: str = q) -> tuple[float, float]:
-                t0 = time.perf_counter()
-                df = mor_sql(sql, catalog=catalog, spark=sessions[label])
-                t1 = time.perf_counter()
-                _action(df, q)
-                return t1 - t0, time.perf_counter() - t0
-
-            if q == "select_star":
-                results = {
-                    k: _fingerprint(mor_sql(sql, catalog=catalog, spark=s))
-                    for k, s in sessions.items()
-                }
-            else:
-                results = {
-                    k: _bag(mor_sql(sql, catalog=catalog, spark=s).collect())
-                    for k, s in sessions.items()
-                }
-            if results["classic"] != results["connect"]:
-                raise SystemExit(f"RESULTS DIFFER between classic and Connect for {q}")
-            for label in sessions:
-                run(label)  # warm-up
-            build: dict[str, list[float]] = {k: [] for k in sessions}
-            total: dict[str, list[float]] = {k: [] for k in sessions}
-            for _ in range(args.reps):
-                for label in sessions:
-                    b, t = run(label)
-                    build[label].append(b)
-                    total[label].append(t)
-            med = {
-                f"{k}_{what}_s": statistics.median(v[k])
-                for what, v in (("mor_sql", build), ("total", total))
-                for k in sessions
-            }
-            row = {
-                "query": q,
-                **med,
-                "connect/classic": med["connect_total_s"] / med["classic_total_s"],
-            }
-            out.append(row)
-            print(
-                f"{q:<12} classic {row['classic_total_s']:6.2f}s "
-                f"(mor_sql {row['classic_mor_sql_s']:5.2f}s)  connect "
-                f"{row['connect_total_s']:6.2f}s (mor_sql {row['connect_mor_sql_s']:5.2f}s)  "
-                f"connect/classic {row['connect/classic']:5.2f}",
-                flush=True,
-            )
-        ratios = [r["connect/classic"] for r in out]
-        geo = statistics.geometric_mean(ratios)
-        print(f"geometric mean connect/classic over {len(out)} queries: {geo:.2f}")
-        if args.json:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(json.dumps({"rows": out, "geomean": geo}, indent=2))
-    finally:
-        server.stop()
+    if args.mode:  # a child: one session of one kind in this process (pyspark allows no mix)
+        print(json.dumps(measure(args, args.mode)))
+        return 0
+    build_table(Path(args.warehouse), args.rows, args.files, args.pos, args.eq)
+    runs = {}
+    for mode in ("classic", "connect"):
+        child = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                *(argv if argv is not None else sys.argv[1:]),
+                "--mode",
+                mode,
+            ],
+            capture_output=True,
+            text=True,
+        )
+        if child.returncode != 0:
+            raise SystemExit(f"the {mode} run failed:\n{child.stderr[-3000:]}")
+        runs[mode] = json.loads(child.stdout.strip().splitlines()[-1])
+    print(f"pyspark {pyspark.__version__}, {runs['classic']['table']}, medians of {args.reps}")
+    out = []
+    for q in args.queries:
+        c, r = runs["classic"]["queries"][q], runs["connect"]["queries"][q]
+        if c["result"] != r["result"]:
+            raise SystemExit(f"RESULTS DIFFER between classic and Connect for {q}")
+        row = {
+            "query": q,
+            "classic_mor_sql_s": c["mor_sql_s"],
+            "classic_total_s": c["total_s"],
+            "connect_mor_sql_s": r["mor_sql_s"],
+            "connect_total_s": r["total_s"],
+            "connect/classic": r["total_s"] / c["total_s"],
+        }
+        out.append(row)
+        print(
+            f"{q:<12} classic {row['classic_total_s']:6.2f}s "
+            f"(mor_sql {row['classic_mor_sql_s']:5.2f}s)  connect "
+            f"{row['connect_total_s']:6.2f}s (mor_sql {row['connect_mor_sql_s']:5.2f}s)  "
+            f"connect/classic {row['connect/classic']:5.2f}",
+            flush=True,
+        )
+    geo = statistics.geometric_mean([r["connect/classic"] for r in out])
+    print(f"geometric mean connect/classic over {len(out)} queries: {geo:.2f}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"rows": out, "geomean": geo}, indent=2))
     return 0
 
 

@@ -44,8 +44,9 @@ def _action(df: Any, query: str) -> Any:
 def _fingerprint(df: Any) -> tuple:
     from pyspark.sql import functions as F
 
-    row = df.agg(F.count(F.lit(1)), F.sum(F.xxhash64(*df.columns))).collect()[0]
-    return tuple(row)
+    # a decimal sum: a long one overflows under ANSI mode (Spark 4's default)
+    digest = F.sum(F.xxhash64(*df.columns).cast("decimal(38,0)"))
+    return tuple(df.agg(F.count(F.lit(1)), digest).collect()[0])
 
 
 def _bag(rows: list[Any]) -> list[tuple]:
