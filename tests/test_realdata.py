@@ -114,3 +114,28 @@ def test_table_directory_reads_the_current_snapshot(
     )
     sql = f"SELECT count(*) FROM iceberg_scan('{directory}')"
     assert mor_sql(sql, path_map=pm, spark=spark).collect()[0][0] == current["row_count"]
+
+
+@pytest.mark.parametrize("name", list(_TABLES))
+def test_files_read_in_groups_below_the_listing_threshold(
+    name: str, realdata: dict, spark: object, position_method: str
+) -> None:
+    """More files than Spark's listing threshold are read in groups of at most that many, so
+    no listing job runs: with the threshold at 1 every file is a group of its own, and every
+    snapshot reads the same rows, positions and files (each position method)."""
+    from mor.physical.scan import LISTING
+
+    table, pm = _args(name)
+    queries = [f"SELECT * FROM {table}", f"SELECT _file, _pos FROM {table}"]
+
+    def bag(sql: str) -> Counter:
+        return Counter(
+            tuple(str(v) for v in r) for r in mor_sql(sql, path_map=pm, spark=spark).collect()
+        )
+
+    want = [bag(q) for q in queries]
+    spark.conf.set(LISTING, "1")  # type: ignore[attr-defined]
+    try:
+        assert [bag(q) for q in queries] == want
+    finally:
+        spark.conf.unset(LISTING)  # type: ignore[attr-defined]
