@@ -6,7 +6,7 @@ This module does not import pyspark.
 
 from __future__ import annotations
 
-from mor.physical.strategy import file_key_kind, position_strategy
+from mor.physical.strategy import counted_from_metadata, file_key_kind, position_strategy
 from mor.planner.nodes import (
     AntiJoin,
     EqDeleteScan,
@@ -100,6 +100,23 @@ class _Describer:
 
     def _scan(self, node: IcebergScan) -> int:
         tasks = node.data_files()
+        deletes = {d.file_id: d for d in node.files.deletes} if node.files else {}
+        if tasks and counted_from_metadata(
+            len(node.fields),
+            len(node.hidden),
+            len(node.meta),
+            len(node.pushed),
+            len(node.eq_sets),
+            tasks,
+            deletes,
+        ):
+            with_pos = sum(1 for t in tasks if t.pos_deletes)
+            return self.emit(
+                f"spark.range(rows): {len(tasks)} data file(s) of {node.table} hold "
+                f"{sum(t.record_count for t in tasks)} row(s) by their metadata, less the "
+                f"positions deleted from {with_pos} of them (position delete files read on the "
+                "driver); no column is needed, so no data file is read"
+            )
         layouts = sorted({t.layout for t in tasks}) or [0]
         cols = ", ".join(f.col.show() for f in node.fields) or "no columns"
         step = self.emit(
@@ -116,7 +133,6 @@ class _Describer:
         kind = file_key_kind(tasks)
         unique = kind == "file_size"
         key = f"_metadata.{kind}"
-        deletes = {d.file_id: d for d in node.files.deletes} if node.files else {}
         strategy = position_strategy(tasks, deletes, unique)
         if strategy is not None:
             if strategy.method == "bitmap":

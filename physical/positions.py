@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -22,8 +23,10 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from mor.physical.files import read_bytes
+from mor.planner.cache import BoundedCache
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import DataTask, DeleteTask
+from mor.planner.settings import current
 
 
 def first_line(e: BaseException) -> str:
@@ -32,32 +35,68 @@ def first_line(e: BaseException) -> str:
     return text[0] if text else type(e).__name__
 
 
+# Position delete files are immutable: what each holds, grouped by the data file path it
+# names, is kept across queries of one process (setting position_cache_rows), keyed by the
+# path read and its size (check_sizes holds every file to the size its manifest records).
+_POSITIONS: BoundedCache[dict[str, pa.Array]] = BoundedCache()
+
+
+def clear_position_cache() -> None:
+    _POSITIONS.clear()
+
+
+def _delete_file(source_key: str, d: DeleteTask, table: str, limit: int) -> dict[str, pa.Array]:
+    """One position delete file as {data file path as recorded: positions (int64)}."""
+    key = (d.read_path, d.size_bytes)
+    hit = _POSITIONS.get(key)
+    if hit is not None:
+        return hit
+    try:
+        tab = pq.read_table(
+            pa.BufferReader(read_bytes(source_key, d.read_path)), columns=["file_path", "pos"]
+        )
+    except Exception as e:  # noqa: BLE001 - a missing, unreadable or malformed file
+        raise DataFileError(
+            f"cannot read position delete file {d.read_path} of {table}: {first_line(e)}"
+        ) from e
+    paths = pc.dictionary_encode(tab.column("file_path").cast(pa.string())).combine_chunks()
+    pos = tab.column("pos").cast(pa.int64()).combine_chunks()
+    names = paths.dictionary.to_pylist()
+    grouped = pa.table({"i": paths.indices, "p": pos}).group_by("i").aggregate([("p", "list")])
+    lists = grouped.column("p_list").combine_chunks()
+    out = {
+        names[i]: lists[k].values
+        for k, i in enumerate(grouped.column("i").to_pylist())
+        if i is not None  # a NULL path names no data file
+    }
+    _POSITIONS.put(key, out, len(pos), limit)
+    return out
+
+
 def read_positions(
     tasks: Sequence[DataTask], deletes: Mapping[int, DeleteTask], table: str, source_key: str
 ) -> dict[int, pa.Array]:
     """Deleted positions of each data file named by its deletes (by file id): unique, in
-    [0, record count), int64; empty when all its positions were out of that range."""
+    [0, record count), int64; empty when all its positions were out of that range. The delete
+    files are read in parallel (setting io_threads) and cached (position_cache_rows)."""
     pairs: dict[int, dict[str, int]] = {}  # delete file id -> recorded data path -> data file id
     for t in tasks:
         for d in t.pos_deletes:
             pairs.setdefault(d, {})[t.path] = t.file_id
+    settings = current()  # in this thread: the pool's threads see no context
+    limit = settings.position_cache_rows
+    order = sorted(pairs)
+    workers = max(1, min(len(order), settings.io_threads))
+    with ThreadPoolExecutor(workers) as pool:
+        contents = list(
+            pool.map(lambda d: _delete_file(source_key, deletes[d], table, limit), order)
+        )
     found: dict[int, list[pa.Array]] = {}
-    for d, valid in sorted(pairs.items()):
-        where = deletes[d].read_path
-        try:
-            tab = pq.read_table(
-                pa.BufferReader(read_bytes(source_key, where)), columns=["file_path", "pos"]
-            )
-        except Exception as e:  # noqa: BLE001 - a missing, unreadable or malformed file
-            raise DataFileError(
-                f"cannot read position delete file {where} of {table}: {first_line(e)}"
-            ) from e
-        paths = pc.dictionary_encode(tab.column("file_path").cast(pa.string())).combine_chunks()
-        pos = tab.column("pos").cast(pa.int64()).combine_chunks()
-        for i, recorded in enumerate(paths.dictionary.to_pylist()):
-            fid = valid.get(recorded)
-            if fid is not None:
-                found.setdefault(fid, []).append(pos.filter(pc.equal(paths.indices, i)))
+    for d, content in zip(order, contents):
+        for recorded, fid in pairs[d].items():
+            hit = content.get(recorded)
+            if hit is not None:
+                found.setdefault(fid, []).append(hit)
     counts = {t.file_id: t.record_count for t in tasks}
     out: dict[int, pa.Array] = {}
     for fid, parts in found.items():
@@ -142,3 +181,45 @@ def keep_condition(
     word = F.get(_long_array(b"".join(chunks)), index)
     bit = F.bit_get(word, F.col(f"`{row_index}`").bitwiseAND(F.lit(63)).cast("int"))
     return F.coalesce(bit == 0, F.lit(True))
+
+
+def bitmap_files(
+    positions: Mapping[int, pa.Array], tasks: Mapping[int, DataTask], keys: Mapping[int, Any]
+) -> tuple[bytes, list[tuple[Any, int, int, int, str]]]:
+    """All bitmaps as one run of words, and per data file with deletes: (file key, offset of
+    its first word, bits it covers, recorded row count, path as recorded)."""
+    chunks: list[bytes] = []
+    rows = []
+    offset = 0
+    for fid in sorted(positions):
+        words = bitmap_words(positions[fid])
+        n = len(words) // 8
+        rows.append((keys[fid], offset, n * 64, tasks[fid].record_count, tasks[fid].path))
+        chunks.append(words)
+        offset += n
+    return b"".join(chunks), rows
+
+
+def bitmap_keep(
+    words: bytes, row_index: str, off: str, bits: str, count: str, recorded: str, table: str
+) -> Column:
+    """True for a row whose position is not deleted, from its file's row of `bitmap_files`
+    (joined on the file key; NULL for a file without deletes: kept). A row at or past its
+    file's recorded row count stops the query: positions there were dropped as impossible, so
+    it cannot be told apart."""
+    pos = F.col(f"`{row_index}`")
+    msg = F.concat(
+        F.lit("mor: data file "),
+        F.col(f"`{recorded}`"),
+        F.lit(f" of {table} has more rows than its metadata records ("),
+        F.col(f"`{count}`").cast("string"),
+        F.lit(")"),
+    )
+    word = F.get(_long_array(words), (F.col(f"`{off}`") + F.shiftright(pos, 6)).cast("int"))
+    bit = F.bit_get(word, pos.bitwiseAND(F.lit(63)).cast("int"))
+    return (
+        F.when(F.col(f"`{count}`").isNull(), F.lit(True))
+        .when(pos >= F.col(f"`{count}`"), F.raise_error(msg).cast("boolean"))
+        .when(pos >= F.col(f"`{bits}`"), F.lit(True))
+        .otherwise(bit == 0)
+    )

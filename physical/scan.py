@@ -21,8 +21,14 @@ from pyspark.sql import types as T
 
 from mor.physical.files import file_sizes
 from mor.physical.paths import SparkPaths
-from mor.physical.positions import first_line, keep_condition, read_positions
-from mor.physical.strategy import file_key_kind, position_strategy
+from mor.physical.positions import (
+    bitmap_files,
+    bitmap_keep,
+    first_line,
+    keep_condition,
+    read_positions,
+)
+from mor.physical.strategy import counted_from_metadata, file_key_kind, position_strategy
 from mor.physical.types import FIELD_ID_KEY, spark_type
 from mor.planner.errors import DataFileError, UnsupportedError
 from mor.planner.nodes import (
@@ -349,6 +355,8 @@ def _file_table(
 
 
 COUNT = "$count"
+OFF = "$bitmap_offset"
+BITS = "$bitmap_bits"
 RECORDED = "$recorded_path"
 
 
@@ -403,6 +411,20 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
     used = sorted({p for t in tasks for p in t.pos_deletes})
     check_sizes(tasks, scan.source_key, "data", scan.table)
     check_sizes([deletes[i] for i in used], scan.source_key, "delete", scan.table)
+    if counted_from_metadata(
+        len(scan.fields),
+        len(scan.hidden),
+        len(scan.meta),
+        len(scan.pushed),
+        len(scan.eq_sets),
+        tasks,
+        deletes,
+    ):
+        # no column and no filter: the rows are the files' record counts less the exactly
+        # deleted positions (unique, within each file's count), and no data file is read
+        found = read_positions(tasks, deletes, scan.table, scan.source_key) if used else {}
+        live = sum(t.record_count for t in tasks) - sum(len(p) for p in found.values())
+        return spark.range(live).select()
     kind = file_key_kind(tasks)
     layouts = scan.files.layouts if scan.files else (Layout(),)
     where = f"table {scan.table}"
@@ -442,9 +464,17 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
             return _sql_literal(v, T.StringType() if text else dtype)
 
         by_id = {t.file_id: t for t in tasks}
-        keep = keep_condition(found, by_id, FKEY, keys, POS, literal)
-        if keep is not None:
+        if found and strategy.by_case:
+            keep = keep_condition(found, by_id, FKEY, keys, POS, literal)
             df = df.where(keep)
+        elif found:
+            # one broadcast row per data file with deletes (its bitmap's place in one array
+            # literal), joined on the file key: the plan grows by a row per file, not a branch
+            words, rows = bitmap_files(found, by_id, keys)
+            types = (T.IntegerType(), T.LongType(), T.LongType(), T.StringType())
+            names = (OFF, BITS, COUNT, RECORDED)
+            df = df.join(_file_table(spark, kind, rows, names, types), FKEY, "left")
+            df = df.where(bitmap_keep(words, POS, OFF, BITS, COUNT, RECORDED, scan.table))
     elif strategy is not None:
         positions = _positions(spark, tasks, deletes, paths, kind, keys, scan.table)
         on: list[str] = [FKEY, POS]

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import bisect
 import os
-import threading
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestCo
 from pyiceberg.schema import Schema
 from pyiceberg.table.snapshots import Snapshot
 
+from mor.planner.cache import BoundedCache
 from mor.planner.errors import MetadataError, UnsupportedError
 from mor.planner.nodes import (
     GLOBAL_PART,
@@ -139,44 +139,10 @@ def _manifests(src: TableSource, snap: Snapshot) -> list[ManifestFile]:
         ) from e
 
 
-class _ManifestCache:
-    """Manifests are immutable: their live entries are kept across queries of one process.
-
-    Keyed by the path actually read, its length and the manifest's sequence number (inherited
-    numbers depend on it); bounded by the number of entries held (MOR_MANIFEST_CACHE_ENTRIES).
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._data: OrderedDict[tuple[str, int, int], list[Any]] = OrderedDict()
-        self._held = 0
-        self.limit = 500_000  # entries held at most: setting manifest_cache_entries, per read
-
-    def get(self, key: tuple[str, int, int]) -> list[Any] | None:
-        with self._lock:
-            hit = self._data.get(key)
-            if hit is not None:
-                self._data.move_to_end(key)
-            return hit
-
-    def put(self, key: tuple[str, int, int], entries: list[Any]) -> None:
-        limit = self.limit
-        with self._lock:
-            if key in self._data or len(entries) > limit:
-                return
-            self._data[key] = entries
-            self._held += len(entries)
-            while self._held > limit and self._data:
-                _, old = self._data.popitem(last=False)
-                self._held -= len(old)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-            self._held = 0
-
-
-_CACHE = _ManifestCache()
+# Manifests are immutable: their live entries are kept across queries of one process, keyed
+# by the path actually read, its length and the manifest's sequence number (inherited numbers
+# depend on it), bounded by the entries held (setting manifest_cache_entries).
+_CACHE: BoundedCache[list[Any]] = BoundedCache()
 
 
 def clear_manifest_cache() -> None:
@@ -197,7 +163,7 @@ def moved_hint(src: TableSource, recorded: str) -> str:
     return text
 
 
-def _entries(src: TableSource, manifest: ManifestFile) -> list[Any]:
+def _entries(src: TableSource, manifest: ManifestFile, limit: int) -> list[Any]:
     key = (
         src.read_path(manifest.manifest_path),
         manifest.manifest_length,
@@ -207,7 +173,7 @@ def _entries(src: TableSource, manifest: ManifestFile) -> list[Any]:
     if hit is not None:
         return hit
     entries = _fetch(src, manifest)
-    _CACHE.put(key, entries)
+    _CACHE.put(key, entries, len(entries), limit)
     return entries
 
 
@@ -344,15 +310,15 @@ def _read_all(
     src: TableSource, manifests: list[ManifestFile]
 ) -> Iterator[tuple[ManifestFile, list[Any]]]:
     """Manifests read on a thread pool (setting planning_threads), yielded in order."""
-    settings = current()
-    _CACHE.limit = settings.manifest_cache_entries
+    settings = current()  # read here, in the caller's thread: the pool's threads see no context
+    limit = settings.manifest_cache_entries
     workers = min(len(manifests), settings.planning_threads)
     if workers <= 1:
         for m in manifests:
-            yield m, _entries(src, m)
+            yield m, _entries(src, m, limit)
         return
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mor-manifests") as pool:
-        yield from zip(manifests, pool.map(lambda m: _entries(src, m), manifests))
+        yield from zip(manifests, pool.map(lambda m: _entries(src, m, limit), manifests))
 
 
 def _bindable(expr: BooleanExpression, schema: Schema) -> BooleanExpression:

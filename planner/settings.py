@@ -48,11 +48,19 @@ SETTINGS: tuple[Setting, ...] = (
         "manifest entries kept across queries of one process",
     ),
     Setting(
+        "position_cache_rows",
+        "MOR_POSITION_CACHE_ROWS",
+        int,
+        10_000_000,
+        "positions of position delete files kept across queries of one process (read on the "
+        "driver for bitmaps; 8 bytes each)",
+    ),
+    Setting(
         "io_threads",
         "MOR_IO_THREADS",
         int,
         16,
-        "sizes of remote files fetched in parallel",
+        "sizes of remote files and position delete files fetched in parallel",
         minimum=1,
     ),
     Setting(
@@ -71,11 +79,13 @@ SETTINGS: tuple[Setting, ...] = (
         "(one bit per row of each data file with deletes); 0 always uses the anti-join",
     ),
     Setting(
-        "position_bitmap_files",
-        "MOR_POSITION_BITMAP_FILES",
+        "position_bitmap_case_files",
+        "MOR_POSITION_BITMAP_CASE_FILES",
         int,
         64,
-        "... and at most this many data files of the scan have position deletes",
+        "up to this many data files with position deletes, each file's bitmap is picked by a "
+        "CASE on the file key (cheapest per row); beyond, by a broadcast join (a plan that does "
+        "not grow a branch per file)",
     ),
     Setting(
         "position_driver_rows",
@@ -168,10 +178,11 @@ class Settings:
 
     planning_threads: int = 8
     manifest_cache_entries: int = 500_000
+    position_cache_rows: int = 10_000_000
     io_threads: int = 16
     broadcast_rows: int = 20_000_000
     position_bitmap_bytes: int = 4 << 20
-    position_bitmap_files: int = 64
+    position_bitmap_case_files: int = 64
     position_driver_rows: int = 2_000_000
     master: str = "local[*]"
     shuffle_partitions: int = 8

@@ -79,8 +79,8 @@ def test_bad_environment_and_config_values_name_their_origin(
     monkeypatch.delenv("MOR_PLANNING_THREADS")
     cfg = tmp_path / "config.toml"
     monkeypatch.setenv("MOR_CONFIG", str(cfg))
-    cfg.write_text('position_bitmap_files = "x"\n')
-    with pytest.raises(ConfigError, match=f"^{cfg}: position_bitmap_files must be an integer"):
+    cfg.write_text('position_driver_rows = "x"\n')
+    with pytest.raises(ConfigError, match=f"^{cfg}: position_driver_rows must be an integer"):
         Settings.load()
     cfg.write_text("io_thread = 2\n")
     with pytest.raises(ConfigError, match=f"^{cfg}: unknown setting 'io_thread'"):

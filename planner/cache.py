@@ -1,0 +1,53 @@
+"""A least-recently-used cache bounded by the total weight of what it holds (thread-safe).
+
+Used for what is immutable once written and read again by later queries of one process:
+manifest entries (weight: entries) and the parsed content of position delete files (weight:
+positions). The bound is passed with each `put`, from the settings in effect."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+V = TypeVar("V")
+
+
+class BoundedCache(Generic[V]):
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._data: OrderedDict[Hashable, tuple[V, int]] = OrderedDict()
+        self._held = 0
+
+    def get(self, key: Hashable) -> V | None:
+        with self._lock:
+            hit = self._data.get(key)
+            if hit is None:
+                return None
+            self._data.move_to_end(key)
+            return hit[0]
+
+    def put(self, key: Hashable, value: V, weight: int, limit: int) -> None:
+        """Keep `value` unless it alone weighs more than `limit`; the least recently used
+        values go until the total is within `limit`."""
+        with self._lock:
+            if key in self._data or weight > limit:
+                return
+            self._data[key] = (value, weight)
+            self._held += weight
+            while self._held > limit and self._data:
+                _, (_, w) = self._data.popitem(last=False)
+                self._held -= w
+
+    @property
+    def held(self) -> int:
+        return self._held
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self._held = 0
