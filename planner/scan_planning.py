@@ -48,6 +48,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.snapshots import Snapshot
 
 from mor.planner.cache import BoundedCache
+from mor.planner.eq_bounds import may_apply, metrics_of
 from mor.planner.errors import MetadataError, UnsupportedError
 from mor.planner.nodes import (
     GLOBAL_PART,
@@ -416,6 +417,14 @@ def _match(
 
     used: dict[str, _Entry] = {}
     per_file: list[tuple[_Entry, list[_Entry], list[_Entry]]] = []
+    # equality deletes whose key ranges miss a data file's do not apply to it (eq_bounds.py)
+    types = {i: src.metadata.schema().find_type(i) for i in _eq_field_ids(deletes, src)}
+    del_metrics = {
+        id(d): metrics_of(d.file, d.file.equality_ids or (), types)
+        for d in deletes
+        if d.file.content == DataFileContent.EQUALITY_DELETES
+    }
+    eq_fields = {i for i in types}
     for e in data:
         path = e.file.file_path
         pos = [
@@ -426,6 +435,9 @@ def _match(
         eqs = _at_or_after(eq_idx.global_eq, e.seq, True) + _at_or_after(
             eq_idx.by_part.get((e.spec_id, e.part), []), e.seq, True
         )
+        if eqs:
+            mine = metrics_of(e.file, eq_fields, types)
+            eqs = [d for d in eqs if may_apply(mine, del_metrics[id(d)])]
         for d in pos + eqs:
             used[d.file.file_path] = d
         per_file.append((e, pos, eqs))
@@ -517,6 +529,20 @@ def partition_fields(src: TableSource) -> tuple[PartField, ...]:
                     field_id=f.field_id, name=f.name, type_str=nf.field_type.model_dump_json()
                 )
     return tuple(out[k] for k in sorted(out))
+
+
+def _eq_field_ids(deletes: list[_Entry], src: TableSource) -> set[int]:
+    """Equality field ids of the delete files that the table's current schema still has."""
+    schema = src.metadata.schema()
+    ids = {i for d in deletes for i in (d.file.equality_ids or ())}
+    known = set()
+    for i in ids:
+        try:
+            schema.find_field(i)
+        except ValueError:
+            continue
+        known.add(i)
+    return known
 
 
 def pushed_preds(pushed: Iterable[Expr]) -> list[Pred]:
