@@ -11,9 +11,14 @@ from mor.planner.errors import ConfigError
 from mor.planner.settings import SETTINGS, Settings, applied, current
 
 
-def test_every_setting_is_a_typed_field_with_its_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    for setting in SETTINGS:  # the test session itself sets some (MOR_SPARK_MASTER)
+@pytest.fixture(autouse=True)
+def _no_setting_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test sets what it needs: the test session itself sets some (MOR_SPARK_MASTER)."""
+    for setting in SETTINGS:
         monkeypatch.delenv(setting.env, raising=False)
+
+
+def test_every_setting_is_a_typed_field_with_its_default() -> None:
     s = Settings()
     for setting in SETTINGS:
         assert isinstance(getattr(s, setting.name), setting.kind)
