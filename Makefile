@@ -57,9 +57,9 @@ test: java dev spark4
 	@echo "== pyspark $(SPARK35), classic =="
 	$(BIN)/python -m pytest -q --ignore=tests/test_matrix.py
 	@echo "== pyspark $(SPARK35), local-cluster[2,1,1024] =="
-	MOR_TEST_SPARK=local-cluster $(BIN)/python -m pytest -q tests/test_matrix.py tests/test_realdata.py -k "not tpcds"
+	MOR_TEST_SPARK=local-cluster $(BIN)/python -m pytest -q tests/test_matrix.py tests/test_realdata.py -k "not tpcds and not listing_threshold"
 	@echo "== pyspark $(SPARK35), standalone master and worker on 127.0.0.1 =="
-	MOR_TEST_SPARK=standalone $(BIN)/python -m pytest -q tests/test_matrix.py tests/test_realdata.py -k "not tpcds"
+	MOR_TEST_SPARK=standalone $(BIN)/python -m pytest -q tests/test_matrix.py tests/test_realdata.py -k "not tpcds and not listing_threshold"
 	@echo "== pyspark $(SPARK4), classic =="
 	$(S4)/python -m pytest -q $(S4_TESTS)
 	@echo "== pyspark $(SPARK4), Spark Connect =="

@@ -15,12 +15,10 @@ are pruned only by partition (never a global one) and by having no surviving dat
 
 from __future__ import annotations
 
-import bisect
 import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from pyiceberg.expressions import (
@@ -48,6 +46,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.snapshots import Snapshot
 
 from mor.planner.cache import BoundedCache
+from mor.planner.delete_index import DeleteIndex, Entry
 from mor.planner.eq_bounds import may_apply, metrics_of
 from mor.planner.errors import MetadataError, UnsupportedError
 from mor.planner.nodes import (
@@ -63,8 +62,6 @@ from mor.planner.nodes import (
 )
 from mor.planner.settings import current
 from mor.planner.sources import TableSource
-
-POS_FILE_PATH_ID = 2147483546
 
 _OPS: dict[str, Callable[[str, Any], BooleanExpression]] = {
     "=": EqualTo,
@@ -96,23 +93,6 @@ def row_filter(preds: Iterable[Pred], names: dict[str, str]) -> BooleanExpressio
             continue
         out = And(out, term)
     return out
-
-
-@dataclass
-class _Entry:
-    file: DataFile
-    seq: int
-    spec_id: int
-    part: tuple[Any, ...]
-
-
-@dataclass
-class _Indexed:
-    """Deletes grouped so matching costs a bisect per data file, not a pass over all deletes."""
-
-    by_part: dict[tuple[int, tuple[Any, ...]], list[_Entry]] = field(default_factory=dict)
-    by_ref: dict[str, list[_Entry]] = field(default_factory=dict)
-    global_eq: list[_Entry] = field(default_factory=list)
 
 
 def snapshot_for(src: TableSource, snapshot_id: int | None) -> Snapshot | None:
@@ -217,14 +197,6 @@ def _check_supported(src: TableSource, f: DataFile) -> None:
         )
 
 
-def _bounds_admit(d: DataFile, path: str) -> bool:
-    """file_path bounds of a position delete file, used only as an inclusive range."""
-    lo = (d.lower_bounds or {}).get(POS_FILE_PATH_ID)
-    hi = (d.upper_bounds or {}).get(POS_FILE_PATH_ID)
-    raw = path.encode("utf-8")
-    return (lo is None or lo <= raw) and (hi is None or raw <= hi)
-
-
 def plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles:
     """Read the snapshot's manifests and decide, file by file, which deletes apply."""
     snap = snapshot_for(src, scan.snapshot_id)
@@ -246,8 +218,8 @@ def plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles:
     n_del_m = len(manifests) - n_data_m
     part_eval: dict[int, Callable[[DataFile], bool]] = {}
     kept_m = {ManifestContent.DATA: 0, ManifestContent.DELETES: 0}
-    data: list[_Entry] = []
-    deletes: list[_Entry] = []
+    data: list[Entry] = []
+    deletes: list[Entry] = []
     n_data_total = n_data_part = 0
     unfiltered = isinstance(filt, AlwaysTrue)
     # with nothing pushed there is nothing to prune by: skip building per-file metrics
@@ -285,7 +257,7 @@ def plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles:
             if seq is None:
                 raise MetadataError(f"table {src.name}: file {f.file_path} has no sequence number")
             part = tuple(f.partition[i] for i in range(len(f.partition)))
-            e = _Entry(f, seq, spec_id, part)
+            e = Entry(f, seq, spec_id, part)
             if f.content == DataFileContent.DATA:
                 n_data_total += 1
                 if not part_eval[spec_id](f):
@@ -364,38 +336,11 @@ def _manifest_evaluator(
     return may_match
 
 
-def _index(deletes: list[_Entry], src: TableSource) -> tuple[_Indexed, _Indexed]:
-    pos, eq = _Indexed(), _Indexed()
-    for d in deletes:
-        f = d.file
-        if f.content == DataFileContent.POSITION_DELETES:
-            ref = getattr(f, "referenced_data_file", None)
-            if ref:
-                pos.by_ref.setdefault(ref, []).append(d)
-            else:
-                pos.by_part.setdefault((d.spec_id, d.part), []).append(d)
-        elif _is_unpartitioned(src, d.spec_id):
-            eq.global_eq.append(d)
-        else:
-            eq.by_part.setdefault((d.spec_id, d.part), []).append(d)
-    for idx in (pos, eq):
-        for lst in list(idx.by_part.values()) + list(idx.by_ref.values()) + [idx.global_eq]:
-            lst.sort(key=lambda x: (x.seq, x.file.file_path))
-    return pos, eq
-
-
-def _at_or_after(lst: list[_Entry], seq: int, strict: bool) -> list[_Entry]:
-    """Deletes with delete_seq >= seq (position) or > seq (equality); `lst` sorted by seq."""
-    keys = [x.seq for x in lst]
-    i = bisect.bisect_right(keys, seq) if strict else bisect.bisect_left(keys, seq)
-    return lst[i:]
-
-
 def _match(
     src: TableSource,
     snap: Snapshot,
-    data: list[_Entry],
-    deletes: list[_Entry],
+    data: list[Entry],
+    deletes: list[Entry],
     n_data_total: int,
     n_data_part: int,
     kept_m: dict[ManifestContent, int],
@@ -403,7 +348,7 @@ def _match(
     n_del_m: int,
     n_del_total: dict[str, Any],
 ) -> ScanFiles:
-    pos_idx, eq_idx = _index(deletes, src)
+    index = DeleteIndex(deletes, lambda spec_id: _is_unpartitioned(src, spec_id))
     data.sort(key=lambda e: e.file.file_path)
     parts: dict[tuple[int, tuple[Any, ...]], int] = {}
     labels: list[str] = []
@@ -415,8 +360,8 @@ def _match(
             labels.append(_part_label(src, spec_id, part))
         return parts[key]
 
-    used: dict[str, _Entry] = {}
-    per_file: list[tuple[_Entry, list[_Entry], list[_Entry]]] = []
+    used: dict[str, Entry] = {}
+    per_file: list[tuple[Entry, list[Entry], list[Entry]]] = []
     # equality deletes whose key ranges miss a data file's do not apply to it (eq_bounds.py)
     types = {i: src.metadata.schema().find_type(i) for i in _eq_field_ids(deletes, src)}
     del_metrics = {
@@ -426,15 +371,8 @@ def _match(
     }
     eq_fields = {i for i in types}
     for e in data:
-        path = e.file.file_path
-        pos = [
-            d
-            for d in _at_or_after(pos_idx.by_part.get((e.spec_id, e.part), []), e.seq, False)
-            if _bounds_admit(d.file, path)
-        ] + _at_or_after(pos_idx.by_ref.get(path, []), e.seq, False)
-        eqs = _at_or_after(eq_idx.global_eq, e.seq, True) + _at_or_after(
-            eq_idx.by_part.get((e.spec_id, e.part), []), e.seq, True
-        )
+        pos = index.position_deletes(e)
+        eqs = index.equality_deletes(e)
         if eqs:
             mine = metrics_of(e.file, eq_fields, types)
             eqs = [d for d in eqs if may_apply(mine, del_metrics[id(d)])]
@@ -531,7 +469,7 @@ def partition_fields(src: TableSource) -> tuple[PartField, ...]:
     return tuple(out[k] for k in sorted(out))
 
 
-def _eq_field_ids(deletes: list[_Entry], src: TableSource) -> set[int]:
+def _eq_field_ids(deletes: list[Entry], src: TableSource) -> set[int]:
     """Equality field ids of the delete files that the table's current schema still has."""
     schema = src.metadata.schema()
     ids = {i for d in deletes for i in (d.file.equality_ids or ())}
