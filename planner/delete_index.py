@@ -22,7 +22,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pyiceberg.manifest import DataFile, DataFileContent
+from pyiceberg.manifest import DataFileContent
+
+from mor.planner.manifests import EntryFile
 
 POS_FILE_PATH_ID = 2147483546
 """Field id of `file_path` in position delete files (its bounds are a path range)."""
@@ -33,13 +35,13 @@ class Entry:
     """A manifest entry as planning sees it: the file, its data sequence number (inherited
     when the entry has none), the spec it was written with and its partition tuple."""
 
-    file: DataFile
+    file: EntryFile
     seq: int
     spec_id: int
     part: tuple[Any, ...]
 
 
-def bounds_admit(d: DataFile, path: str) -> bool:
+def bounds_admit(d: EntryFile, path: str) -> bool:
     """Whether `path` lies in the `file_path` bounds of position delete file `d` (inclusive;
     missing bounds admit every path)."""
     lo = (d.lower_bounds or {}).get(POS_FILE_PATH_ID)

@@ -70,7 +70,7 @@ class FieldMetrics:
 
 
 def metrics_of(f: Any, field_ids: Any, types: Mapping[int, IcebergType]) -> dict[int, FieldMetrics]:
-    """The metrics of `f` (a pyiceberg DataFile) for the fields that can rule a file out."""
+    """The metrics of `f` (a manifest entry's file) for the fields that can rule a file out."""
     lowers = f.lower_bounds or {}
     uppers = f.upper_bounds or {}
     nulls = f.null_value_counts or {}

@@ -41,7 +41,8 @@ from pyiceberg.expressions.visitors import (
     inclusive_projection,
     manifest_evaluator,
 )
-from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestContent, ManifestFile
+from pyiceberg.manifest import DataFileContent, FileFormat, ManifestContent, ManifestFile
+from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.snapshots import Snapshot
 
@@ -49,6 +50,7 @@ from mor.planner.cache import BoundedCache
 from mor.planner.delete_index import DeleteIndex, Entry
 from mor.planner.eq_bounds import may_apply, metrics_of
 from mor.planner.errors import MetadataError, UnsupportedError
+from mor.planner.manifests import EntryFile, ManifestEntry, decode_manifest, gc_paused
 from mor.planner.nodes import (
     GLOBAL_PART,
     DataTask,
@@ -123,7 +125,7 @@ def _manifests(src: TableSource, snap: Snapshot) -> list[ManifestFile]:
 # Manifests are immutable: their live entries are kept across queries of one process, keyed
 # by the path actually read, its length and the manifest's sequence number (inherited numbers
 # depend on it), bounded by the entries held (setting manifest_cache_entries).
-_CACHE: BoundedCache[list[Any]] = BoundedCache()
+_CACHE: BoundedCache[list[ManifestEntry]] = BoundedCache()
 
 
 def clear_manifest_cache() -> None:
@@ -144,48 +146,56 @@ def moved_hint(src: TableSource, recorded: str) -> str:
     return text
 
 
-def _entries(src: TableSource, manifest: ManifestFile, limit: int) -> list[Any]:
-    key = (
+def _cache_key(src: TableSource, manifest: ManifestFile) -> tuple[str, int, int]:
+    return (
         src.read_path(manifest.manifest_path),
         manifest.manifest_length,
         manifest.sequence_number or 0,
     )
-    hit = _CACHE.get(key)
-    if hit is not None:
-        return hit
-    entries = _fetch(src, manifest)
-    _CACHE.put(key, entries, len(entries), limit)
-    return entries
 
 
-def _fetch(src: TableSource, manifest: ManifestFile) -> list[Any]:
+def _read_bytes(src: TableSource, manifest: ManifestFile) -> bytes:
     try:
-        return manifest.fetch_manifest_entry(src.io, discard_deleted=True)
+        with src.io.new_input(manifest.manifest_path).open() as f:
+            return f.read()
     except FileNotFoundError as e:
         raise MetadataError(
             f"table {src.name}: manifest {manifest.manifest_path} is missing"
             f"{moved_hint(src, manifest.manifest_path)}"
         ) from e
-    except Exception as e:  # noqa: BLE001 - a broken Avro file surfaces as many error kinds
+    except OSError as e:
         raise MetadataError(
             f"table {src.name}: cannot read manifest {manifest.manifest_path}: {e}"
         ) from e
 
 
-def _is_unpartitioned(src: TableSource, spec_id: int) -> bool:
-    spec = src.metadata.specs()[spec_id]
+def _decoded(
+    src: TableSource, manifest: ManifestFile, raw: bytes, limit: int
+) -> list[ManifestEntry]:
+    try:
+        entries = decode_manifest(raw, manifest, src.io)
+    except Exception as e:  # noqa: BLE001 - a broken Avro file surfaces as many error kinds
+        raise MetadataError(
+            f"table {src.name}: cannot read manifest {manifest.manifest_path}: "
+            f"{type(e).__name__}: {e}"
+        ) from e
+    _CACHE.put(_cache_key(src, manifest), entries, len(entries), limit)
+    return entries
+
+
+def _is_unpartitioned(spec: PartitionSpec) -> bool:
     return all(str(f.transform) == "void" for f in spec.fields)
 
 
-def _part_label(src: TableSource, spec_id: int, part: tuple[Any, ...]) -> str:
-    spec = src.metadata.specs()[spec_id]
-    if not spec.fields:
+def _part_label(names: tuple[str, ...], spec_id: int, part: tuple[Any, ...]) -> str:
+    """`names`: the spec's partition field names."""
+    if not names:
         return f"spec {spec_id}: unpartitioned"
-    vals = ", ".join(f"{f.name}={v!r}" for f, v in zip(spec.fields, part))
+    vals = ", ".join(f"{n}={v!r}" for n, v in zip(names, part))
     return f"spec {spec_id}: {vals}"
 
 
-def _check_supported(src: TableSource, f: DataFile) -> None:
+def _check_supported(src: TableSource, f: EntryFile) -> None:
     fmt = f.file_format
     if fmt == FileFormat.PUFFIN:
         raise UnsupportedError(
@@ -199,6 +209,11 @@ def _check_supported(src: TableSource, f: DataFile) -> None:
 
 def plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles:
     """Read the snapshot's manifests and decide, file by file, which deletes apply."""
+    with gc_paused():
+        return _plan_scan(scan, src, schema)
+
+
+def _plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles:
     snap = snapshot_for(src, scan.snapshot_id)
     if snap is None:  # a table with no snapshot is empty
         return ScanFiles(
@@ -216,7 +231,7 @@ def plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles:
     manifests = _manifests(src, snap)
     n_data_m = sum(1 for m in manifests if m.content == ManifestContent.DATA)
     n_del_m = len(manifests) - n_data_m
-    part_eval: dict[int, Callable[[DataFile], bool]] = {}
+    part_eval: dict[int, Callable[[EntryFile], bool]] = {}
     kept_m = {ManifestContent.DATA: 0, ManifestContent.DELETES: 0}
     data: list[Entry] = []
     deletes: list[Entry] = []
@@ -248,6 +263,7 @@ def plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles:
         if manifest_eval[spec_id](m):
             kept_m[m.content] += 1
             kept.append(m)
+
     for m, entries in _read_all(src, kept):
         spec_id = m.partition_spec_id
         for entry in entries:
@@ -256,7 +272,7 @@ def plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles:
             seq = entry.sequence_number
             if seq is None:
                 raise MetadataError(f"table {src.name}: file {f.file_path} has no sequence number")
-            part = tuple(f.partition[i] for i in range(len(f.partition)))
+            part = f.partition
             e = Entry(f, seq, spec_id, part)
             if f.content == DataFileContent.DATA:
                 n_data_total += 1
@@ -275,23 +291,46 @@ def plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles:
                 if part_eval[spec_id](f):
                     deletes.append(e)
     return _match(
-        src, snap, data, deletes, n_data_total, n_data_part, kept_m, n_data_m, n_del_m, n_del_total
+        src,
+        snap,
+        data,
+        deletes,
+        n_data_total,
+        n_data_part,
+        kept_m,
+        n_data_m,
+        n_del_m,
+        n_del_total,
     )
 
 
 def _read_all(
     src: TableSource, manifests: list[ManifestFile]
-) -> Iterator[tuple[ManifestFile, list[Any]]]:
-    """Manifests read on a thread pool (setting planning_threads), yielded in order."""
+) -> Iterator[tuple[ManifestFile, list[ManifestEntry]]]:
+    """Live entries of the manifests, in order. Files not in the cache are fetched on a thread
+    pool (setting planning_threads: object stores are slow to answer) and decoded on the
+    calling thread as they arrive, where decoding (CPU) does not contend for the interpreter."""
     settings = current()  # read here, in the caller's thread: the pool's threads see no context
     limit = settings.manifest_cache_entries
-    workers = min(len(manifests), settings.planning_threads)
+    hits = {id(m): _CACHE.get(_cache_key(src, m)) for m in manifests}
+    missing = [m for m in manifests if hits[id(m)] is None]
+    workers = min(len(missing), settings.planning_threads)
     if workers <= 1:
         for m in manifests:
-            yield m, _entries(src, m, limit)
+            hit = hits[id(m)]
+            yield m, hit if hit is not None else _decoded(src, m, _read_bytes(src, m), limit)
         return
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mor-manifests") as pool:
-        yield from zip(manifests, pool.map(lambda m: _entries(src, m, limit), manifests))
+        fetched = {id(m): pool.submit(_read_bytes, src, m) for m in missing}
+        try:
+            for m in manifests:
+                hit = hits[id(m)]
+                if hit is None:
+                    hit = _decoded(src, m, fetched[id(m)].result(), limit)
+                yield m, hit
+        finally:
+            for fut in fetched.values():
+                fut.cancel()
 
 
 def _bindable(expr: BooleanExpression, schema: Schema) -> BooleanExpression:
@@ -305,7 +344,7 @@ def _bindable(expr: BooleanExpression, schema: Schema) -> BooleanExpression:
 
 def _partition_evaluator(
     src: TableSource, schema: Schema, spec_id: int, filt: BooleanExpression
-) -> Callable[[DataFile], bool]:
+) -> Callable[[EntryFile], bool]:
     spec = src.metadata.specs()[spec_id]
     try:
         projected = inclusive_projection(schema, spec, True)(filt)
@@ -348,17 +387,23 @@ def _match(
     n_del_m: int,
     n_del_total: dict[str, Any],
 ) -> ScanFiles:
-    index = DeleteIndex(deletes, lambda spec_id: _is_unpartitioned(src, spec_id))
+    specs = src.metadata.specs()
+    unpartitioned = {i: _is_unpartitioned(spec) for i, spec in specs.items()}
+    # read once: attributes of pyiceberg's spec models are slow to read per file
+    field_names = {i: tuple(f.name for f in spec.fields) for i, spec in specs.items()}
+    field_ids = {i: tuple(f.field_id for f in spec.fields) for i, spec in specs.items()}
+    index = DeleteIndex(deletes, unpartitioned.__getitem__)
     data.sort(key=lambda e: e.file.file_path)
     parts: dict[tuple[int, tuple[Any, ...]], int] = {}
     labels: list[str] = []
 
     def part_id(spec_id: int, part: tuple[Any, ...]) -> int:
         key = (spec_id, part)
-        if key not in parts:
-            parts[key] = len(parts)
-            labels.append(_part_label(src, spec_id, part))
-        return parts[key]
+        pid = parts.get(key)
+        if pid is None:
+            pid = parts[key] = len(parts)
+            labels.append(_part_label(field_names[spec_id], spec_id, part))
+        return pid
 
     used: dict[str, Entry] = {}
     per_file: list[tuple[Entry, list[Entry], list[Entry]]] = []
@@ -386,7 +431,7 @@ def _match(
     for d in sorted(used.values(), key=lambda x: (x.seq, x.file.file_path)):
         del_ids[d.file.file_path] = next_id
         is_pos = d.file.content == DataFileContent.POSITION_DELETES
-        glob = not is_pos and _is_unpartitioned(src, d.spec_id)
+        glob = not is_pos and unpartitioned[d.spec_id]
         delete_tasks.append(
             DeleteTask(
                 file_id=next_id,
@@ -416,9 +461,7 @@ def _match(
                 partition_id=part_id(e.spec_id, e.part),
                 record_count=e.file.record_count,
                 size_bytes=e.file.file_size_in_bytes,
-                partition=tuple(
-                    (f.field_id, v) for f, v in zip(src.metadata.specs()[e.spec_id].fields, e.part)
-                ),
+                partition=tuple(zip(field_ids[e.spec_id], e.part)),
                 pos_deletes=tuple(sorted(del_ids[d.file.file_path] for d in pos)),
                 eq_sets=tuple(
                     sorted({frozenset(d.file.equality_ids or ()) for d in eqs}, key=sorted)
@@ -451,8 +494,9 @@ def _match(
 def partition_fields(src: TableSource) -> tuple[PartField, ...]:
     """Every partition field of the table's specs, by field id (Iceberg's `_partition` type)."""
     out: dict[int, PartField] = {}
-    for spec_id in sorted(src.metadata.specs()):
-        spec = src.metadata.specs()[spec_id]
+    specs = src.metadata.specs()
+    for spec_id in sorted(specs):
+        spec = specs[spec_id]
         for schema in [src.metadata.schema(), *reversed(src.metadata.schemas)]:
             try:
                 ptype = spec.partition_type(schema)
@@ -487,7 +531,7 @@ def pushed_preds(pushed: Iterable[Expr]) -> list[Pred]:
     return [e.pred for e in pushed if e.pred is not None]
 
 
-def _null_free(f: DataFile) -> frozenset[int]:
+def _null_free(f: EntryFile) -> frozenset[int]:
     """Equality field ids that the entry's metrics record as never NULL (count 0)."""
     counts = f.null_value_counts or {}
     return frozenset(i for i in (f.equality_ids or ()) if counts.get(i) == 0)
