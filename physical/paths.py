@@ -3,7 +3,8 @@
 Spark reports a file as its Hadoop URI (`file:/x` for a local `/x` or `file:///x`, escapes such
 as `%20`), which mor needs when rows name their file by path. It is taken from Spark itself,
 without the JVM: each read DataFrame's `inputFiles()` (one call per read, made only when a path
-is asked for), matched to the paths mor gave it after decoding escapes and normalising slashes.
+is asked for; on a classic session fetched as one string, physical/classic.py), matched to the
+paths mor gave it after decoding escapes and normalising slashes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from urllib.parse import unquote
 
 from pyspark.sql import DataFrame
 
+from mor.physical.classic import input_files
+from mor.physical.session import is_connect
 from mor.planner.errors import InternalError
 
 
@@ -47,7 +50,8 @@ class SparkPaths:
         while self._pending and path not in self._known:
             df, paths = self._pending.pop()
             # inputFiles() writes a local file file:///x where _metadata.file_path says file:/x
-            forms = [re.sub(r"^file:///", "file:/", s) for s in df.inputFiles()]
+            listed_files = df.inputFiles() if is_connect(df) else input_files(df, df.sparkSession)
+            forms = [re.sub(r"^file:///", "file:/", s) for s in listed_files]
             listed = {_normal(unquote(s)): s for s in forms}
             for p in paths:
                 form = listed.get(_normal(p))

@@ -19,6 +19,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from mor.physical.classic import read_parquet
 from mor.physical.files import file_sizes
 from mor.physical.paths import SparkPaths
 from mor.physical.positions import (
@@ -28,6 +29,7 @@ from mor.physical.positions import (
     keep_condition,
     read_positions,
 )
+from mor.physical.session import is_connect
 from mor.physical.strategy import counted_from_metadata, file_key_kind, position_strategy
 from mor.physical.types import FIELD_ID_KEY, spark_type
 from mor.planner.errors import DataFileError, UnsupportedError
@@ -250,33 +252,39 @@ def _read(
     what: str,
     paths: SparkPaths,
     columns: Sequence[Column],
+    meta: Sequence[tuple[str, str]] = (),
 ) -> DataFrame:
-    """`columns` of the files (they may read `_metadata`); `paths` learns Spark's form of the
-    files' paths from the reads.
+    """`columns` of the files, then `meta`: (alias, `_metadata` field) pairs; `paths` learns
+    Spark's form of the files' paths from the reads.
 
     Spark lists the paths it is given when the DataFrame is made, and more paths than the
     session's listing threshold (32 by default) start a Spark job to list them (0.7-4.5 s for
     83 files, against 0.13 s below it). mor knows every file already, so it reads them in
     groups of at most that many paths, unioned: the listing stays on the driver, and the
-    user's setting is read, never changed. (`_metadata` does not resolve above a union: each
-    group is projected first.)"""
+    user's setting is read, never changed. `_metadata` does not resolve above a union, so each
+    group selects its `_metadata` fields; `columns` are applied once, above the union (on a
+    classic session every Column passed to a select is a py4j round trip)."""
     try:
         limit = max(int(spark.conf.get(LISTING, "32") or 32), 1)
     except (TypeError, ValueError):
         limit = 32
     frames = []
+    classic = not is_connect(spark)
+    reader = spark.read.schema(schema)
     for i in range(0, len(read_paths), limit):
         chunk = read_paths[i : i + limit]
         try:
-            df = spark.read.schema(schema).parquet(*chunk)
+            df = read_parquet(reader, spark, chunk) if classic else reader.parquet(*chunk)
         except Exception as e:  # noqa: BLE001 - AnalysisException for a missing path, etc.
             raise DataFileError(f"cannot read {what}: {first_line(e)}") from e
         paths.learn(df, chunk)
-        frames.append(df.select(*columns))
+        if meta:
+            df = df.select("*", *[F.col(f"_metadata.{field}").alias(a) for a, field in meta])
+        frames.append(df)
     df = frames[0]
     for other in frames[1:]:
         df = df.union(other)
-    return df
+    return df.select(*columns, *[a for a, _ in meta])
 
 
 FKEY = "$fkey"
@@ -434,11 +442,7 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
         layout = layouts[lay_idx]
         group = [t for t in tasks if t.layout == lay_idx]
         cols = [_column(f, layout, where, f.field_id in merged) for f in scan.fields]
-        if need_pos or scan.meta:
-            cols += [
-                F.col(f"_metadata.{kind}").alias(FKEY),
-                F.col("_metadata.row_index").alias(POS),
-            ]
+        meta = [(FKEY, kind), (POS, "row_index")] if need_pos or scan.meta else []
         frames.append(
             _read(
                 spark,
@@ -447,6 +451,7 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
                 f"data files of {scan.table}",
                 paths,
                 cols,
+                meta,
             )
         )
     keys = _file_keys(tasks, kind, paths)
@@ -589,8 +594,16 @@ def _positions(
         [T.StructField("file_path", T.StringType()), T.StructField("pos", T.LongType())]
     )  # no field ids: the spec fixes these names
     read_paths = [deletes[i].read_path for i in used]
-    cols = [F.col("file_path"), F.col("pos"), F.col("_metadata.file_path").alias("$dpath")]
-    pdf = _read(spark, schema, read_paths, f"position deletes of {table}", paths, cols)
+    cols = [F.col("file_path"), F.col("pos")]
+    pdf = _read(
+        spark,
+        schema,
+        read_paths,
+        f"position deletes of {table}",
+        paths,
+        cols,
+        [("$dpath", "file_path")],
+    )
     pairs = [
         (paths(deletes[p].read_path), t.path, keys[t.file_id]) for t in tasks for p in t.pos_deletes
     ]
@@ -618,12 +631,9 @@ def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) 
         layout = node.layouts[lay_idx]
         group = [f for f in node.files if f.layout == lay_idx]
         read_paths = [f.read_path for f in group]
-        cols = [
-            *[_column(k, layout, where) for k in node.keys],
-            F.col(f"_metadata.{kind}").alias(FKEY),
-        ]
+        cols = [_column(k, layout, where) for k in node.keys]
         schema = _read_schema(node.keys, where, layout)
-        frames.append(_read(spark, schema, read_paths, where, paths, cols))
+        frames.append(_read(spark, schema, read_paths, where, paths, cols, [(FKEY, kind)]))
     keys = _file_keys(node.files, kind, paths)
     df = frames[0]
     for other in frames[1:]:
