@@ -37,7 +37,7 @@ SETTINGS: tuple[Setting, ...] = (
         "MOR_PLANNING_THREADS",
         int,
         8,
-        "manifests read in parallel during scan planning",
+        "manifests fetched in parallel during scan planning (decoded on the planning thread)",
         minimum=1,
     ),
     Setting(
