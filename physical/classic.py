@@ -5,9 +5,10 @@ pyspark hands a Python list to the JVM one element per round trip (py4j's list c
 per item). mor gives Spark up to 32 paths per read and asks for the paths Spark reads: with many
 files that was a third of the round trips of `mor_sql()` (measured: TPC-H Q6 over 240 streamed
 files, ~1,000 of ~2,150). Here a list travels as one string, split or joined on the JVM with
-NUL as the separator (no path holds it; a list with one goes the usual way).
+NUL as the separator (no path holds it; fewer than 4 paths, or one holding NUL, go the usual
+way).
 
-On Spark Connect nothing here is used: the client builds the whole plan without round trips.
+On Spark Connect these are pyspark's own calls: the client builds the plan without round trips.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame, DataFrameReader
+
+from mor.physical.session import is_connect
 
 SEP = "\u0000"
 _LITERAL = 0x10  # java.util.regex.Pattern.LITERAL
@@ -48,16 +51,19 @@ def _handles(spark: Any) -> _Handles:
 
 
 def read_parquet(reader: DataFrameReader, spark: Any, paths: Sequence[str]) -> DataFrame:
-    """`reader.parquet(*paths)` (a reader of a classic session), with the paths sent at once."""
-    if len(paths) < 4 or any(SEP in p for p in paths):
+    """`reader.parquet(*paths)` (a reader of `spark`), on a classic session with the paths sent
+    at once."""
+    if is_connect(spark) or len(paths) < 4 or any(SEP in p for p in paths):
         return reader.parquet(*paths)
     h = _handles(spark)
     seq = h.wrap(h.splitter.split(SEP.join(paths), -1))
     return reader._df(reader._jreader.parquet(seq))  # type: ignore[attr-defined]
 
 
-def input_files(df: DataFrame, spark: Any) -> list[str]:
-    """`df.inputFiles()` (a classic DataFrame), fetched as one string."""
+def input_files(df: DataFrame) -> list[str]:
+    """`df.inputFiles()`, on a classic session fetched as one string."""
+    if is_connect(df):
+        return df.inputFiles()
     files = df._jdf.inputFiles()  # type: ignore[attr-defined]
-    joined = str(_handles(spark).wrap(files).mkString(SEP))
+    joined = str(_handles(df.sparkSession).wrap(files).mkString(SEP))
     return joined.split(SEP) if joined else []

@@ -17,7 +17,6 @@ from urllib.parse import unquote
 from pyspark.sql import DataFrame
 
 from mor.physical.classic import input_files
-from mor.physical.session import is_connect
 from mor.planner.errors import InternalError
 
 
@@ -50,8 +49,7 @@ class SparkPaths:
         while self._pending and path not in self._known:
             df, paths = self._pending.pop()
             # inputFiles() writes a local file file:///x where _metadata.file_path says file:/x
-            listed_files = df.inputFiles() if is_connect(df) else input_files(df, df.sparkSession)
-            forms = [re.sub(r"^file:///", "file:/", s) for s in listed_files]
+            forms = [re.sub(r"^file:///", "file:/", s) for s in input_files(df)]
             listed = {_normal(unquote(s)): s for s in forms}
             for p in paths:
                 form = listed.get(_normal(p))

@@ -29,7 +29,6 @@ from mor.physical.positions import (
     keep_condition,
     read_positions,
 )
-from mor.physical.session import is_connect
 from mor.physical.strategy import counted_from_metadata, file_key_kind, position_strategy
 from mor.physical.types import FIELD_ID_KEY, spark_type
 from mor.planner.errors import DataFileError, UnsupportedError
@@ -269,12 +268,11 @@ def _read(
     except (TypeError, ValueError):
         limit = 32
     frames = []
-    classic = not is_connect(spark)
     reader = spark.read.schema(schema)
     for i in range(0, len(read_paths), limit):
         chunk = read_paths[i : i + limit]
         try:
-            df = read_parquet(reader, spark, chunk) if classic else reader.parquet(*chunk)
+            df = read_parquet(reader, spark, chunk)
         except Exception as e:  # noqa: BLE001 - AnalysisException for a missing path, etc.
             raise DataFileError(f"cannot read {what}: {first_line(e)}") from e
         paths.learn(df, chunk)

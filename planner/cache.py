@@ -29,14 +29,11 @@ class BoundedCache(Generic[V]):
             return hit[0]
 
     def put(self, key: Hashable, value: V, weight: int, limit: int) -> None:
-        """Keep `value` (replacing what `key` held) unless it alone weighs more than `limit`;
-        the least recently used values go until the total is within `limit`."""
+        """Keep `value` unless it alone weighs more than `limit`; the least recently used
+        values go until the total is within `limit`."""
         with self._lock:
-            if weight > limit:
+            if key in self._data or weight > limit:
                 return
-            old = self._data.pop(key, None)
-            if old is not None:  # replaced (e.g. manifest entries now read with metrics)
-                self._held -= old[1]
             self._data[key] = (value, weight)
             self._held += weight
             while self._held > limit and self._data:

@@ -86,7 +86,7 @@ class DeleteIndex:
         for d in deletes:
             f = d.file
             if f.content == DataFileContent.POSITION_DELETES:
-                ref = getattr(f, "referenced_data_file", None)
+                ref = f.referenced_data_file
                 if ref:
                     pos_ref.setdefault(ref, []).append(d)
                 else:

@@ -80,7 +80,6 @@ _LOGICAL: dict[str, Callable[[Any], Any] | None] = {
     "local-timestamp-micros": _micros,
     "decimal": None,
     "uuid": _uuid,
-    "map": None,
 }
 
 

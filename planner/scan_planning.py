@@ -263,7 +263,6 @@ def _plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles
         if manifest_eval[spec_id](m):
             kept_m[m.content] += 1
             kept.append(m)
-
     for m, entries in _read_all(src, kept):
         spec_id = m.partition_spec_id
         for entry in entries:
@@ -291,16 +290,7 @@ def _plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles
                 if part_eval[spec_id](f):
                     deletes.append(e)
     return _match(
-        src,
-        snap,
-        data,
-        deletes,
-        n_data_total,
-        n_data_part,
-        kept_m,
-        n_data_m,
-        n_del_m,
-        n_del_total,
+        src, snap, data, deletes, n_data_total, n_data_part, kept_m, n_data_m, n_del_m, n_del_total
     )
 
 
@@ -315,22 +305,23 @@ def _read_all(
     hits = {id(m): _CACHE.get(_cache_key(src, m)) for m in manifests}
     missing = [m for m in manifests if hits[id(m)] is None]
     workers = min(len(missing), settings.planning_threads)
-    if workers <= 1:
+    pool = (
+        ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mor-manifests")
+        if workers > 1
+        else None
+    )
+    fetched = {id(m): pool.submit(_read_bytes, src, m) for m in missing} if pool else {}
+    try:
         for m in manifests:
             hit = hits[id(m)]
-            yield m, hit if hit is not None else _decoded(src, m, _read_bytes(src, m), limit)
-        return
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mor-manifests") as pool:
-        fetched = {id(m): pool.submit(_read_bytes, src, m) for m in missing}
-        try:
-            for m in manifests:
-                hit = hits[id(m)]
-                if hit is None:
-                    hit = _decoded(src, m, fetched[id(m)].result(), limit)
-                yield m, hit
-        finally:
-            for fut in fetched.values():
-                fut.cancel()
+            if hit is None:
+                fut = fetched.get(id(m))
+                raw = fut.result() if fut is not None else _read_bytes(src, m)
+                hit = _decoded(src, m, raw, limit)
+            yield m, hit
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _bindable(expr: BooleanExpression, schema: Schema) -> BooleanExpression:
