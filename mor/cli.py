@@ -389,6 +389,11 @@ def cmd_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _shown(value: object) -> str:
+    """A setting's value as it is written in a config file or `--set`."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     """The config file and the settings in effect, each with where it comes from."""
     from mor.api import default_catalog_name, warehouse_and_source
@@ -412,7 +417,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     settings = current()
     width = max(len(s.name) for s in SETTINGS)
     rows += [
-        (s.name.ljust(width), f"{getattr(settings, s.name)} ({settings.source(s.name)})")
+        (s.name.ljust(width), f"{_shown(getattr(settings, s.name))} ({settings.source(s.name)})")
         for s in SETTINGS
     ]
     rows += [("spark", f"{k} = {v} (config file)") for k, v in sorted(cfg.spark.items())]

@@ -13,8 +13,15 @@ from pyspark.sql import types as T
 from mor.physical import arrow
 from mor.physical.errors import query_error
 from mor.physical.paths import SparkPaths
-from mor.physical.scan import float_key, hidden_type, scan_data, scan_eq_deletes
+from mor.physical.scan import (
+    float_key,
+    hidden_type,
+    listing_threshold,
+    scan_data,
+    scan_eq_deletes,
+)
 from mor.physical.session import is_connect
+from mor.physical.strategy import needs_barrier
 from mor.physical.types import spark_type
 from mor.planner.errors import InternalError, MorError, UnsupportedError
 from mor.planner.nodes import (
@@ -91,6 +98,12 @@ def _user_columns(df: DataFrame, scan: Plan) -> DataFrame:
     return df.select(*[_c(c.name).alias(c.label) for c in scan.output])
 
 
+def barrier(df: DataFrame) -> DataFrame:
+    """`df` behind a filter Spark can neither simplify nor push anything through (it is not
+    deterministic), always true: `spark_partition_id() >= 0`."""
+    return df.where(F.spark_partition_id() >= 0)
+
+
 def _empty(spark: SparkSession, scan: Plan) -> DataFrame:
     """No rows, the scan's columns and types: enough for Spark to analyse the query."""
     if isinstance(scan, MetadataTable):
@@ -114,7 +127,11 @@ def to_dataframe(plan: Plan, spark: SparkSession, *, analyse_only: bool = False)
             frames = [_empty(spark, s) for s in plan.scans]
         else:
             compiler = Compiler(spark)
-            frames = [_user_columns(compiler.compile(s), s) for s in plan.scans]
+            limit = listing_threshold(spark)
+            frames = []
+            for s in plan.scans:
+                df = _user_columns(compiler.compile(s), s)
+                frames.append(barrier(df) if needs_barrier(s, limit) else df)
     except MorError:
         raise
     except Exception as e:  # noqa: BLE001 - Spark refusing what mor built: one line, not py4j's

@@ -6,7 +6,12 @@ This module does not import pyspark.
 
 from __future__ import annotations
 
-from mor.physical.strategy import counted_from_metadata, file_key_kind, position_strategy
+from mor.physical.strategy import (
+    counted_from_metadata,
+    file_key,
+    needs_barrier,
+    position_strategy,
+)
 from mor.planner.nodes import (
     AntiJoin,
     EqDeleteScan,
@@ -88,9 +93,16 @@ class _Describer:
                 )
             case SparkQuery(scans=scans):
                 steps = [self.visit(i) for i in scans]
-                for i, step in enumerate(steps, start=1):
+                for i, (scan, step) in enumerate(zip(scans, steps), start=1):
+                    fence = (
+                        ", where spark_partition_id() >= 0 (a barrier: Spark pushes no join "
+                        "into the scan's reads)"
+                        if needs_barrier(scan)
+                        else ""
+                    )
                     self.emit(
-                        f"select [{step}] the table's columns by name -> temporary view scan_{i}"
+                        f"select [{step}] the table's columns by name{fence} -> temporary view "
+                        f"scan_{i}"
                     )
                 return self.emit(
                     "spark.sql(the query above, over the views); the views are dropped once "
@@ -130,10 +142,9 @@ class _Describer:
                 + " AND ".join(e.text for e in node.pushed)
                 + " (pushed into the Parquet scan)"
             )
-        kind = file_key_kind(tasks)
-        unique = kind == "file_size"
-        key = f"_metadata.{kind}"
-        strategy = position_strategy(tasks, deletes, unique)
+        fk = file_key(tasks)
+        key = fk.describe()
+        strategy = position_strategy(tasks, deletes, fk.is_long)
         if strategy is not None:
             if strategy.method == "bitmap":
                 self.emit(

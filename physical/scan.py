@@ -12,7 +12,7 @@ broadcast table on that key; a row whose key is not in it stops the query rather
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -29,7 +29,7 @@ from mor.physical.positions import (
     keep_condition,
     read_positions,
 )
-from mor.physical.strategy import counted_from_metadata, file_key_kind, position_strategy
+from mor.physical.strategy import FileKey, counted_from_metadata, file_key, position_strategy
 from mor.physical.types import FIELD_ID_KEY, spark_type
 from mor.planner.errors import DataFileError, UnsupportedError
 from mor.planner.nodes import (
@@ -244,6 +244,14 @@ def _merged(fields: Sequence[ReadField]) -> set[int]:
 LISTING = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 
 
+def listing_threshold(spark: SparkSession) -> int:
+    """The session's listing threshold: reads of more paths start a Spark listing job."""
+    try:
+        return max(int(spark.conf.get(LISTING, "32") or 32), 1)
+    except (TypeError, ValueError):
+        return 32
+
+
 def _read(
     spark: SparkSession,
     schema: T.StructType,
@@ -251,10 +259,11 @@ def _read(
     what: str,
     paths: SparkPaths,
     columns: Sequence[Column],
-    meta: Sequence[tuple[str, str]] = (),
+    meta: Sequence[tuple[str, str | Callable[[list[str]], Column]]] = (),
 ) -> DataFrame:
-    """`columns` of the files, then `meta`: (alias, `_metadata` field) pairs; `paths` learns
-    Spark's form of the files' paths from the reads.
+    """`columns` of the files, then `meta`: (alias, `_metadata` field, or a function of a
+    group's paths giving a Column over `_metadata`) pairs; `paths` learns Spark's form of the
+    files' paths from the reads.
 
     Spark lists the paths it is given when the DataFrame is made, and more paths than the
     session's listing threshold (32 by default) start a Spark job to list them (0.7-4.5 s for
@@ -263,10 +272,7 @@ def _read(
     user's setting is read, never changed. `_metadata` does not resolve above a union, so each
     group selects its `_metadata` fields; `columns` are applied once, above the union (on a
     classic session every Column passed to a select is a py4j round trip)."""
-    try:
-        limit = max(int(spark.conf.get(LISTING, "32") or 32), 1)
-    except (TypeError, ValueError):
-        limit = 32
+    limit = listing_threshold(spark)
     frames = []
     reader = spark.read.schema(schema)
     for i in range(0, len(read_paths), limit):
@@ -277,7 +283,13 @@ def _read(
             raise DataFileError(f"cannot read {what}: {first_line(e)}") from e
         paths.learn(df, chunk)
         if meta:
-            df = df.select("*", *[F.col(f"_metadata.{field}").alias(a) for a, field in meta])
+            df = df.select(
+                "*",
+                *[
+                    (F.col(f"_metadata.{m}") if isinstance(m, str) else m(chunk)).alias(a)
+                    for a, m in meta
+                ],
+            )
         frames.append(df)
     df = frames[0]
     for other in frames[1:]:
@@ -289,12 +301,50 @@ FKEY = "$fkey"
 
 
 def _file_keys(
-    files: Sequence[DataTask | DeleteTask], kind: str, paths: SparkPaths
+    files: Sequence[DataTask | DeleteTask], fk: FileKey, paths: SparkPaths
 ) -> dict[int, Any]:
-    """Each file's key value of that kind (file id -> size or Spark's path)."""
-    if kind == "file_size":
-        return {f.file_id: f.size_bytes for f in files}
-    return {f.file_id: paths(f.read_path) for f in files}
+    """Each file's key value: file id -> its size, -n for the n-th file (in path order) of a
+    size another file shares, or Spark's path (asked of `paths` only for that kind, after the
+    reads)."""
+    if fk.kind == "file_path":
+        return {f.file_id: paths(f.read_path) for f in files}
+    keys: dict[int, Any] = {}
+    n = 0
+    for f in sorted(files, key=lambda f: f.read_path):
+        if f.size_bytes in fk.shared:
+            n += 1
+            keys[f.file_id] = -n
+        else:
+            keys[f.file_id] = f.size_bytes
+    return keys
+
+
+def _key_column(
+    fk: FileKey, files: Sequence[DataTask | DeleteTask], paths: SparkPaths, what: str
+) -> Callable[[list[str]], Column]:
+    """The file key of a row, for a group of files read together (`_read`'s meta)."""
+    by_path = {f.read_path: f for f in files}
+    keys = _file_keys(files, fk, paths) if fk.is_long else {}
+
+    def column(chunk: list[str]) -> Column:
+        if fk.kind != "file_size+path":
+            return F.col(f"_metadata.{fk.kind}")
+        shared = [by_path[p] for p in chunk if by_path[p].size_bytes in fk.shared]
+        if not shared:
+            return F.col("_metadata.file_size")
+        sizes = ", ".join(str(s) for s in sorted({f.size_bytes for f in shared}))
+        text = T.StringType()
+        whens = " ".join(
+            f"WHEN {_sql_literal(paths(f.read_path), text)} THEN {int(keys[f.file_id])}"
+            for f in shared
+        )
+        msg = _sql_literal(f"mor: a row of {what} came from a file the plan does not list", text)
+        return F.expr(
+            f"CASE WHEN _metadata.file_size IN ({sizes}) THEN CASE _metadata.file_path {whens} "
+            f"ELSE raise_error({msg}) END ELSE _metadata.file_size END"
+        )
+
+    return column
 
 
 def check_sizes(
@@ -318,8 +368,8 @@ def check_sizes(
             )
 
 
-def _key_type(kind: str) -> T.DataType:
-    return T.LongType() if kind == "file_size" else T.StringType()
+def _key_type(fk: FileKey) -> T.DataType:
+    return T.LongType() if fk.is_long else T.StringType()
 
 
 def _sql_literal(v: Any, dtype: T.DataType) -> str:
@@ -348,7 +398,7 @@ def _values(spark: SparkSession, names: list[str], rows: list[list[str]]) -> Dat
 
 def _file_table(
     spark: SparkSession,
-    kind: str,
+    fk: FileKey,
     rows: list[tuple[Any, ...]],
     names: tuple[str, ...],
     types: tuple[T.DataType, ...] | None = None,
@@ -356,7 +406,7 @@ def _file_table(
     """($fkey, *names) per file, broadcast; the first name is an INT, the rest BIGINT unless
     `types` says otherwise."""
     types = types or (T.IntegerType(),) + (T.LongType(),) * (len(names) - 1)
-    fields = [(FKEY, _key_type(kind)), *zip(names, types)]
+    fields = [(FKEY, _key_type(fk)), *zip(names, types)]
     return F.broadcast(_local_table(spark, fields, rows))
 
 
@@ -431,7 +481,8 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
         found = read_positions(tasks, deletes, scan.table, scan.source_key) if used else {}
         live = sum(t.record_count for t in tasks) - sum(len(p) for p in found.values())
         return spark.range(live).select()
-    kind = file_key_kind(tasks)
+    fk = file_key(tasks)
+    key_col = _key_column(fk, tasks, paths, f"table {scan.table}")
     layouts = scan.files.layouts if scan.files else (Layout(),)
     where = f"table {scan.table}"
     frames = []
@@ -440,7 +491,7 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
         layout = layouts[lay_idx]
         group = [t for t in tasks if t.layout == lay_idx]
         cols = [_column(f, layout, where, f.field_id in merged) for f in scan.fields]
-        meta = [(FKEY, kind), (POS, "row_index")] if need_pos or scan.meta else []
+        meta = [(FKEY, key_col), (POS, "row_index")] if need_pos or scan.meta else []
         frames.append(
             _read(
                 spark,
@@ -452,16 +503,16 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
                 meta,
             )
         )
-    keys = _file_keys(tasks, kind, paths)
+    keys = _file_keys(tasks, fk, paths)
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other)
     if scan.pushed:
         df = where_all(df, scan.pushed)
-    strategy = position_strategy(tasks, deletes, kind == "file_size")
+    strategy = position_strategy(tasks, deletes, fk.is_long)
     if strategy is not None and strategy.method == "bitmap":
         found = read_positions(tasks, deletes, scan.table, scan.source_key)
-        dtype = _key_type(kind)
+        dtype = _key_type(fk)
 
         def literal(v: Any, text: bool = False) -> str:
             return _sql_literal(v, T.StringType() if text else dtype)
@@ -476,10 +527,10 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
             words, rows = bitmap_files(found, by_id, keys)
             types = (T.IntegerType(), T.LongType(), T.LongType(), T.StringType())
             names = (OFF, BITS, COUNT, RECORDED)
-            df = df.join(_file_table(spark, kind, rows, names, types), FKEY, "left")
+            df = df.join(_file_table(spark, fk, rows, names, types), FKEY, "left")
             df = df.where(bitmap_keep(words, POS, OFF, BITS, COUNT, RECORDED, scan.table))
     elif strategy is not None:
-        positions = _positions(spark, tasks, deletes, paths, kind, keys, scan.table)
+        positions = _positions(spark, tasks, deletes, paths, fk, keys, scan.table)
         on: list[str] = [FKEY, POS]
         if strategy.shift is not None:
             df = df.withColumn(PKEY, _packed(F.col(FKEY), F.col(POS), strategy.shift))
@@ -490,17 +541,17 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
         # as keep_condition does for bitmaps: a row past its file's recorded count stops
         counted = [(keys[t.file_id], t.record_count, t.path) for t in tasks if t.pos_deletes]
         types = (T.LongType(), T.StringType())
-        df = df.join(_file_table(spark, kind, counted, (COUNT, RECORDED), types), FKEY, "left")
+        df = df.join(_file_table(spark, fk, counted, (COUNT, RECORDED), types), FKEY, "left")
         df = _row_count_check(df, scan.table)
         df = df.join(_broadcast_if_small(positions, strategy.delete_rows), on, "left_anti")
     hidden = []
     if scan.hidden:
-        df = _with_hidden(spark, scan, df, kind, keys)
+        df = _with_hidden(spark, scan, df, fk, keys)
         # _file is never NULL: a row from a file the plan does not list stops the query
         hidden = [_guard(h, scan.table) if h == "_file" else F.col(h) for h in scan.hidden]
     if scan.meta:
         rows = [(keys[t.file_id], t.file_id, t.data_seq, t.partition_id) for t in tasks]
-        df = df.join(_file_table(spark, kind, rows, (FILE_ID, DATA_SEQ, PART)), FKEY, "left")
+        df = df.join(_file_table(spark, fk, rows, (FILE_ID, DATA_SEQ, PART)), FKEY, "left")
         # guard the columns the anti-joins read, so Spark cannot prune the check away
         return df.select(*out_cols, *hidden, *[_guard(m, scan.table) for m in scan.meta])
     return df.select(*out_cols, *hidden)
@@ -521,7 +572,7 @@ def hidden_type(scan: IcebergScan, name: str) -> T.DataType:
 
 
 def _with_hidden(
-    spark: SparkSession, scan: IcebergScan, df: DataFrame, kind: str, keys: dict[int, Any]
+    spark: SparkSession, scan: IcebergScan, df: DataFrame, fk: FileKey, keys: dict[int, Any]
 ) -> DataFrame:
     """Adds the metadata columns: _pos from the row index, the others per file (a broadcast
     inline table on the file key: path as recorded, spec id, partition struct)."""
@@ -538,7 +589,7 @@ def _with_hidden(
         return df
     rows = []
     for t in scan.data_files():
-        vals = [_sql_literal(keys[t.file_id], _key_type(kind))]
+        vals = [_sql_literal(keys[t.file_id], _key_type(fk))]
         for h in per_file:
             if h == "_file":
                 vals.append(_sql_literal(t.path, T.StringType()))
@@ -582,7 +633,7 @@ def _positions(
     tasks: Sequence[DataTask],
     deletes: dict[int, DeleteTask],
     paths: SparkPaths,
-    kind: str,
+    fk: FileKey,
     keys: dict[int, Any],
     table: str,
 ) -> DataFrame:
@@ -605,7 +656,7 @@ def _positions(
     pairs = [
         (paths(deletes[p].read_path), t.path, keys[t.file_id]) for t in tasks for p in t.pos_deletes
     ]
-    fields = [("$dpath", T.StringType()), ("$recorded", T.StringType()), (FKEY, _key_type(kind))]
+    fields = [("$dpath", T.StringType()), ("$recorded", T.StringType()), (FKEY, _key_type(fk))]
     ptab = F.broadcast(_local_table(spark, fields, pairs))
     # match on the data file path exactly as recorded, never a mapped one; the delete side is
     # small next to the data, so its string joins cost little
@@ -623,7 +674,8 @@ def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) 
     where = f"equality deletes of {node.table}"
     key_names = [k.col.name for k in node.keys]
     check_sizes(node.files, node.source_key, "equality delete", node.table)
-    kind = file_key_kind(node.files)
+    fk = file_key(node.files)
+    key_col = _key_column(fk, node.files, paths, where)
     frames = []
     for lay_idx in sorted({f.layout for f in node.files}):
         layout = node.layouts[lay_idx]
@@ -631,8 +683,8 @@ def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) 
         read_paths = [f.read_path for f in group]
         cols = [_column(k, layout, where) for k in node.keys]
         schema = _read_schema(node.keys, where, layout)
-        frames.append(_read(spark, schema, read_paths, where, paths, cols, [(FKEY, kind)]))
-    keys = _file_keys(node.files, kind, paths)
+        frames.append(_read(spark, schema, read_paths, where, paths, cols, [(FKEY, key_col)]))
+    keys = _file_keys(node.files, fk, paths)
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other)
@@ -646,7 +698,7 @@ def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) 
         df = df.select(*key_names)
         return _broadcast_if_small(df.distinct() if len(node.files) > 1 else df, node.rows())
     rows = [(keys[f.file_id], f.file_id, f.data_seq, f.partition_id) for f in node.files]
-    df = df.join(_file_table(spark, kind, rows, ("$del_file", DEL_SEQ, DEL_PART)), FKEY, "left")
+    df = df.join(_file_table(spark, fk, rows, ("$del_file", DEL_SEQ, DEL_PART)), FKEY, "left")
     df = df.select(*key_names, _guard(DEL_SEQ, f"equality deletes of {node.table}"), DEL_PART)
     if len(node.files) > 1:
         # compaction: one row per key and scope, with the highest sequence number (a key is

@@ -10,18 +10,23 @@ describe.py prints it, so EXPLAIN PHYSICAL cannot disagree with what runs):
   The row's bitmap is picked by a CASE on the file key for a few files (cheapest per row), by
   a broadcast join of one row per file beyond `position_bitmap_case_files`.
 - `join`: the delete files are read by Spark and the scan anti-joins the deleted positions,
-  broadcast. The key is one 64-bit value, `file_size << shift | row_index`, when the file sizes
-  are the file keys and both parts fit (a long hash join, the fast path of Spark's broadcast
+  broadcast. The key is one 64-bit value, `file key << shift | row_index`, when the file keys
+  are longs (FileKey) and both parts fit (a long hash join, the fast path of Spark's broadcast
   joins); else the pair (file key, row_index).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from mor.planner.nodes import DataTask, DeleteTask
+from mor.planner.nodes import DataTask, DeleteTask, IcebergScan, Plan
 from mor.planner.settings import current
+
+# files of shared sizes told apart by their path in the key expression; beyond, rows carry the
+# path itself as the key (a string hash per row in every join on it)
+SHARED_SIZE_FILES = 64
 
 
 def bitmap_limits() -> tuple[int, int]:
@@ -72,17 +77,18 @@ def bitmap_bytes(record_count: int) -> int:
 
 
 def packed_shift(files: Sequence[DataTask]) -> int | None:
-    """Bits left for row_index after the largest file size, if every file's rows fit in them."""
+    """Bits left for row_index after the largest file key, if every file's rows fit in them
+    (keys are sizes, or -1 ... -SHARED_SIZE_FILES for files of shared sizes)."""
     if not files:
         return None
-    shift = 63 - max(f.size_bytes for f in files).bit_length()
+    shift = 63 - max(max(f.size_bytes for f in files), SHARED_SIZE_FILES).bit_length()
     if shift <= 0 or max(f.record_count for f in files) >= 1 << shift:
         return None
     return shift
 
 
 def position_strategy(
-    tasks: Sequence[DataTask], deletes: Mapping[int, DeleteTask], sizes_are_keys: bool
+    tasks: Sequence[DataTask], deletes: Mapping[int, DeleteTask], long_keys: bool
 ) -> PositionStrategy | None:
     """None when no task has position deletes."""
     with_pos = [t for t in tasks if t.pos_deletes]
@@ -95,17 +101,46 @@ def position_strategy(
     if est <= max_bytes and rows <= max_rows:
         by_case = len(with_pos) <= current().position_bitmap_case_files
         return PositionStrategy("bitmap", len(with_pos), len(used), rows, est, None, by_case)
-    shift = packed_shift(with_pos) if sizes_are_keys else None
+    shift = packed_shift(with_pos) if long_keys else None
     return PositionStrategy("join", len(with_pos), len(used), rows, est, shift)
 
 
-def file_key_kind(files: Sequence[DataTask | DeleteTask]) -> str:
-    """How rows name their file, one decision for the compiler and EXPLAIN PHYSICAL:
-    `_metadata.file_size` when the sizes are unique (a long per file, cheap to join on; Iceberg
-    records exact sizes and check_sizes holds files to them), else the path Spark reports (a
-    string hash per row)."""
-    sizes = [f.size_bytes for f in files]
-    return "file_size" if len(set(sizes)) == len(sizes) else "file_path"
+@dataclass(frozen=True, slots=True)
+class FileKey:
+    """How rows name their file, one decision for the compiler and EXPLAIN PHYSICAL.
+
+    `file_size`: `_metadata.file_size` when the sizes are unique (a long per file, cheap to
+    join on; Iceberg records exact sizes and check_sizes holds files to them).
+    `file_size+path`: still a long, the size, except for the few files whose size another file
+    of the scan shares: those are told apart by `_metadata.file_path` and numbered -1, -2, ...
+    (with hundreds of files, some sizes are almost always shared).
+    `file_path`: the path Spark reports (a string hash per row), when more than
+    SHARED_SIZE_FILES files share sizes."""
+
+    kind: str
+    shared: frozenset[int] = frozenset()  # sizes held by more than one file
+
+    @property
+    def is_long(self) -> bool:
+        return self.kind != "file_path"
+
+    def describe(self) -> str:
+        if self.kind == "file_size+path":
+            return (
+                f"_metadata.file_size (files of {len(self.shared)} shared size(s) told apart "
+                "by _metadata.file_path)"
+            )
+        return f"_metadata.{self.kind}"
+
+
+def file_key(files: Sequence[DataTask | DeleteTask]) -> FileKey:
+    counts = Counter(f.size_bytes for f in files)
+    shared = frozenset(s for s, n in counts.items() if n > 1)
+    if not shared:
+        return FileKey("file_size")
+    if sum(counts[s] for s in shared) <= SHARED_SIZE_FILES:
+        return FileKey("file_size+path", shared)
+    return FileKey("file_path")
 
 
 def counted_from_metadata(
@@ -125,3 +160,24 @@ def counted_from_metadata(
         return False
     used = {p for t in tasks for p in t.pos_deletes}
     return sum(deletes[p].record_count for p in used) <= current().position_driver_rows
+
+
+def needs_barrier(scan: Plan, listing_threshold: int = 32) -> bool:
+    """Whether this scan compiles into more than one Parquet read of data files (groups of at
+    most `listing_threshold` paths per layout, one set per branch), with the setting on.
+
+    Spark pushes a semi or anti join (`IN`/`EXISTS` subqueries, INTERSECT, EXCEPT) through a
+    Union into every child, and down through the scan's own joins to each read: a sort-merge
+    join (with a shuffle of its own) per group of 32 files. TPC-H q18 at scale factor 1 over
+    240-file tables ran ~600 stages for it (39.5 s; 16.8 s with the barrier, 16.0 s for
+    Iceberg's reader). A data source scan is a leaf Spark cannot push joins into; the barrier
+    makes mor's scan one too."""
+    if not current().scan_barrier:
+        return False
+    reads = 0
+    for node in scan.walk():
+        if isinstance(node, IcebergScan):
+            for lay in {t.layout for t in node.data_files()}:
+                n = sum(1 for t in node.data_files() if t.layout == lay)
+                reads += -(-n // listing_threshold)
+    return reads > 1

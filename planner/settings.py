@@ -71,6 +71,16 @@ SETTINGS: tuple[Setting, ...] = (
         "delete sides with at most this many rows are broadcast",
     ),
     Setting(
+        "scan_barrier",
+        "MOR_SCAN_BARRIER",
+        bool,
+        True,
+        "a table scan read as several Parquet groups or delete-file branches is a barrier to "
+        "Spark's optimizer, as a data source scan is: the query's semi and anti joins (IN and "
+        "EXISTS subqueries) are not copied into each group (a shuffle each); Spark's own filter "
+        "pushdown stops there too (mor pushes the query's filters into the reads itself)",
+    ),
+    Setting(
         "position_bitmap_bytes",
         "MOR_POSITION_BITMAP_BYTES",
         int,
@@ -144,6 +154,15 @@ def _parse(setting: Setting, value: Any, origin: str | None, label: str | None =
     """A setting's value checked and typed. The error names `origin` (a file, `--set`) and the
     setting (`label`: its environment variable when it came from there)."""
     what = f"{origin + ': ' if origin else ''}{label or setting.name}"
+    if setting.kind is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower() if isinstance(value, (str, int)) else None
+        if text in ("true", "1", "yes", "on"):
+            return True
+        if text in ("false", "0", "no", "off"):
+            return False
+        raise ConfigError(f"{what} must be true or false, got {value!r}")
     if setting.kind is int:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise ConfigError(f"{what} must be an integer, got {value!r}")
@@ -181,6 +200,7 @@ class Settings:
     position_cache_rows: int = 10_000_000
     io_threads: int = 16
     broadcast_rows: int = 20_000_000
+    scan_barrier: bool = True
     position_bitmap_bytes: int = 4 << 20
     position_bitmap_case_files: int = 64
     position_driver_rows: int = 2_000_000

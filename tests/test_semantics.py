@@ -434,3 +434,74 @@ def test_file_paths_with_spaces_and_escapes_name_their_rows(
     assert got == [3]
     got = mor_sql("SELECT id, _file FROM sp.t", catalog=cat, spark=spark).collect()
     assert [(r.id, r._file) for r in got] == [(3, b.file_path)]
+
+
+def test_files_of_shared_sizes_are_told_apart(
+    tmp_path_factory: Any, spark: Any, position_method: str
+) -> None:
+    """With hundreds of files some sizes are almost always shared: rows still name their file
+    by its size (a long), and only files of a shared size by their path. Three pairs of
+    identical files (same size) and one of its own, each file with its own deleted position:
+    a position deleted in one file of a pair must not delete its twin's row."""
+    from mor import explain
+    from mor.api import default_catalog
+
+    cat = default_catalog(str(tmp_path_factory.mktemp("twins") / "wh"))
+    schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "v", StringType()))
+    w = TableWriter(cat, "tw.t", schema)
+    files = []
+    for pair in range(3):
+        for _ in range(2):
+            ids = pa.array([10 * pair + i for i in range(4)], pa.int64())
+            vs = [c * (pair + 1) for c in "abcd"]  # a size per pair
+            files += w.append(pa.table({"id": ids, "v": vs}))[1]
+    files += w.append(pa.table({"id": pa.array(range(100, 110), pa.int64()), "v": ["x"] * 10}))[1]
+    sizes = [f.file_size_in_bytes for f in files]
+    assert len(set(sizes)) == 4  # three shared sizes and one of its own
+    w.commit(
+        deletes=[w.position_delete_file({f.file_path: [i % 4]}, f) for i, f in enumerate(files)]
+    )
+    w.commit(deletes=[w.equality_delete_file([2], [{2: "c"}])])
+    expected = Counter()
+    for i, f in enumerate(files):
+        n = 10 if i == 6 else 4
+        for pos in range(n):
+            v = "x" if i == 6 else "abcd"[pos] * (i // 2 + 1)
+            if pos != i % 4 and v != "c":
+                expected[(100 + pos if i == 6 else 10 * (i // 2) + pos, v)] += 1
+    got = Counter(
+        tuple(r) for r in mor_sql("SELECT id, v FROM tw.t", catalog=cat, spark=spark).collect()
+    )
+    assert got == expected
+    text = explain("SELECT id, v FROM tw.t", catalog=cat, physical=True)
+    assert (
+        "_metadata.file_size (files of 3 shared size(s) told apart by _metadata.file_path)" in text
+    )
+
+
+def test_a_scan_is_a_barrier_to_semi_joins(tmp_path_factory: Any, spark: Any, capsys: Any) -> None:
+    """Spark copies a semi join (IN subquery) into every child of a Union and down to each
+    Parquet read; over mor's scan of several reads that is one join (and shuffle) per read.
+    The scan is a barrier, as a data source scan is: one semi join, the same rows; with the
+    setting off, one per branch and read."""
+    from mor.api import default_catalog
+
+    cat = default_catalog(str(tmp_path_factory.mktemp("barrier") / "wh"))
+    schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "v", StringType()))
+    w = TableWriter(cat, "bar.t", schema)
+    w.append(pa.table({"id": pa.array([1, 2, 3], pa.int64()), "v": ["a", "b", "c"]}))
+    w.commit(deletes=[w.equality_delete_file([1], [{1: 2}])])
+    w.append(pa.table({"id": pa.array([4, 5], pa.int64()), "v": ["d", "e"]}))
+    sql = (
+        "SELECT id, v FROM bar.t WHERE id IN "
+        "(SELECT k FROM VALUES (1), (2), (5), (7) AS s(k) WHERE k > 0)"
+    )
+    semi_joins = {}
+    for on in (True, False):
+        df = mor_sql(sql, catalog=cat, spark=spark, settings={"scan_barrier": on})
+        assert sorted(tuple(r) for r in df.collect()) == [(1, "a"), (5, "e")]
+        capsys.readouterr()
+        df.explain()
+        final = capsys.readouterr().out.split("Initial Plan")[0]  # AQE prints both once run
+        semi_joins[on] = final.count("LeftSemi")
+    assert semi_joins[True] == 1 and semi_joins[False] > 1, semi_joins

@@ -69,6 +69,8 @@ def test_applied_nests_and_is_undone(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"driver_memory": "lots"}, "driver_memory must be a size like 4g or 2048m"),
         ({"spark_log_level": "LOUD"}, "spark_log_level must be one of ALL, DEBUG"),
         ({"timezone": ""}, "timezone must be a non-empty string"),
+        ({"scan_barrier": "maybe"}, "settings: scan_barrier must be true or false, got 'maybe'"),
+        ({"scan_barrier": 2}, "scan_barrier must be true or false, got 2"),
     ],
 )
 def test_a_bad_override_is_one_line_naming_it(overrides: dict, message: str) -> None:
@@ -126,3 +128,11 @@ def test_a_per_call_setting_changes_what_runs(tmp_path: Path) -> None:
     assert explain(sql, warehouse=wh, physical=True, check=False) == plain
     with pytest.raises(ConfigError, match="unknown setting 'bitmap'"):
         explain(sql, warehouse=wh, check=False, settings={"bitmap": 0})
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [("true", True), ("OFF", False), ("1", True), ("no", False), (False, False), (1, True)],
+)
+def test_a_switch_takes_the_usual_spellings(raw: object, value: bool) -> None:
+    assert Settings.load({"scan_barrier": raw}).scan_barrier is value

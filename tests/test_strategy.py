@@ -5,9 +5,17 @@ from __future__ import annotations
 import pytest
 
 from helpers import data_file
-from mor.physical.strategy import bitmap_bytes, packed_shift, position_strategy
+from mor.physical.strategy import (
+    SHARED_SIZE_FILES,
+    FileKey,
+    bitmap_bytes,
+    file_key,
+    needs_barrier,
+    packed_shift,
+    position_strategy,
+)
 from mor.planner.errors import ConfigError
-from mor.planner.nodes import DeleteTask
+from mor.planner.nodes import DeleteTask, IcebergScan, ScanFiles, Union
 
 
 def _pos_delete(fid: int, rows: int) -> DeleteTask:
@@ -51,7 +59,8 @@ def test_bitmap_while_small_join_beyond_each_limit(monkeypatch: pytest.MonkeyPat
 
 def test_packed_key_only_when_size_and_position_fit() -> None:
     small = [data_file(0)]  # 1 byte, 100 rows
-    assert packed_shift(small) == 62
+    # the key may also be -1 ... -64 (files of shared sizes): 7 bits are kept for it
+    assert packed_shift(small) == 63 - SHARED_SIZE_FILES.bit_length() == 56
     big = [data_file(0)]
     big = [type(big[0])(**{**_fields(big[0]), "size_bytes": (1 << 40) - 1})]
     assert packed_shift(big) == 23  # 40 bits of size, 23 of position
@@ -67,7 +76,7 @@ def _fields(t: object) -> dict:
 def test_join_without_size_keys_uses_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MOR_POSITION_BITMAP_BYTES", "0")
     tasks = [data_file(0, pos=(100,))]
-    s = position_strategy(tasks, {100: _pos_delete(100, 3)}, sizes_are_keys=False)
+    s = position_strategy(tasks, {100: _pos_delete(100, 3)}, long_keys=False)
     assert s is not None and s.method == "join" and s.shift is None
     assert "(_metadata.file_path, _metadata.row_index)" in s.describe("_metadata.file_path")
 
@@ -95,3 +104,36 @@ def test_bitmap_words_round_trip() -> None:
         assert len(words) == want[-1] // 64 + 1
         assert [i * 64 + b for i, w in enumerate(words) for b in range(64) if w >> b & 1] == want
     assert bitmap_words(pa.array([], pa.int64())) == b""
+
+
+def _sized(file_id: int, size: int, path: str | None = None) -> object:
+    t = data_file(file_id)
+    return type(t)(**{**_fields(t), "size_bytes": size, "read_path": path or t.read_path})
+
+
+def test_file_keys_are_sizes_with_shared_sizes_told_apart_by_path() -> None:
+    assert file_key([_sized(0, 10), _sized(1, 11)]) == FileKey("file_size")
+    mixed = file_key([_sized(0, 10), _sized(1, 10), _sized(2, 11)])
+    assert mixed == FileKey("file_size+path", frozenset({10})) and mixed.is_long
+    assert "told apart by _metadata.file_path" in mixed.describe()
+    crowded = [_sized(i, 10 + i // 2) for i in range(SHARED_SIZE_FILES + 2)]
+    assert file_key(crowded) == FileKey("file_path") and not file_key(crowded).is_long
+    assert file_key(crowded[:SHARED_SIZE_FILES]).kind == "file_size+path"
+
+
+def _scan_of(n_files: int) -> IcebergScan:
+    data = tuple(_sized(i, 100 + i) for i in range(n_files))
+    files = ScanFiles(snapshot_id=None, sequence_number=1, data=data, deletes=(), partitions=("",))
+    return IcebergScan(
+        table="t", source_key="k", snapshot_id=None, schema_id=0, fields=(), files=files
+    )
+
+
+def test_barrier_only_for_scans_of_several_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not needs_barrier(_scan_of(32))  # one read of 32 paths: nothing to copy a join into
+    assert needs_barrier(_scan_of(33))  # two reads, unioned
+    assert not needs_barrier(_scan_of(33), listing_threshold=40)
+    union = Union(inputs=(_scan_of(2), _scan_of(3)), columns=())
+    assert needs_barrier(union)  # two branches
+    monkeypatch.setenv("MOR_SCAN_BARRIER", "off")
+    assert not needs_barrier(_scan_of(100))
