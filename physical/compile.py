@@ -21,7 +21,7 @@ from mor.physical.scan import (
     scan_eq_deletes,
 )
 from mor.physical.session import is_connect
-from mor.physical.strategy import needs_barrier
+from mor.physical.strategy import needs_barrier, scoped_only
 from mor.physical.types import spark_type
 from mor.planner.errors import InternalError, MorError, UnsupportedError
 from mor.planner.nodes import (
@@ -79,7 +79,11 @@ class Compiler:
                 cond = reduce(lambda a, b: a & b, pairs)
                 if node.seq_guard:
                     cond = cond & (_c(DATA_SEQ) < _c(DEL_SEQ))
-                if node.part_guard:
+                if node.part_guard and scoped_only(right):
+                    # no global delete: the scope is a join key (one hash entry per key and
+                    # partition probed, not every partition's entry tested in turn)
+                    cond = cond & (_c(PART) == _c(DEL_PART))
+                elif node.part_guard:
                     cond = cond & (
                         (_c(DEL_PART) == F.lit(GLOBAL_PART)) | (_c(PART) == _c(DEL_PART))
                     )

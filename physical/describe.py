@@ -11,6 +11,7 @@ from mor.physical.strategy import (
     file_key,
     needs_barrier,
     position_strategy,
+    scoped_only,
 )
 from mor.planner.nodes import (
     AntiJoin,
@@ -76,7 +77,9 @@ class _Describer:
                 ]
                 if node.seq_guard:
                     cond.append("$data_seq < $del_seq")
-                if node.part_guard:
+                if node.part_guard and scoped_only(right):
+                    cond.append("$partition = $del_partition")
+                elif node.part_guard:
                     cond.append("($del_partition = -1 OR $partition = $del_partition)")
                 return self.emit(f"left_anti join [{a}] with [{b}] on " + " AND ".join(cond))
             case Union(inputs=inputs):

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from mor.planner.nodes import DataTask, DeleteTask, IcebergScan, Plan
+from mor.planner.nodes import GLOBAL_PART, DataTask, DeleteTask, EqDeleteScan, IcebergScan, Plan
 from mor.planner.settings import current
 
 # files of shared sizes told apart by their path in the key expression; beyond, rows carry the
@@ -181,3 +181,11 @@ def needs_barrier(scan: Plan, listing_threshold: int = 32) -> bool:
                 n = sum(1 for t in node.data_files() if t.layout == lay)
                 reads += -(-n // listing_threshold)
     return reads > 1
+
+
+def scoped_only(deletes: Plan) -> bool:
+    """Every delete file of this equality delete scan is partition-scoped (none global): the
+    anti-join's scope check is then `$partition = $del_partition`, a join key."""
+    return isinstance(deletes, EqDeleteScan) and all(
+        f.partition_id != GLOBAL_PART for f in deletes.files
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import data_file
+from helpers import data_file, eq_delete, scan
 from mor.physical.strategy import (
     SHARED_SIZE_FILES,
     FileKey,
@@ -13,9 +13,10 @@ from mor.physical.strategy import (
     needs_barrier,
     packed_shift,
     position_strategy,
+    scoped_only,
 )
 from mor.planner.errors import ConfigError
-from mor.planner.nodes import DeleteTask, IcebergScan, ScanFiles, Union
+from mor.planner.nodes import DeleteTask, EqDeleteScan, IcebergScan, Plan, ScanFiles, Union
 
 
 def _pos_delete(fid: int, rows: int) -> DeleteTask:
@@ -137,3 +138,15 @@ def test_barrier_only_for_scans_of_several_reads(monkeypatch: pytest.MonkeyPatch
     assert needs_barrier(union)  # two branches
     monkeypatch.setenv("MOR_SCAN_BARRIER", "off")
     assert not needs_barrier(_scan_of(100))
+
+
+def test_the_scope_is_a_join_key_only_without_global_deletes() -> None:
+    from mor.rules import MOR_RULES, optimize
+
+    def delete_side(*deletes: DeleteTask) -> Plan:
+        plan, _ = optimize(scan((data_file(0, eq=(frozenset({1}),)),), deletes), MOR_RULES)
+        return next(n for n in plan.walk() if isinstance(n, EqDeleteScan))
+
+    assert scoped_only(delete_side(eq_delete(1, ids={1}, part=0), eq_delete(2, ids={1}, part=3)))
+    assert not scoped_only(delete_side(eq_delete(1, ids={1}), eq_delete(2, ids={1}, global_=True)))
+    assert not scoped_only(scan())  # not a delete scan
