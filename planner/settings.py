@@ -92,7 +92,7 @@ SETTINGS: tuple[Setting, ...] = (
         "position_bitmap_case_files",
         "MOR_POSITION_BITMAP_CASE_FILES",
         int,
-        64,
+        8,
         "up to this many data files with position deletes, each file's bitmap is picked by a "
         "CASE on the file key (cheapest per row); beyond, by a broadcast join (a plan that does "
         "not grow a branch per file)",
@@ -202,7 +202,7 @@ class Settings:
     broadcast_rows: int = 20_000_000
     scan_barrier: bool = True
     position_bitmap_bytes: int = 4 << 20
-    position_bitmap_case_files: int = 64
+    position_bitmap_case_files: int = 8
     position_driver_rows: int = 2_000_000
     master: str = "local[*]"
     shuffle_partitions: int = 8
