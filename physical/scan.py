@@ -320,11 +320,15 @@ def _file_keys(
 
 
 def _key_column(
-    fk: FileKey, files: Sequence[DataTask | DeleteTask], paths: SparkPaths, what: str
+    fk: FileKey,
+    files: Sequence[DataTask | DeleteTask],
+    keys: dict[int, Any],
+    paths: SparkPaths,
+    what: str,
 ) -> Callable[[list[str]], Column]:
-    """The file key of a row, for a group of files read together (`_read`'s meta)."""
+    """The file key of a row, for a group of files read together (`_read`'s meta); `keys`
+    from _file_keys (read only for files of shared sizes)."""
     by_path = {f.read_path: f for f in files}
-    keys = _file_keys(files, fk, paths) if fk.is_long else {}
 
     def column(chunk: list[str]) -> Column:
         if fk.kind != "file_size+path":
@@ -338,7 +342,7 @@ def _key_column(
             f"WHEN {_sql_literal(paths(f.read_path), text)} THEN {int(keys[f.file_id])}"
             for f in shared
         )
-        msg = _sql_literal(f"mor: a row of {what} came from a file the plan does not list", text)
+        msg = _sql_literal(_unlisted(what), text)
         return F.expr(
             f"CASE WHEN _metadata.file_size IN ({sizes}) THEN CASE _metadata.file_path {whens} "
             f"ELSE raise_error({msg}) END ELSE _metadata.file_size END"
@@ -431,9 +435,14 @@ def _row_count_check(df: DataFrame, table: str) -> DataFrame:
     return df.where(F.when(F.col(POS) >= F.col(COUNT), F.raise_error(msg)).otherwise(True))
 
 
+def _unlisted(what: str) -> str:
+    """The failure of a row whose file is not in the plan (physical/errors.py recognises it)."""
+    return f"mor: a row of {what} came from a file the plan does not list"
+
+
 def _guard(c: str, what: str) -> Column:
     """The column itself, or a query failure when a row came from a file not in the plan."""
-    msg = f"mor: a row of {what} came from a file the plan does not list"
+    msg = _unlisted(what)
     return F.coalesce(F.col(f"`{c}`"), F.raise_error(F.lit(msg))).alias(c)
 
 
@@ -482,9 +491,11 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
         live = sum(t.record_count for t in tasks) - sum(len(p) for p in found.values())
         return spark.range(live).select()
     fk = file_key(tasks)
-    key_col = _key_column(fk, tasks, paths, f"table {scan.table}")
+    # long keys are known before the reads; paths only once Spark has listed them
+    keys = _file_keys(tasks, fk, paths) if fk.is_long else {}
     layouts = scan.files.layouts if scan.files else (Layout(),)
     where = f"table {scan.table}"
+    key_col = _key_column(fk, tasks, keys, paths, where)
     frames = []
     merged = _merged(scan.fields)
     for lay_idx in sorted({t.layout for t in tasks}):
@@ -503,7 +514,8 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
                 meta,
             )
         )
-    keys = _file_keys(tasks, fk, paths)
+    if not fk.is_long:
+        keys = _file_keys(tasks, fk, paths)
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other)
@@ -675,7 +687,8 @@ def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) 
     key_names = [k.col.name for k in node.keys]
     check_sizes(node.files, node.source_key, "equality delete", node.table)
     fk = file_key(node.files)
-    key_col = _key_column(fk, node.files, paths, where)
+    keys = _file_keys(node.files, fk, paths) if fk.is_long else {}
+    key_col = _key_column(fk, node.files, keys, paths, where)
     frames = []
     for lay_idx in sorted({f.layout for f in node.files}):
         layout = node.layouts[lay_idx]
@@ -684,7 +697,8 @@ def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) 
         cols = [_column(k, layout, where) for k in node.keys]
         schema = _read_schema(node.keys, where, layout)
         frames.append(_read(spark, schema, read_paths, where, paths, cols, [(FKEY, key_col)]))
-    keys = _file_keys(node.files, fk, paths)
+    if not fk.is_long:
+        keys = _file_keys(node.files, fk, paths)
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other)

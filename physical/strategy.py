@@ -177,9 +177,8 @@ def needs_barrier(scan: Plan, listing_threshold: int = 32) -> bool:
     reads = 0
     for node in scan.walk():
         if isinstance(node, IcebergScan):
-            for lay in {t.layout for t in node.data_files()}:
-                n = sum(1 for t in node.data_files() if t.layout == lay)
-                reads += -(-n // listing_threshold)
+            per_layout = Counter(t.layout for t in node.data_files())
+            reads += sum(-(-n // listing_threshold) for n in per_layout.values())
     return reads > 1
 
 
