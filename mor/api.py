@@ -255,7 +255,14 @@ def _explain(
     if physical:
         from mor.physical.describe import describe
 
-        text += "\n" + describe(planned.optimized)
+        if session is not None:
+            from mor.physical.scan import broadcast_limit, listing_threshold
+
+            text += "\n" + describe(
+                planned.optimized, listing_threshold(session), broadcast_limit(session)
+            )
+        else:
+            text += "\n" + describe(planned.optimized)
     if analyze and session is not None:
         from mor.physical.analyze import count_removed
 

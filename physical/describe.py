@@ -7,9 +7,13 @@ This module does not import pyspark.
 from __future__ import annotations
 
 from mor.physical.strategy import (
+    broadcast_text,
     counted_from_metadata,
+    default_broadcast_bytes,
+    eq_relation_bytes,
     file_key,
     needs_barrier,
+    position_relation_bytes,
     position_strategy,
     scoped_only,
 )
@@ -23,10 +27,13 @@ from mor.planner.nodes import (
     Union,
     show_ids,
 )
+from mor.planner.settings import current
 
 
 class _Describer:
-    def __init__(self) -> None:
+    def __init__(self, listing: int, limit: int) -> None:
+        self.listing = listing  # the session's listing threshold (scan.listing_threshold)
+        self.limit = limit  # the broadcast limit in bytes (scan.broadcast_limit)
         self.lines: list[str] = []
         self.done: dict[int, int] = {}
 
@@ -59,14 +66,15 @@ class _Describer:
                 if not node.meta:
                     if len(node.files) > 1:
                         self.emit("distinct keys")
-                    return len(self.lines)
-                self.emit(
-                    f"join broadcast(delete file table) on the file key "
-                    f"-> $del_seq, $del_partition ({', '.join(kinds)})"
-                )
-                if len(node.files) > 1:
-                    self.emit("compact: one row per key and $del_partition with max($del_seq)")
-                return len(self.lines)
+                else:
+                    self.emit(
+                        f"join broadcast(delete file table) on the file key "
+                        f"-> $del_seq, $del_partition ({', '.join(kinds)})"
+                    )
+                    if len(node.files) > 1:
+                        self.emit("compact: one row per key and $del_partition with max($del_seq)")
+                side = broadcast_text("keys", node.rows(), eq_relation_bytes(node), self.limit)
+                return self.emit(f"as {side}")
             case AntiJoin(left=left, right=right):
                 a, b = self.visit(left), self.visit(right)
                 op = "<=>" if node.null_safe else "="
@@ -100,7 +108,7 @@ class _Describer:
                     fence = (
                         ", where spark_partition_id() >= 0 (a barrier: Spark pushes no join "
                         "into the scan's reads)"
-                        if needs_barrier(scan)
+                        if needs_barrier(scan, self.listing)
                         else ""
                     )
                     self.emit(
@@ -165,7 +173,15 @@ class _Describer:
                     f"join broadcast(recorded row counts) on {key}: a row at or past its file's "
                     "count stops the query"
                 )
-            step = self.emit(strategy.describe(key) + ": deleted positions removed in the scan")
+            side = broadcast_text(
+                "deleted positions",
+                strategy.delete_rows,
+                position_relation_bytes(strategy, fk.is_long),
+                self.limit,
+            )
+            step = self.emit(
+                strategy.describe(key, side) + ": deleted positions removed in the scan"
+            )
         if "_pos" in node.hidden:
             step = self.emit("_pos = _metadata.row_index")
         per_file = [h for h in node.hidden if h != "_pos"]
@@ -178,7 +194,12 @@ class _Describer:
         return step
 
 
-def describe(plan: Plan) -> str:
-    d = _Describer()
+def describe(plan: Plan, listing: int = 32, broadcast_limit: int | None = None) -> str:
+    """EXPLAIN PHYSICAL of `plan`, for a session with this listing threshold and broadcast
+    limit (default: the one mor's own session would have, from the driver_memory setting)."""
+    if broadcast_limit is None:
+        s = current()
+        broadcast_limit = s.broadcast_bytes or default_broadcast_bytes(s.driver_memory, None)
+    d = _Describer(listing, broadcast_limit)
     d.visit(plan)
     return "== Physical Plan (DataFrame operations) ==\n" + "\n".join(d.lines) + "\n"

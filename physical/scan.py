@@ -29,7 +29,16 @@ from mor.physical.positions import (
     keep_condition,
     read_positions,
 )
-from mor.physical.strategy import FileKey, counted_from_metadata, file_key, position_strategy
+from mor.physical.strategy import (
+    FileKey,
+    broadcast_allowed,
+    counted_from_metadata,
+    default_broadcast_bytes,
+    eq_relation_bytes,
+    file_key,
+    position_relation_bytes,
+    position_strategy,
+)
 from mor.physical.types import FIELD_ID_KEY, spark_type
 from mor.planner.errors import DataFileError, UnsupportedError
 from mor.planner.nodes import (
@@ -446,10 +455,24 @@ def _guard(c: str, what: str) -> Column:
     return F.coalesce(F.col(f"`{c}`"), F.raise_error(F.lit(msg))).alias(c)
 
 
-def _broadcast_if_small(df: DataFrame, rows: int) -> DataFrame:
-    """Broadcast a delete side whose row count planning knows to be small enough."""
-    limit = current().broadcast_rows
-    return F.broadcast(df) if rows <= limit else df
+def broadcast_limit(spark: SparkSession) -> int:
+    """The most bytes a broadcast delete side may take (strategy.broadcast_allowed): the
+    setting, else an eighth of the driver's memory within half its maxResultSize."""
+    limit = current().broadcast_bytes
+    if limit > 0:
+        return limit
+    try:
+        memory = spark.conf.get("spark.driver.memory", None)
+        result = spark.conf.get("spark.driver.maxResultSize", None)
+    except Exception:  # noqa: BLE001 - a session that hides them: Spark's defaults
+        memory = result = None
+    return default_broadcast_bytes(memory, result)
+
+
+def _broadcast_if_small(spark: SparkSession, df: DataFrame, rows: int, est: int) -> DataFrame:
+    """Broadcast a delete side whose rows and estimated bytes planning knows to be small
+    enough; else Spark shuffles both sides (slower, bounded in memory)."""
+    return F.broadcast(df) if broadcast_allowed(rows, est, broadcast_limit(spark)) else df
 
 
 def where_all(df: DataFrame, conditions: Sequence[Expr]) -> DataFrame:
@@ -555,7 +578,9 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
         types = (T.LongType(), T.StringType())
         df = df.join(_file_table(spark, fk, counted, (COUNT, RECORDED), types), FKEY, "left")
         df = _row_count_check(df, scan.table)
-        df = df.join(_broadcast_if_small(positions, strategy.delete_rows), on, "left_anti")
+        est = position_relation_bytes(strategy, fk.is_long)
+        positions = _broadcast_if_small(spark, positions, strategy.delete_rows, est)
+        df = df.join(positions, on, "left_anti")
     hidden = []
     if scan.hidden:
         df = _with_hidden(spark, scan, df, fk, keys)
@@ -710,7 +735,8 @@ def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) 
     if not node.meta:
         # no anti-join reading this checks a guard: the keys alone, each once
         df = df.select(*key_names)
-        return _broadcast_if_small(df.distinct() if len(node.files) > 1 else df, node.rows())
+        df = df.distinct() if len(node.files) > 1 else df
+        return _broadcast_if_small(spark, df, node.rows(), eq_relation_bytes(node))
     rows = [(keys[f.file_id], f.file_id, f.data_seq, f.partition_id) for f in node.files]
     df = df.join(_file_table(spark, fk, rows, ("$del_file", DEL_SEQ, DEL_PART)), FKEY, "left")
     df = df.select(*key_names, _guard(DEL_SEQ, f"equality deletes of {node.table}"), DEL_PART)
@@ -722,4 +748,4 @@ def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) 
             .agg(F.max(DEL_SEQ).alias(DEL_SEQ))
             .select(*key_names, DEL_SEQ, DEL_PART)
         )
-    return _broadcast_if_small(df, node.rows())
+    return _broadcast_if_small(spark, df, node.rows(), eq_relation_bytes(node))

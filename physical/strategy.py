@@ -46,7 +46,7 @@ class PositionStrategy:
     shift: int | None  # join: bits of row_index in the packed key; None = (file key, row_index)
     by_case: bool = False  # bitmap: each row's bitmap picked by a CASE (else a broadcast join)
 
-    def describe(self, key: str) -> str:
+    def describe(self, key: str, broadcast: str = "broadcast(deleted positions)") -> str:
         if self.method == "bitmap":
             pick = (
                 f"picked by CASE {key}"
@@ -63,7 +63,7 @@ class PositionStrategy:
             if self.shift is not None
             else f"({key}, _metadata.row_index)"
         )
-        return f"left_anti join with broadcast(deleted positions) on {on}"
+        return f"left_anti join with {broadcast} on {on}"
 
 
 def _kib(n: int) -> str:
@@ -187,4 +187,75 @@ def scoped_only(deletes: Plan) -> bool:
     anti-join's scope check is then `$partition = $del_partition`, a join key."""
     return isinstance(deletes, EqDeleteScan) and all(
         f.partition_id != GLOBAL_PART for f in deletes.files
+    )
+
+
+# the types whose values Spark stores in a row's variable-length part, and the width assumed
+# for each value of them (delete keys are ids and codes, rarely long text)
+_VARIABLE = ('"string"', '"binary"', '"uuid"')
+VARIABLE_WIDTH = 32
+
+
+def relation_bytes(rows: int, fixed: int, variable: int = 0) -> int:
+    """An estimate of the memory a broadcast of `rows` rows of `fixed` fixed-width and
+    `variable` variable-width columns takes on the driver and on each executor: Spark keeps
+    each row (an UnsafeRow: a null word, 8 bytes a column, the variable part) twice while it
+    builds the hash relation (the collected rows and the relation's pages), plus the hash
+    table's slots (16 bytes at load factor 0.5)."""
+    row = 8 + 8 * (fixed + variable) + VARIABLE_WIDTH * variable
+    return rows * (2 * row + 32)
+
+
+def position_relation_bytes(strategy: PositionStrategy, long_keys: bool) -> int:
+    """The estimate for the deleted positions a join strategy broadcasts."""
+    if strategy.shift is not None:
+        return relation_bytes(strategy.delete_rows, 1)
+    return relation_bytes(strategy.delete_rows, 2 if long_keys else 1, 0 if long_keys else 1)
+
+
+def eq_relation_bytes(deletes: EqDeleteScan) -> int:
+    """The estimate for an equality delete scan's broadcast (its rows before compaction)."""
+    guards = 2 if deletes.meta else 0
+    variable = sum(1 for k in deletes.keys if k.type_str in _VARIABLE or k.compared_as_text)
+    return relation_bytes(deletes.rows(), len(deletes.keys) - variable + guards, variable)
+
+
+def broadcast_allowed(rows: int, est_bytes: int, limit_bytes: int) -> bool:
+    """A delete side is broadcast when its rows and its estimated bytes are within the limits
+    (`broadcast_rows`, and `broadcast_bytes` or its default from the driver's memory);
+    else Spark joins it by a shuffle, slower but bounded in memory."""
+    return rows <= current().broadcast_rows and est_bytes <= limit_bytes
+
+
+def memory_bytes(text: str) -> int | None:
+    """A JVM memory size ('4g', '512m', '1024k', '2t' or bytes) in bytes; None if unreadable."""
+    t = text.strip().lower().removesuffix("b")
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    try:
+        if t and t[-1] in units:
+            return int(float(t[:-1]) * units[t[-1]])
+        return int(t)
+    except ValueError:
+        return None
+
+
+def default_broadcast_bytes(driver_memory: str | None, max_result_size: str | None) -> int:
+    """An eighth of the driver's memory (Spark's default 1g when unset), and at most half of
+    spark.driver.maxResultSize (the collected rows of a broadcast count against it; 0 is no
+    limit)."""
+    memory = memory_bytes(driver_memory or "1g") or (1 << 30)
+    limit = memory // 8
+    result = memory_bytes(max_result_size or "1g")
+    if result:
+        limit = min(limit, result // 2)
+    return limit
+
+
+def broadcast_text(what: str, rows: int, est: int, limit: int) -> str:
+    """How EXPLAIN PHYSICAL names a delete side: broadcast, or shuffled and why."""
+    if broadcast_allowed(rows, est, limit):
+        return f"broadcast({what}, ~{_kib(est)} est.)"
+    return (
+        f"{what} (shuffled, not broadcast: {rows} rows, ~{_kib(est)} est., limits "
+        f"{current().broadcast_rows} rows, {_kib(limit)})"
     )

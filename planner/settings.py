@@ -71,6 +71,15 @@ SETTINGS: tuple[Setting, ...] = (
         "delete sides with at most this many rows are broadcast",
     ),
     Setting(
+        "broadcast_bytes",
+        "MOR_BROADCAST_BYTES",
+        int,
+        0,
+        "delete sides whose estimated hash relation is at most this many bytes are broadcast "
+        "(0: an eighth of spark.driver.memory, at most half of spark.driver.maxResultSize); "
+        "larger ones are joined by a shuffle",
+    ),
+    Setting(
         "scan_barrier",
         "MOR_SCAN_BARRIER",
         bool,
@@ -200,6 +209,7 @@ class Settings:
     position_cache_rows: int = 10_000_000
     io_threads: int = 16
     broadcast_rows: int = 20_000_000
+    broadcast_bytes: int = 0
     scan_barrier: bool = True
     position_bitmap_bytes: int = 4 << 20
     position_bitmap_case_files: int = 8

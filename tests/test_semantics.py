@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
+from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
 from mor import mor_sql
@@ -505,3 +506,19 @@ def test_a_scan_is_a_barrier_to_semi_joins(tmp_path_factory: Any, spark: Any, ca
         final = capsys.readouterr().out.split("Initial Plan")[0]  # AQE prints both once run
         semi_joins[on] = final.count("LeftSemi")
     assert semi_joins[True] == 1 and semi_joins[False] > 1, semi_joins
+
+
+def test_delete_sides_over_the_broadcast_limit_are_shuffled(
+    two_partitions: Any, spark: Any
+) -> None:
+    """A delete side over `broadcast_bytes` is joined by a shuffle, not a forced broadcast (a
+    driver without the memory for it would fail the query): the same rows either way, for
+    deleted positions (the join method) and equality keys."""
+    cat, w, a, _ = two_partitions
+    w.commit(deletes=[w.position_delete_file({a.file_path: [1]}, a)])  # (1, 'a', 2)
+    w.commit(deletes=[w.equality_delete_file([1], [{1: 100}], partition=Record("b"))])
+    expected = {(100, "a", 1), (None, "b", 4)}
+    joined = {"position_bitmap_bytes": 0}
+    for over in ({}, {"broadcast_bytes": 1}):
+        got = mor_sql("SELECT id, p, v FROM r.t", catalog=cat, spark=spark, settings=joined | over)
+        assert {tuple(r) for r in got.collect()} == expected, over

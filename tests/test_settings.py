@@ -123,8 +123,16 @@ def test_a_per_call_setting_changes_what_runs(tmp_path: Path) -> None:
         sql, warehouse=wh, physical=True, check=False, settings={"position_bitmap_bytes": 0}
     )
     assert "filter by bitmaps of deleted positions" in plain
-    assert "left_anti join with broadcast(deleted positions)" in joined
+    assert "left_anti join with broadcast(deleted positions, ~" in joined
     assert "bitmaps" not in joined
+    shuffled = explain(
+        sql,
+        warehouse=wh,
+        physical=True,
+        check=False,
+        settings={"position_bitmap_bytes": 0, "broadcast_bytes": 1},
+    )
+    assert "left_anti join with deleted positions (shuffled, not broadcast: " in shuffled
     assert explain(sql, warehouse=wh, physical=True, check=False) == plain
     with pytest.raises(ConfigError, match="unknown setting 'bitmap'"):
         explain(sql, warehouse=wh, check=False, settings={"bitmap": 0})

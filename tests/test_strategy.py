@@ -150,3 +150,44 @@ def test_the_scope_is_a_join_key_only_without_global_deletes() -> None:
     assert scoped_only(delete_side(eq_delete(1, ids={1}, part=0), eq_delete(2, ids={1}, part=3)))
     assert not scoped_only(delete_side(eq_delete(1, ids={1}), eq_delete(2, ids={1}, global_=True)))
     assert not scoped_only(scan())  # not a delete scan
+
+
+def test_broadcasts_are_bounded_by_estimated_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mor.physical.strategy import (
+        broadcast_allowed,
+        default_broadcast_bytes,
+        eq_relation_bytes,
+        memory_bytes,
+        relation_bytes,
+    )
+    from mor.rules import MOR_RULES, optimize
+
+    assert [memory_bytes(t) for t in ("4g", "512m", "1024K", "2048", "1.5g", "lots")] == [
+        4 << 30,
+        512 << 20,
+        1 << 20,
+        2048,
+        3 << 29,
+        None,
+    ]
+    # an eighth of the driver's memory (1g unset), within half of maxResultSize (0: no limit)
+    assert default_broadcast_bytes(None, None) == 128 << 20
+    assert default_broadcast_bytes("4g", None) == 512 << 20
+    assert default_broadcast_bytes("16g", "1g") == 512 << 20
+    assert default_broadcast_bytes("16g", "0") == 2 << 30
+    # one long a row: a null word and the value, held twice, plus a slot
+    assert relation_bytes(1000, 1) == 1000 * (2 * 16 + 32)
+    assert relation_bytes(10, 1, 1) > relation_bytes(10, 2)  # a string key weighs more
+
+    def side(ids: set[int], part: int) -> EqDeleteScan:
+        d = eq_delete(1, ids=ids, part=part, seq=5)
+        data = (data_file(0, eq=(frozenset(ids),)), data_file(2, part=3, eq=(frozenset(ids),)))
+        plan, _ = optimize(scan(data, (d,)), MOR_RULES)
+        return next(n for n in plan.walk() if isinstance(n, EqDeleteScan))
+
+    # a long key with $del_seq and $del_partition; a string key is variable
+    assert eq_relation_bytes(side({1}, 0)) == relation_bytes(10, 3)
+    assert eq_relation_bytes(side({2}, 0)) == relation_bytes(10, 2, 1)
+    assert broadcast_allowed(10, 100, 100) and not broadcast_allowed(10, 101, 100)
+    monkeypatch.setenv("MOR_BROADCAST_ROWS", "9")
+    assert not broadcast_allowed(10, 1, 100)
