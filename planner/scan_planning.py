@@ -51,6 +51,7 @@ from mor.planner.delete_index import DeleteIndex, Entry
 from mor.planner.eq_bounds import may_apply, metrics_of
 from mor.planner.errors import MetadataError, UnsupportedError
 from mor.planner.manifests import EntryFile, ManifestEntry, decode_manifest, gc_paused
+from mor.planner.metrics_eval import compile_inclusive
 from mor.planner.nodes import (
     GLOBAL_PART,
     DataTask,
@@ -241,7 +242,8 @@ def _plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles
     metrics = (
         (lambda _f: True)
         if unfiltered
-        else _InclusiveMetricsEvaluator(
+        else compile_inclusive(schema, filt)
+        or _InclusiveMetricsEvaluator(
             schema, filt, case_sensitive=True, include_empty_files=True
         ).eval
     )
