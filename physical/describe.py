@@ -137,8 +137,9 @@ class _Describer:
             return self.emit(
                 f"spark.range(rows): {len(tasks)} data file(s) of {node.table} hold "
                 f"{sum(t.record_count for t in tasks)} row(s) by their metadata, less the "
-                f"positions deleted from {with_pos} of them (position delete files read on the "
-                "driver); no column is needed, so no data file is read"
+                f"positions deleted from {with_pos} of them (position delete files and "
+                "deletion vectors read on the driver); no column is needed, so no data file "
+                "is read"
             )
         layouts = sorted({t.layout for t in tasks}) or [0]
         cols = ", ".join(f.col.show() for f in node.fields) or "no columns"
@@ -157,14 +158,27 @@ class _Describer:
         key = fk.describe()
         strategy = position_strategy(tasks, deletes, fk.is_long)
         if strategy is not None:
-            if strategy.method == "bitmap":
+            used = {p for t in tasks for p in t.pos_deletes}
+            n_dv = sum(1 for p in used if deletes[p].is_dv)
+            n_files = len(used) - n_dv
+            if n_dv:
                 self.emit(
-                    f"read on the driver: {strategy.delete_files} position delete file(s) "
+                    f"read on the driver: {n_dv} deletion vector(s) (Puffin blobs read by "
+                    "offset and length; length, magic and CRC checked)"
+                    + (
+                        ", as one row of positions per data file, exploded"
+                        if strategy.method != "bitmap"
+                        else ""
+                    )
+                )
+            if strategy.method == "bitmap" and n_files:
+                self.emit(
+                    f"read on the driver: {n_files} position delete file(s) "
                     "(file_path, pos), rows kept for the applicable (delete, data file) pairs"
                 )
-            else:
+            elif n_files:
                 self.emit(
-                    f"read parquet: {strategy.delete_files} position delete file(s) "
+                    f"read parquet: {n_files} position delete file(s) "
                     "(file_path, pos) joined with broadcast(applicable pairs) on the recorded "
                     "data file path"
                 )

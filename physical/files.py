@@ -66,3 +66,16 @@ def file_sizes(source_key: str | None, paths: Sequence[str]) -> dict[str, int | 
         with ThreadPoolExecutor(current().io_threads) as pool:
             out.update(zip(remote, pool.map(size, remote)))
     return out
+
+
+def read_range(source_key: str | None, path: str, offset: int, length: int) -> bytes:
+    """`length` bytes of a file from `offset` (a deletion vector's blob in its Puffin file):
+    only those bytes are read, locally or through the table's FileIO."""
+    local = local_path(path)
+    if local is not None:
+        with open(local, "rb") as f:
+            f.seek(offset)
+            return f.read(length)
+    with _io(source_key, path).new_input(path).open() as f:
+        f.seek(offset)
+        return f.read(length)

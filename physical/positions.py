@@ -1,7 +1,8 @@
 """Position deletes as bitmaps carried in the plan (the `bitmap` method of strategy.py).
 
-The delete files are read on the client with pyarrow (local files directly, others through the
-table's own FileIO: physical/files.py), never through the JVM. Only the (delete file, data
+The delete files are read on the client with pyarrow, deletion vectors decoded by dv.py (local
+files directly, others through the table's own FileIO: physical/files.py), never through the
+JVM. Only the (delete file, data
 file) pairs that scan planning kept are used: a row of a delete file naming another data file,
 or a data file the delete does not apply to (sequence number, partition), is ignored, exactly as
 in the join method. Each data file gets one bitmap, bit p of word p >> 6 set iff position p is
@@ -22,7 +23,8 @@ import pyarrow.parquet as pq
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from mor.physical.files import read_bytes
+from mor.physical.dv import decode
+from mor.physical.files import read_bytes, read_range
 from mor.planner.cache import BoundedCache
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import DataTask, DeleteTask
@@ -46,11 +48,25 @@ def clear_position_cache() -> None:
 
 
 def _delete_file(source_key: str, d: DeleteTask, table: str, limit: int) -> dict[str, pa.Array]:
-    """One position delete file as {data file path as recorded: positions (int64)}."""
-    key = (d.read_path, d.size_bytes)
+    """One position delete file or deletion vector as {data file path as recorded: positions
+    (int64)}."""
+    key = (d.read_path, d.size_bytes, d.dv.offset if d.dv else -1)
     hit = _POSITIONS.get(key)
     if hit is not None:
         return hit
+    if d.dv is not None:
+        where = f"deletion vector {d.read_path} at offset {d.dv.offset} of {table}"
+        try:
+            blob = read_range(source_key, d.read_path, d.dv.offset, d.dv.length)
+        except Exception as e:  # noqa: BLE001 - a missing or unreadable file
+            raise DataFileError(f"cannot read {where}: {first_line(e)}") from e
+        if len(blob) != d.dv.length:
+            raise DataFileError(
+                f"{where}: the file ends {d.dv.length - len(blob)} bytes before the blob does"
+            )
+        dv = {d.dv.referenced_data_file: decode(blob, where, d.record_count)}
+        _POSITIONS.put(key, dv, d.record_count, limit)
+        return dv
     try:
         tab = pq.read_table(
             pa.BufferReader(read_bytes(source_key, d.read_path)), columns=["file_path", "pos"]

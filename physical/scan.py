@@ -565,7 +565,7 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
             df = df.join(_file_table(spark, fk, rows, names, types), FKEY, "left")
             df = df.where(bitmap_keep(words, POS, OFF, BITS, COUNT, RECORDED, scan.table))
     elif strategy is not None:
-        positions = _positions(spark, tasks, deletes, paths, fk, keys, scan.table)
+        positions = _positions(spark, tasks, deletes, paths, fk, keys, scan.table, scan.source_key)
         on: list[str] = [FKEY, POS]
         if strategy.shift is not None:
             df = df.withColumn(PKEY, _packed(F.col(FKEY), F.col(POS), strategy.shift))
@@ -673,8 +673,55 @@ def _positions(
     fk: FileKey,
     keys: dict[int, Any],
     table: str,
+    source_key: str,
 ) -> DataFrame:
     """($fkey, position) of every deleted row of these data files."""
+    dv_tasks = [t for t in tasks if any(deletes[p].is_dv for p in t.pos_deletes)]
+    files = [t for t in tasks if t.pos_deletes and t not in dv_tasks]
+    parts = []
+    if dv_tasks:
+        parts.append(_dv_positions(spark, dv_tasks, deletes, fk, keys, table, source_key))
+    if files:
+        parts.append(_file_positions(spark, files, deletes, paths, fk, keys, table))
+    out = parts[0]
+    for other in parts[1:]:
+        out = out.unionByName(other)
+    return out
+
+
+def _dv_positions(
+    spark: SparkSession,
+    tasks: Sequence[DataTask],
+    deletes: dict[int, DeleteTask],
+    fk: FileKey,
+    keys: dict[int, Any],
+    table: str,
+    source_key: str,
+) -> DataFrame:
+    """($fkey, position) from deletion vectors, decoded on the driver (Spark cannot read a
+    Puffin blob): one row per data file holding its positions as an array, exploded."""
+    found = read_positions(tasks, deletes, table, source_key)
+    schema = T.StructType(
+        [
+            T.StructField(FKEY, _key_type(fk), False),
+            T.StructField("$positions", T.ArrayType(T.LongType(), False), False),
+        ]
+    )
+    rows = [(keys[fid], p.to_pylist()) for fid, p in sorted(found.items()) if len(p)]
+    df = spark.createDataFrame(rows, schema)
+    return df.select(F.col(FKEY), F.explode(F.col("`$positions`")).alias(POS))
+
+
+def _file_positions(
+    spark: SparkSession,
+    tasks: Sequence[DataTask],
+    deletes: dict[int, DeleteTask],
+    paths: SparkPaths,
+    fk: FileKey,
+    keys: dict[int, Any],
+    table: str,
+) -> DataFrame:
+    """($fkey, position) from position delete files, read by Spark."""
     used = sorted({p for t in tasks for p in t.pos_deletes})
     schema = T.StructType(
         [T.StructField("file_path", T.StringType()), T.StructField("pos", T.LongType())]

@@ -7,7 +7,12 @@ The rules (SEMANTICS.md, Iceberg spec "Scan Planning"):
   its `file_path` lower/upper bounds, when present, are an inclusive range the path must fall in
   (a range, never an equality test: a writer may record truncated bounds);
 - an equality delete file applies when `data_seq < delete_seq` and it is in the same spec and
-  partition, or its spec is unpartitioned (a global delete, whatever the data file's spec).
+  partition, or its spec is unpartitioned (a global delete, whatever the data file's spec);
+- a deletion vector (v3: a Puffin blob) applies to the one data file its
+  `referenced_data_file` names, and then replaces every position delete file of that file
+  (writers merge older position deletes into the vector); a data file has at most one vector in
+  a snapshot, with a data sequence number at or after the file's (Iceberg's reader refuses a
+  table that breaks either rule, and so does this index: InvalidDeletes).
 
 Deletes are bucketed by where they apply (partition, referenced file, global) and each bucket is
 sorted by sequence number once, with its sequence numbers kept beside it, so matching one data
@@ -22,7 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pyiceberg.manifest import DataFileContent
+from pyiceberg.manifest import DataFileContent, FileFormat
 
 from mor.planner.manifests import EntryFile
 
@@ -48,6 +53,14 @@ def bounds_admit(d: EntryFile, path: str) -> bool:
     hi = (d.upper_bounds or {}).get(POS_FILE_PATH_ID)
     raw = path.encode("utf-8")
     return (lo is None or lo <= raw) and (hi is None or raw <= hi)
+
+
+class InvalidDeletes(ValueError):
+    """The deletes of a snapshot break a rule of the spec that no writer may break."""
+
+
+def is_dv(f: EntryFile) -> bool:
+    return f.file_format == FileFormat.PUFFIN
 
 
 class _Bucket:
@@ -83,9 +96,12 @@ class DeleteIndex:
         pos_ref: dict[str, list[Entry]] = {}
         eq_part: dict[tuple[int, tuple[Any, ...]], list[Entry]] = {}
         eq_global: list[Entry] = []
+        dvs: dict[str, list[Entry]] = {}
         for d in deletes:
             f = d.file
-            if f.content == DataFileContent.POSITION_DELETES:
+            if f.content == DataFileContent.POSITION_DELETES and is_dv(f):
+                dvs.setdefault(f.referenced_data_file or "", []).append(d)
+            elif f.content == DataFileContent.POSITION_DELETES:
                 ref = f.referenced_data_file
                 if ref:
                     pos_ref.setdefault(ref, []).append(d)
@@ -102,6 +118,7 @@ class DeleteIndex:
         self._pos_ref = {k: _Bucket(v) for k, v in pos_ref.items()}
         self._eq_part = {k: _Bucket(v) for k, v in eq_part.items()}
         self._eq_global = _Bucket(eq_global)
+        self._dvs = dvs
         # paths are compared only when some position delete file of the partition has bounds
         self._bounded = {
             k
@@ -110,9 +127,13 @@ class DeleteIndex:
         }
 
     def position_deletes(self, data: Entry) -> list[Entry]:
-        """Position delete files that apply to `data`, by (sequence number, path)."""
+        """Position delete files that apply to `data`, by (sequence number, path), or its
+        deletion vector alone."""
         key = (data.spec_id, data.part)
         path = data.file.file_path
+        dv = self._dvs.get(path)
+        if dv is not None:
+            return [_one_dv(dv, data)]
         scoped = self._pos_part.get(key, _EMPTY).at_or_after(data.seq)
         if key in self._bounded:
             scoped = [d for d in scoped if bounds_admit(d.file, path)]
@@ -131,3 +152,19 @@ class DeleteIndex:
         if not scoped:
             return glob
         return sorted(glob + scoped, key=lambda x: (x.seq, x.file.file_path))
+
+
+def _one_dv(dvs: list[Entry], data: Entry) -> Entry:
+    path = data.file.file_path
+    if len(dvs) > 1:
+        blobs = ", ".join(f"{d.file.file_path} at offset {d.file.content_offset}" for d in dvs[:3])
+        raise InvalidDeletes(
+            f"data file {path} has {len(dvs)} deletion vectors ({blobs}); the spec allows one"
+        )
+    dv = dvs[0]
+    if dv.seq < data.seq:
+        raise InvalidDeletes(
+            f"deletion vector {dv.file.file_path} (sequence number {dv.seq}) is older than the "
+            f"data file {path} it names (sequence number {data.seq})"
+        )
+    return dv

@@ -107,7 +107,8 @@ def _scan_details(n: int, scan: IcebergScan) -> list[str]:
     if f is None:
         out.append("   files     (not planned)")
     else:
-        pos = sum(1 for d in f.deletes if d.kind == "position")
+        pos = sum(1 for d in f.deletes if d.kind == "position" and not d.is_dv)
+        dvs = sum(1 for d in f.deletes if d.is_dv)
         eqs: dict[frozenset[int], int] = {}
         for d in f.deletes:
             if d.kind == "equality":
@@ -117,7 +118,8 @@ def _scan_details(n: int, scan: IcebergScan) -> list[str]:
         )
         out.append(
             f"   files     data {len(f.data)} | pos-delete {pos}"
-            f"{' -> position filter' if pos else ''} | eq-delete {sum(eqs.values())}"
+            f"{f' | deletion-vector {dvs}' if dvs else ''}"
+            f"{' -> position filter' if pos or dvs else ''} | eq-delete {sum(eqs.values())}"
             f"{' (' + eq_text + ')' if eq_text else ''}"
         )
     pushed = " AND ".join(e.text for e in scan.pushed) or "none"
@@ -145,6 +147,11 @@ def _pruning(scans: list[IcebergScan]) -> list[str]:
             f"  pos deletes  {p.pos_deletes[0]} -> {p.pos_deletes[1]} "
             "(partition, sequence number, file_path bounds)"
         )
+        if p.dvs[0]:
+            out.append(
+                f"  deletion vectors {p.dvs[0]} -> {p.dvs[1]} (referenced data file; a vector "
+                "replaces the file's position deletes)"
+            )
         eq = " | ".join(f"{show_ids(ids)}: {tot} -> {kept}" for ids, tot, kept in p.eq_deletes)
         out.append(f"  eq deletes   {eq or 'none'}")
     return out

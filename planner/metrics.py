@@ -16,6 +16,9 @@ class MorMetrics:
     pos_delete_files: int = 0
     pos_delete_bytes: int = 0
     pos_delete_rows: int = 0
+    deletion_vectors: int = 0
+    dv_bytes: int = 0  # the blobs' sizes (what is read of their Puffin files)
+    dv_rows: int = 0  # positions the vectors hold
     eq_delete_files: dict[str, int] = field(default_factory=dict)  # "{1,3}" -> files
     eq_delete_bytes: dict[str, int] = field(default_factory=dict)
     eq_delete_rows: dict[str, int] = field(default_factory=dict)
@@ -40,6 +43,11 @@ def static_metrics(plan: Plan, planning_seconds: float) -> MorMetrics:
             for d in node.files.deletes:
                 if d.kind == "position" and (id(node), d.file_id) not in seen:
                     seen.add((id(node), d.file_id))  # type: ignore[arg-type]
+                    if d.dv is not None:
+                        m.deletion_vectors += 1
+                        m.dv_bytes += d.dv.length
+                        m.dv_rows += d.record_count
+                        continue
                     m.pos_delete_files += 1
                     m.pos_delete_bytes += d.size_bytes
                     m.pos_delete_rows += d.record_count
@@ -62,6 +70,10 @@ def render(m: MorMetrics) -> str:
         f"pos deletes   {m.pos_delete_files} files, {m.pos_delete_bytes} bytes, "
         f"{m.pos_delete_rows} positions"
     )
+    if m.deletion_vectors:
+        lines.append(
+            f"deletion vec  {m.deletion_vectors} vectors, {m.dv_bytes} bytes, {m.dv_rows} positions"
+        )
     for k in sorted(m.eq_delete_files):
         lines.append(
             f"eq deletes    {k}: {m.eq_delete_files[k]} files, {m.eq_delete_bytes[k]} bytes,"

@@ -169,6 +169,22 @@ class DeleteTask:
     layout: int = 0  # index into ScanFiles.layouts
     # equality field ids whose manifest entry records a null count of 0 (no NULL key)
     null_free: frozenset[int] = frozenset()
+    # a deletion vector (Iceberg v3): its blob's place in the Puffin file `path` and the one
+    # data file it names; None for a Parquet delete file
+    dv: DvBlob | None = None
+
+    @property
+    def is_dv(self) -> bool:
+        return self.dv is not None
+
+
+@dataclass(frozen=True, slots=True)
+class DvBlob:
+    """Where a deletion vector's blob lies in its Puffin file, and the data file it applies to."""
+
+    offset: int
+    length: int
+    referenced_data_file: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,7 +194,8 @@ class Pruning:
     manifests_data: tuple[int, int] = (0, 0)  # kept, total
     manifests_delete: tuple[int, int] = (0, 0)
     data_files: tuple[int, int, int] = (0, 0, 0)  # total, after partition, after column bounds
-    pos_deletes: tuple[int, int] = (0, 0)  # total live, kept
+    pos_deletes: tuple[int, int] = (0, 0)  # total live, kept (Parquet files)
+    dvs: tuple[int, int] = (0, 0)  # deletion vectors: total live, kept
     eq_deletes: tuple[tuple[frozenset[int], int, int], ...] = ()  # id set, total, kept
 
 

@@ -47,7 +47,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.snapshots import Snapshot
 
 from mor.planner.cache import BoundedCache
-from mor.planner.delete_index import DeleteIndex, Entry
+from mor.planner.delete_index import DeleteIndex, Entry, InvalidDeletes, is_dv
 from mor.planner.eq_bounds import may_apply, metrics_of
 from mor.planner.errors import MetadataError, UnsupportedError
 from mor.planner.manifests import EntryFile, ManifestEntry, decode_manifest, gc_paused
@@ -56,6 +56,7 @@ from mor.planner.nodes import (
     GLOBAL_PART,
     DataTask,
     DeleteTask,
+    DvBlob,
     Expr,
     IcebergScan,
     PartField,
@@ -199,9 +200,22 @@ def _part_label(names: tuple[str, ...], spec_id: int, part: tuple[Any, ...]) -> 
 def _check_supported(src: TableSource, f: EntryFile) -> None:
     fmt = f.file_format
     if fmt == FileFormat.PUFFIN:
-        raise UnsupportedError(
-            f"table {src.name}: deletion vector {f.file_path} (Iceberg v3) is not supported yet"
-        )
+        if f.content != DataFileContent.POSITION_DELETES:
+            raise MetadataError(
+                f"table {src.name}: Puffin file {f.file_path} is listed as "
+                f"{f.content.name.lower().replace('_', ' ')}; only deletion vectors are Puffin"
+            )
+        missing = [
+            n
+            for n in ("referenced_data_file", "content_offset", "content_size_in_bytes")
+            if getattr(f, n) is None
+        ]
+        if missing:
+            raise MetadataError(
+                f"table {src.name}: deletion vector {f.file_path} has no {', '.join(missing)} "
+                "in its manifest entry"
+            )
+        return
     if fmt != FileFormat.PARQUET:
         raise UnsupportedError(
             f"table {src.name}: file {f.file_path} is {fmt.value}; only Parquet files are supported"
@@ -247,7 +261,7 @@ def _plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles
             schema, filt, case_sensitive=True, include_empty_files=True
         ).eval
     )
-    n_del_total = {"position": 0, "equality": defaultdict(int)}
+    n_del_total = {"position": 0, "dv": 0, "equality": defaultdict(int)}
 
     kept = []
     manifest_eval: dict[int, Callable[[ManifestFile], bool]] = {}
@@ -283,7 +297,9 @@ def _plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles
                 if metrics(f):
                     data.append(e)
             else:
-                if f.content == DataFileContent.POSITION_DELETES:
+                if f.content == DataFileContent.POSITION_DELETES and is_dv(f):
+                    n_del_total["dv"] += 1  # type: ignore[operator]
+                elif f.content == DataFileContent.POSITION_DELETES:
                     n_del_total["position"] += 1  # type: ignore[operator]
                 else:
                     n_del_total["equality"][frozenset(f.equality_ids or ())] += 1  # type: ignore[index]
@@ -409,20 +425,24 @@ def _match(
     }
     eq_fields = {i for i in types}
     for e in data:
-        pos = index.position_deletes(e)
+        try:
+            pos = index.position_deletes(e)
+        except InvalidDeletes as err:
+            raise MetadataError(f"table {src.name}: {err}") from err
         eqs = index.equality_deletes(e)
         if eqs:
             mine = metrics_of(e.file, eq_fields, types)
             eqs = [d for d in eqs if may_apply(mine, del_metrics[id(d)])]
         for d in pos + eqs:
-            used[d.file.file_path] = d
+            used[_delete_key(d)] = d
         per_file.append((e, pos, eqs))
 
-    del_ids: dict[str, int] = {}
+    del_ids: dict[tuple[str, int], int] = {}
     delete_tasks: list[DeleteTask] = []
     next_id = len(data)
-    for d in sorted(used.values(), key=lambda x: (x.seq, x.file.file_path)):
-        del_ids[d.file.file_path] = next_id
+    for key in sorted(used, key=lambda k: (used[k].seq, k)):
+        d = used[key]
+        del_ids[key] = next_id
         is_pos = d.file.content == DataFileContent.POSITION_DELETES
         glob = not is_pos and unpartitioned[d.spec_id]
         delete_tasks.append(
@@ -438,6 +458,13 @@ def _match(
                 size_bytes=d.file.file_size_in_bytes,
                 eq_ids=frozenset(d.file.equality_ids or ()),
                 null_free=_null_free(d.file),
+                dv=DvBlob(
+                    d.file.content_offset,
+                    d.file.content_size_in_bytes,
+                    d.file.referenced_data_file,
+                )
+                if is_dv(d.file)
+                else None,
             )
         )
         next_id += 1
@@ -455,7 +482,7 @@ def _match(
                 record_count=e.file.record_count,
                 size_bytes=e.file.file_size_in_bytes,
                 partition=tuple(zip(field_ids[e.spec_id], e.part)),
-                pos_deletes=tuple(sorted(del_ids[d.file.file_path] for d in pos)),
+                pos_deletes=tuple(sorted(del_ids[_delete_key(d)] for d in pos)),
                 eq_sets=tuple(
                     sorted({frozenset(d.file.equality_ids or ()) for d in eqs}, key=sorted)
                 ),
@@ -470,7 +497,11 @@ def _match(
         manifests_data=(kept_m[ManifestContent.DATA], n_data_m),
         manifests_delete=(kept_m[ManifestContent.DELETES], n_del_m),
         data_files=(n_data_total, n_data_part, len(data)),
-        pos_deletes=(n_del_total["position"], sum(1 for t in delete_tasks if t.kind == "position")),
+        pos_deletes=(
+            n_del_total["position"],
+            sum(1 for t in delete_tasks if t.kind == "position" and not t.is_dv),
+        ),
+        dvs=(n_del_total["dv"], sum(1 for t in delete_tasks if t.is_dv)),
         eq_deletes=tuple((s, eq_total[s], kept_eq.get(s, 0)) for s in sorted(eq_total, key=sorted)),
     )
     return ScanFiles(
@@ -518,6 +549,12 @@ def _eq_field_ids(deletes: list[Entry], src: TableSource) -> set[int]:
             continue
         known.add(i)
     return known
+
+
+def _delete_key(d: Entry) -> tuple[str, int]:
+    """A delete file's identity: its path, and for a deletion vector its blob's offset (the
+    vectors of many data files share one Puffin file)."""
+    return (d.file.file_path, (d.file.content_offset or 0) if is_dv(d.file) else -1)
 
 
 def pushed_preds(pushed: Iterable[Expr]) -> list[Pred]:

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pyiceberg.manifest import DataFileContent
+from pyiceberg.manifest import DataFileContent, FileFormat
 
-from mor.planner.delete_index import POS_FILE_PATH_ID, DeleteIndex, Entry
+from mor.planner.delete_index import POS_FILE_PATH_ID, DeleteIndex, Entry, InvalidDeletes
 
 POS, EQ, DATA = (
     DataFileContent.POSITION_DELETES,
@@ -29,10 +29,14 @@ def _file(
     ref: str | None = None,
     lo: str | None = None,
     hi: str | None = None,
+    offset: int | None = None,
 ) -> Any:
+    """`offset`: a deletion vector (a Puffin blob at that offset), which needs `ref`."""
     return SimpleNamespace(
         content=content,
         file_path=path,
+        file_format=FileFormat.PUFFIN if offset is not None else FileFormat.PARQUET,
+        content_offset=offset,
         referenced_data_file=ref,
         lower_bounds={POS_FILE_PATH_ID: lo.encode()} if lo is not None else None,
         upper_bounds={POS_FILE_PATH_ID: hi.encode()} if hi is not None else None,
@@ -176,3 +180,41 @@ def test_index_agrees_with_the_rules_on_every_pair(
     for d in data:
         assert idx.position_deletes(d) == order([x for x in pos if _applies(d, x)])
         assert idx.equality_deletes(d) == order([x for x in eq if _applies(d, x)])
+
+
+def _dv(puffin: str, offset: int, ref: str, seq: int) -> Entry:
+    return _entry(_file(POS, puffin, ref=ref, offset=offset), seq)
+
+
+def test_a_deletion_vector_replaces_the_position_delete_files_of_its_data_file() -> None:
+    """v3 (and tables upgraded from v2): writers merge older position deletes into the vector,
+    so a file with a vector reads the vector alone, whether the older deletes are scoped to the
+    partition or name the file."""
+    f1, f2 = DATA_FILE.file.file_path, "s3://w/t/data/a/f2.parquet"
+    idx = _index(
+        _entry(_file(POS, "pd-partition.parquet"), seq=4),
+        _entry(_file(POS, "pd-named.parquet", ref=f1), seq=4),
+        _dv("dv.puffin", 4, f1, seq=6),
+    )
+    assert _paths(idx.position_deletes(DATA_FILE)) == ["dv.puffin"]
+    # another file of the partition still reads the partition's position delete file
+    other = _entry(_file(DATA, f2), seq=3)
+    assert _paths(idx.position_deletes(other)) == ["pd-partition.parquet"]
+
+
+def test_a_deletion_vector_applies_only_to_the_file_it_names_at_or_after_its_sequence() -> None:
+    f1 = DATA_FILE.file.file_path
+    idx = _index(_dv("dv.puffin", 4, f1, seq=3), _dv("dv.puffin", 90, "s3://w/t/other", seq=9))
+    assert [(e.file.file_path, e.file.content_offset) for e in idx.position_deletes(DATA_FILE)] == [
+        ("dv.puffin", 4)
+    ]  # written in the commit that added the file (same sequence number): it applies
+
+
+def test_two_vectors_for_one_file_or_a_vector_older_than_its_file_are_refused() -> None:
+    f1 = DATA_FILE.file.file_path
+    two = _index(_dv("a.puffin", 4, f1, seq=5), _dv("b.puffin", 4, f1, seq=6))
+    with pytest.raises(InvalidDeletes, match="2 deletion vectors .*the spec allows one"):
+        two.position_deletes(DATA_FILE)
+    old = _index(_dv("a.puffin", 4, f1, seq=2))
+    with pytest.raises(InvalidDeletes, match=r"sequence number 2\) is older than the data file"):
+        old.position_deletes(DATA_FILE)

@@ -33,6 +33,20 @@ def test_random_histories_match_iceberg_reader() -> None:
     print(summary)
 
 
+def test_deletion_vector_faults_are_refused_by_name() -> None:
+    """A v3 table with deletion vectors from the Java writer (one replacing another), read by
+    both methods, then its Puffin file damaged four ways (tests/oracle/v3_faults.py)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.oracle.v3_faults"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "v3 faults: 0 failures" in proc.stdout
+
+
 @pytest.mark.parametrize("suite,count", [("tpch", 22), ("tpcds", 99)])
 def test_tpc_queries_match_iceberg_reader(suite: str, count: int) -> None:
     """TPC-H's 22 and TPC-DS's 99 queries (DuckDB's text and data, scale 0.01) over tables the

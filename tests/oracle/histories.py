@@ -1,7 +1,9 @@
 """Random merge-on-read histories written by Apache Iceberg's own Java writer.
 
 Each history is driven by a seeded `random.Random`, so a failing seed replays exactly. It uses:
-- Spark SQL INSERT, and DELETE / UPDATE / MERGE INTO in merge-on-read mode (position deletes);
+- format v2, v3, or v2 upgraded to v3 mid-history;
+- Spark SQL INSERT, and DELETE / UPDATE / MERGE INTO in merge-on-read mode (position delete
+  files on v2, deletion vectors on v3: repeated on the same files, a vector replaces a vector);
 - equality deletes committed through the JVM `RowDelta` API, on several id sets (also listed in
   non-schema order), with NULL keys, keys that match nothing, scoped to partitions (with the
   partition of a live data file) or global (unpartitioned spec);
@@ -37,6 +39,7 @@ class History:
     columns: dict[str, str] = field(default_factory=dict)  # current name -> SQL type
     coverage: Counter = field(default_factory=Counter)
     key_col: str = "name"  # a string column whose values queries filter on
+    version: str = "2"  # format version: "2", "3" or "2->3" (upgraded mid-history)
 
     @property
     def table(self) -> str:
@@ -122,8 +125,11 @@ class Writer:
             "bucket": "PARTITIONED BY (bucket(3, id))",
         }[self.h.layout]
         small_groups = self.rng.random() < 0.5
+        # v2 (position delete files), v3 (deletion vectors), or v2 upgraded to v3 mid-history
+        self.h.version = self.rng.choice(["2", "3", "2->3"])
+        self.h.coverage[f"format v{self.h.version}"] += 1
         props = {
-            "format-version": "2",
+            "format-version": "3" if self.h.version == "3" else "2",
             "write.delete.mode": "merge-on-read",
             "write.update.mode": "merge-on-read",
             "write.merge.mode": "merge-on-read",
@@ -153,6 +159,8 @@ class Writer:
             self.snapshot()
             return
         ops = ["insert", "insert", "delete", "update", "merge", "eq", "eq", "eq"]
+        if self.h.version == "2->3" and not self.h.coverage["upgraded to v3"]:
+            ops += ["upgrade"] * 2
         if not self.h.coverage["partition evolution"] and self.h.layout != "bucket":
             ops.append("evolve_partition")
         if not self.h.coverage["rename"]:
@@ -204,6 +212,12 @@ class Writer:
             f"VALUES ({', '.join('s.' + c for c in cols)})"
         )
         self.h.coverage["sql MERGE"] += 1
+
+    def op_upgrade(self) -> None:
+        """v2 -> v3: older position delete files stay; the deletion vectors written after
+        replace them for the data files they name."""
+        self.sql(f"ALTER TABLE {self.h.table} SET TBLPROPERTIES ('format-version'='3')")
+        self.h.coverage["upgraded to v3"] += 1
 
     def op_evolve_partition(self) -> None:
         self.sql(f"ALTER TABLE {self.h.table} ADD PARTITION FIELD bucket(2, id)")
@@ -322,7 +336,32 @@ class Writer:
         self.snapshot()
         for _ in range(steps):
             self.step()
+        self._dv_coverage()
         return self.h
+
+    def _dv_coverage(self) -> None:
+        """How many deletion vectors the history left, and how many it replaced."""
+        if self.h.version == "2":
+            return
+        t = self.h.table
+        live = self.spark.sql(
+            f"SELECT file_format, count(*) n FROM {t}.delete_files "
+            "WHERE content = 1 GROUP BY file_format"
+        ).collect()
+        kinds = {r.file_format: r.n for r in live}
+        dvs = kinds.get("PUFFIN", 0)
+        self.h.coverage["deletion vectors (live)"] += dvs
+        ever = (
+            self.spark.sql(
+                f"SELECT count(DISTINCT file_path, content_offset) n FROM {t}.all_delete_files "
+                "WHERE file_format = 'PUFFIN'"
+            )
+            .first()
+            .n
+        )
+        self.h.coverage["deletion vectors replaced"] += max(0, ever - dvs)
+        if dvs and kinds.get("PARQUET"):
+            self.h.coverage["DVs beside v2 position files"] += 1
 
 
 def eq_delete_file(

@@ -67,10 +67,15 @@ class OracleFailed(Exception):
     """Iceberg's own reader could not answer (mor did): nothing to compare against."""
 
 
-def compare(spark: Any, h: History, sql: str) -> str | None:
+# position deletes and deletion vectors through the anti-join instead of in-plan bitmaps
+JOIN = {"position_bitmap_bytes": 0}
+
+
+def compare(spark: Any, h: History, sql: str, settings: dict | None = None) -> str | None:
     from mor import mor_sql
 
-    ours = mor_sql(sql.format(t=f"iceberg_scan('{h.location}')"), spark=spark).collect()
+    at = f"iceberg_scan('{h.location}')"
+    ours = mor_sql(sql.format(t=at), spark=spark, settings=settings).collect()
     try:
         theirs = spark.sql(sql.format(t=h.table)).collect()
     except Exception as e:  # noqa: BLE001 - reported apart from differences, with its cause
@@ -83,7 +88,8 @@ def compare(spark: Any, h: History, sql: str) -> str | None:
     missing = list((b - a).elements())[:5]
     extra = list((a - b).elements())[:5]
     return (
-        f"seed {h.seed} ({h.layout}): {sql}\n  mor rows {sum(a.values())}, iceberg rows "
+        f"seed {h.seed} ({h.layout}, v{h.version}{', ' + str(settings) if settings else ''}): "
+        f"{sql}\n  mor rows {sum(a.values())}, iceberg rows "
         f"{sum(b.values())}\n  missing from mor: {missing}\n  extra in mor: {extra}"
     )
 
@@ -122,10 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         coverage[
             f"snapshots {min(len(h.snapshots), 10)}{'+' if len(h.snapshots) >= 10 else ''}"
         ] += 1
-        for q in queries(h, lambda xs, k: rng.sample(xs, min(k, len(xs)))):
+        qs = [(q, None) for q in queries(h, lambda xs, k: rng.sample(xs, min(k, len(xs))))]
+        qs += [("SELECT * FROM {t}", JOIN), ("SELECT id, _pos FROM {t}", JOIN)]
+        for q, settings in qs:
             n_queries += 1
             try:
-                d = compare(spark, h, q)
+                d = compare(spark, h, q, settings)
             except OracleFailed as e:
                 oracle_failed[str(e)[:160]] += 1
                 d = None

@@ -1,0 +1,68 @@
+"""Deletion vectors (Iceberg v3): a Puffin blob of type `deletion-vector-v1` per data file.
+
+The blob, as the Puffin spec lays it out (uncompressed, at the manifest entry's
+`content_offset`, `content_size_in_bytes` long):
+
+    4 bytes   length of the magic and the vector, big-endian (the blob's size less 8)
+    4 bytes   magic D1 D3 39 64
+    n bytes   the deleted positions as a 64-bit Roaring bitmap, portable format
+              (8-byte little-endian count of 32-bit bitmaps, each a 4-byte little-endian key
+              of the high 32 bits and a 32-bit portable Roaring bitmap)
+    4 bytes   CRC-32 of the magic and the vector, big-endian
+
+Each check that fails is a one-line DataFileError naming the Puffin file and the blob's offset;
+a vector is never read around. No pyspark here: tests/test_dv.py tests it without Spark.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyroaring import BitMap64
+
+from mor.planner.errors import DataFileError
+
+MAGIC = b"\xd1\xd3\x39\x64"
+
+
+def encode(positions: list[int]) -> bytes:
+    """The blob of these positions (what a writer stores: used by the tests and fixtures)."""
+    vector = MAGIC + BitMap64(positions).serialize()
+    return len(vector).to_bytes(4, "big") + vector + zlib.crc32(vector).to_bytes(4, "big")
+
+
+def decode(blob: bytes, where: str, cardinality: int | None = None) -> pa.Array:
+    """The deleted positions of a blob (int64, ascending). `where` names the blob in errors
+    ("deletion vector <puffin file> at offset N of <table>"); `cardinality`, the manifest
+    entry's record count, must match when given."""
+    if len(blob) < 12:
+        raise DataFileError(f"{where} is {len(blob)} bytes: too short for a deletion vector")
+    length = int.from_bytes(blob[:4], "big")
+    if length != len(blob) - 8:
+        raise DataFileError(
+            f"{where}: its length field says {length} bytes of vector and magic, the manifest "
+            f"entry's size leaves {len(blob) - 8}"
+        )
+    vector = blob[4:-4]
+    if vector[:4] != MAGIC:
+        raise DataFileError(
+            f"{where}: magic {vector[:4].hex()} is not a deletion vector's ({MAGIC.hex()})"
+        )
+    crc = int.from_bytes(blob[-4:], "big")
+    if zlib.crc32(vector) != crc:
+        raise DataFileError(f"{where}: CRC-32 mismatch (the blob is corrupt)")
+    try:
+        bitmap = BitMap64.deserialize(vector[4:])
+    except (ValueError, OverflowError) as e:
+        raise DataFileError(f"{where}: the Roaring bitmap does not decode ({e})") from e
+    values = bitmap.to_array()  # array('Q') in native order, as Arrow's buffers are
+    positions = pa.Array.from_buffers(pa.uint64(), len(values), [None, pa.py_buffer(values)])
+    if cardinality is not None and len(positions) != cardinality:
+        raise DataFileError(
+            f"{where} holds {len(positions)} positions, its manifest entry records {cardinality}"
+        )
+    if len(positions) and positions[-1].as_py() >= 1 << 63:
+        raise DataFileError(f"{where}: a position past 2^63 - 1")
+    return pc.cast(positions, pa.int64())

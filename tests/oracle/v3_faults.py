@@ -1,0 +1,128 @@
+"""A v3 table with deletion vectors written by Iceberg's Java writer, then damaged: each fault
+must stop the query with one line naming the Puffin file, never rows read around the vector.
+
+    python -m tests.oracle.v3_faults      (tests/test_oracle.py runs it; exit 0 when all hold)
+
+The table: file A holds ids 1-4, file B ids 5-8; DELETE id = 1, then id = 2 (the second vector
+replaces the first), then DELETE id = 6 (a vector of B). Live ids: 3, 4, 5, 7, 8.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.oracle.runtime import RuntimeUnavailable, iceberg_session  # noqa: E402
+
+LIVE = [3, 4, 5, 7, 8]
+
+
+def build(spark: Any) -> None:
+    spark.sql(
+        "CREATE TABLE local.db.v3 (id bigint, v string) USING iceberg TBLPROPERTIES "
+        "('format-version'='3', 'write.delete.mode'='merge-on-read', "
+        "'write.update.mode'='merge-on-read', 'write.distribution-mode'='none')"
+    )
+    spark.sql("INSERT INTO local.db.v3 VALUES (1,'a'),(2,'b'),(3,'c'),(4,'d')")
+    spark.sql("INSERT INTO local.db.v3 VALUES (5,'e'),(6,'f'),(7,'g'),(8,'h')")
+    for i in (1, 2, 6):
+        spark.sql(f"DELETE FROM local.db.v3 WHERE id = {i}")
+
+
+def main() -> int:
+    from mor import MorError, explain, metrics, mor_sql
+
+    warehouse = Path(tempfile.mkdtemp(prefix="mor-v3-"))
+    try:
+        spark = iceberg_session(warehouse, ROOT / ".venv" / "mor-oracle", small_data=True)
+    except RuntimeUnavailable as e:
+        print(f"v3 faults: the Iceberg runtime cannot be set up here: {e}")
+        return 2
+    failures: list[str] = []
+    try:
+        build(spark)
+        table = warehouse / "db" / "v3"
+        at = f"iceberg_scan('{table}')"
+        dvs = spark.sql(
+            "SELECT file_path, content_offset, content_size_in_bytes, record_count "
+            "FROM local.db.v3.delete_files"
+        ).collect()
+        if len(dvs) != 2 or not all(r.file_path.endswith(".puffin") for r in dvs):
+            failures.append(f"expected 2 live deletion vectors, the table has {dvs}")
+
+        def ids(settings: dict | None = None) -> list[int]:
+            rows = mor_sql(f"SELECT id FROM {at}", spark=spark, settings=settings).collect()
+            return sorted(r.id for r in rows)
+
+        for settings in (None, {"position_bitmap_bytes": 0}):
+            if ids(settings) != LIVE:
+                failures.append(f"rows with {settings}: {ids(settings)} != {LIVE}")
+        iceberg = sorted(r.id for r in spark.sql("SELECT id FROM local.db.v3").collect())
+        if iceberg != LIVE:
+            failures.append(f"Iceberg's reader gives {iceberg}")
+        (n,) = mor_sql(f"SELECT count(*) FROM {at}", spark=spark).first()
+        if n != len(LIVE):
+            failures.append(f"count(*) {n}")
+
+        text = explain(f"SELECT id FROM {at}", verbose=True, physical=True, spark=spark)
+        for want in ("deletion-vector 2", "deletion vectors 2 -> 2", "deletion vector(s)"):
+            if want not in text:
+                failures.append(f"EXPLAIN VERBOSE PHYSICAL lacks {want!r}:\n{text}")
+        m = metrics(f"SELECT id FROM {at}")
+        if (m.deletion_vectors, m.dv_rows, m.pos_delete_files) != (2, 3, 0):
+            failures.append(f"metrics: {m.deletion_vectors} vectors, {m.dv_rows} rows")
+
+        # the faults, each on the Puffin file of file A's vector
+        a = next(r for r in dvs if r.record_count == 2)
+        puffin = Path(a.file_path.removeprefix("file:"))
+        good = puffin.read_bytes()
+        off = a.content_offset
+        cases = {
+            "a flipped bit in the vector": (
+                good[: off + 12] + bytes([good[off + 12] ^ 1]) + good[off + 13 :],
+                "CRC-32 mismatch",
+            ),
+            "a wrong magic": (
+                good[: off + 4] + b"\x00" + good[off + 5 :],
+                "is not a deletion vector's",
+            ),
+            "a truncated file": (good[: off + 6], "was replaced or truncated"),
+            "a missing file": (None, "is missing"),
+        }
+        for name, (content, message) in cases.items():
+            from mor.physical.positions import clear_position_cache
+
+            clear_position_cache()
+            if content is None:
+                puffin.unlink()
+            else:
+                puffin.write_bytes(content)
+            try:
+                got = ids()
+                failures.append(f"{name}: rows {got} instead of an error")
+            except MorError as e:
+                line = str(e)
+                if message not in line or puffin.name not in line or "\n" in line:
+                    failures.append(f"{name}: error {line!r} (wanted {message!r} and the file)")
+            finally:
+                puffin.write_bytes(good)
+        clear_position_cache()
+        if ids() != LIVE:
+            failures.append("rows after the file was restored")
+    finally:
+        spark.stop()
+        shutil.rmtree(warehouse, ignore_errors=True)
+    for f in failures:
+        print("FAILED " + f)
+    print(f"v3 faults: {len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
