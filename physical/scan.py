@@ -45,6 +45,7 @@ from mor.planner.nodes import (
     DATA_SEQ,
     DEL_PART,
     DEL_SEQ,
+    LINEAGE_COLUMNS,
     PART,
     DataTask,
     DeleteTask,
@@ -59,6 +60,7 @@ from mor.planner.settings import current
 POS = "$pos"
 PKEY = "$pkey"  # file_size << shift | row_index
 FILE_ID = "$file_id"
+STORED = "$stored"  # + a row lineage column: the value in the data file
 
 
 def _file_name(layout: Layout, field_id: int | None, name: str, top: bool) -> str:
@@ -496,6 +498,7 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
         return spark.createDataFrame([], empty)
     deletes = {d.file_id: d for d in scan.files.deletes} if scan.files else {}
     need_pos = any(t.pos_deletes for t in tasks) or bool(scan.hidden)
+    lineage = [h for h in scan.hidden if h in LINEAGE_COLUMNS]
     used = sorted({p for t in tasks for p in t.pos_deletes})
     check_sizes(tasks, scan.source_key, "data", scan.table)
     check_sizes([deletes[i] for i in used], scan.source_key, "delete", scan.table)
@@ -526,10 +529,16 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
         group = [t for t in tasks if t.layout == lay_idx]
         cols = [_column(f, layout, where, f.field_id in merged) for f in scan.fields]
         meta = [(FKEY, key_col), (POS, "row_index")] if need_pos or scan.meta else []
+        schema = _read_schema(scan.fields, where, layout)
+        for h in lineage:
+            # the value a v3 writer stored (rows it copied keep their lineage); NULL when the
+            # file has no such column
+            schema = schema.add(T.StructField(h, T.LongType(), True))
+            cols.append(F.col(f"`{h}`").alias(STORED + h))
         frames.append(
             _read(
                 spark,
-                _read_schema(scan.fields, where, layout),
+                schema,
                 [t.read_path for t in group],
                 f"data files of {scan.table}",
                 paths,
@@ -602,6 +611,8 @@ def hidden_type(scan: IcebergScan, name: str) -> T.DataType:
         return T.LongType()
     if name == "_spec_id":
         return T.IntegerType()
+    if name in LINEAGE_COLUMNS:
+        return T.LongType()
     fields = scan.files.partition_fields if scan.files else ()
     return T.StructType(
         [T.StructField(f.name, spark_type(f.type_str, f"{scan.table} _partition")) for f in fields]
@@ -615,13 +626,20 @@ def _with_hidden(
     inline table on the file key: path as recorded, spec id, partition struct)."""
     if "_pos" in scan.hidden:
         df = df.withColumn("_pos", F.col(POS))
+    lineage = [h for h in scan.hidden if h in LINEAGE_COLUMNS]
+    if lineage:
+        df = _with_lineage(spark, scan, df, fk, keys, lineage)
     ptype = hidden_type(scan, "_partition")
     fields = scan.files.partition_fields if scan.files else ()
     if "_partition" in scan.hidden and not fields:
         # an unpartitioned table: NULL of an empty struct, as Iceberg's reader gives (Spark
         # cannot build an empty struct value)
         df = df.withColumn("_partition", F.lit(None).cast(ptype))
-    per_file = [h for h in scan.hidden if h != "_pos" and (h != "_partition" or fields)]
+    per_file = [
+        h
+        for h in scan.hidden
+        if h not in ("_pos", *LINEAGE_COLUMNS) and (h != "_partition" or fields)
+    ]
     if not per_file:
         return df
     rows = []
@@ -642,6 +660,39 @@ def _with_hidden(
         rows.append(vals)
     table = _values(spark, [FKEY, *per_file], rows)
     return df.join(F.broadcast(table), FKEY, "left")
+
+
+def _with_lineage(
+    spark: SparkSession,
+    scan: IcebergScan,
+    df: DataFrame,
+    fk: FileKey,
+    keys: dict[int, Any],
+    lineage: list[str],
+) -> DataFrame:
+    """`_row_id`: the stored value, else the file's first_row_id + _pos (NULL for a file from
+    before v3, which has none); `_last_updated_sequence_number`: the stored value, else the
+    file's data sequence number. The per-file values come from a broadcast table on the file
+    key, as the other metadata columns do."""
+    rows = [
+        [
+            _sql_literal(keys[t.file_id], _key_type(fk)),
+            "CAST(NULL AS BIGINT)" if t.first_row_id is None else f"{int(t.first_row_id)}L",
+            f"{int(t.data_seq)}L",
+        ]
+        for t in scan.data_files()
+    ]
+    table = _values(spark, [FKEY, "$first_row_id", "$lineage_seq"], rows)
+    df = df.join(F.broadcast(table), FKEY, "left")
+    if "_row_id" in lineage:
+        inherited = F.col("`$first_row_id`") + F.col(POS)
+        df = df.withColumn("_row_id", F.coalesce(F.col(f"`{STORED}_row_id`"), inherited))
+    if "_last_updated_sequence_number" in lineage:
+        stored = F.col(f"`{STORED}_last_updated_sequence_number`")
+        df = df.withColumn(
+            "_last_updated_sequence_number", F.coalesce(stored, F.col("`$lineage_seq`"))
+        )
+    return df
 
 
 def _partition_literal(v: Any, dtype: T.DataType, table: str) -> str:

@@ -44,6 +44,7 @@ class Entry:
     seq: int
     spec_id: int
     part: tuple[Any, ...]
+    first_row_id: int | None = None  # data files of v3 tables: recorded, else inherited
 
 
 def bounds_admit(d: EntryFile, path: str) -> bool:

@@ -24,7 +24,17 @@ DEL_SEQ = "$del_seq"  # data sequence number of the equality delete file a key c
 DEL_PART = "$del_partition"  # partition id of that delete file, GLOBAL_PART when global
 GLOBAL_PART = -1
 # metadata columns of every scan, read only when the query names them
-HIDDEN_COLUMNS = ("_file", "_pos", "_spec_id", "_partition")
+HIDDEN_COLUMNS = (
+    "_file",
+    "_pos",
+    "_spec_id",
+    "_partition",
+    "_row_id",
+    "_last_updated_sequence_number",
+)
+# row lineage (v3 tables only): the value stored in the data file, else inherited from the file's
+# first_row_id + _pos, and its data sequence number
+LINEAGE_COLUMNS = {"_row_id": 2147483540, "_last_updated_sequence_number": 2147483539}
 
 
 def show_ids(ids: frozenset[int]) -> str:
@@ -150,6 +160,8 @@ class DataTask:
     eq_sets: tuple[frozenset[int], ...] = ()  # equality id sets with a delete that applies
     layout: int = 0  # index into ScanFiles.layouts
     partition: tuple[tuple[int, Any], ...] = ()  # (partition field id, value) of its spec
+    # row lineage (v3): the first row's id, recorded or inherited; None before v3
+    first_row_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -25,6 +25,7 @@ from sqlglot.tokens import Token, TokenType
 
 from mor.planner.errors import NotAQueryError, SqlSyntaxError, TableNotFoundError, UnsupportedError
 from mor.planner.nodes import (
+    LINEAGE_COLUMNS,
     METADATA_TABLES,
     SNAPSHOT_METADATA_TABLES,
     Col,
@@ -196,6 +197,9 @@ def _bind(stmt: Statement, resolver: Resolver) -> SparkQuery:
             )
         else:
             hidden = analysis.hidden[k]
+            if r.source.metadata.format_version < 3:
+                # as Iceberg's reader: no row lineage before v3 (an unknown column to Spark)
+                hidden = tuple(h for h in hidden if h not in LINEAGE_COLUMNS)
             if hidden and analysis.columns[k] is None:
                 raise UnsupportedError(
                     f"metadata column {hidden[0]} of {r.label} cannot be read in a query that "
