@@ -121,7 +121,7 @@ def _in_file(t: T.DataType, layout: Layout, where: str) -> T.DataType:
 
 def _read_type(layout: Layout, rf: ReadField, where: str) -> T.DataType:
     return _promoted(layout, rf.field_id, where) or _in_file(
-        spark_type(rf.type_str, where), layout, where
+        spark_type(rf.type_str, f"{where}, column {rf.col.label}"), layout, where
     )
 
 
@@ -161,6 +161,9 @@ def _merge(a: T.StructField, b: T.StructField) -> T.StructField:
 def _column(rf: ReadField, layout: Layout, where: str, merged: bool = False) -> Column:
     """The column a read field becomes, with the table's names and types. `merged`: a nested
     key was read into this (whole) struct field too, so it is shaped back to its own type."""
+    if rf.default is not None and not rf.path and rf.field_id in layout.absent:
+        # a file written before the column was added: it reads the column's initial default
+        return F.expr(rf.default).alias(rf.col.name)
     if not rf.path:
         c = F.col(f"`{_file_name(layout, rf.field_id, rf.col.label, top=True)}`")
     else:
@@ -169,7 +172,7 @@ def _column(rf: ReadField, layout: Layout, where: str, merged: bool = False) -> 
         for name, fid in rf.path[1:]:
             c = c.getField(_file_name(layout, fid, name, top=False))
         c = c.getField(_leaf_name(layout, rf))
-    declared = spark_type(rf.type_str, where)
+    declared = spark_type(rf.type_str, f"{where}, column {rf.col.label}")
     read = _read_type(layout, rf, where)
     if merged or read != _plain(declared):  # rebuilt and NaN-shielded in one pass
         return _as_declared(c, layout, declared, where, rf.field_id).alias(rf.col.name)

@@ -26,6 +26,18 @@ _PRIMITIVES: dict[str, T.DataType] = {
 }
 
 
+# v3 and other types mor refuses by name (the Spark type each would need)
+_UNREAD = {
+    "timestamp_ns": "Spark has no nanosecond timestamp",
+    "timestamptz_ns": "Spark has no nanosecond timestamp",
+    "unknown": "a column of Iceberg v3's unknown type; mor does not read it yet",
+    "geometry": "Spark 3.5 and 4.0 have no geometry type; mor does not read it yet",
+    "geography": "Spark 3.5 and 4.0 have no geography type; mor does not read it yet",
+    "time": "Spark has no time-of-day type",
+    "uuid": "mor does not read uuid columns yet",
+}
+
+
 def spark_type(type_json: str, where: str) -> T.DataType:
     """The Spark type of an Iceberg type given as pyiceberg's JSON (`"long"`, `{"type":
     "struct", ...}`); struct fields carry their Parquet field ids."""
@@ -42,7 +54,8 @@ def _convert(t: Any, where: str) -> T.DataType:
             return T.DecimalType(int(m.group(1)), int(m.group(2)))
         if t.startswith("fixed["):
             return T.BinaryType()
-        raise UnsupportedError(f"{where}: Iceberg type {t} is not supported by mor on Spark 3.5")
+        why = _UNREAD.get(t.split("(")[0], "mor has no Spark type for it")
+        raise UnsupportedError(f"{where}: Iceberg type {t} is not supported ({why})")
     kind = t["type"]
     if kind == "struct":
         return T.StructType(

@@ -30,6 +30,7 @@ from pyiceberg.types import (
     StructType,
 )
 
+from mor.planner.defaults import defaulted_ids
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import Layout
 from mor.planner.sources import TableSource
@@ -105,6 +106,7 @@ def needs_footers(src: TableSource) -> bool:
         NAME_MAPPING in src.metadata.properties
         or bool(promoted_fields(src))
         or names_ambiguous(src)
+        or bool(defaulted_ids(src.metadata.schemas))
     )
 
 
@@ -158,6 +160,7 @@ def layout_of(src: TableSource, path: str, table_schema: Schema) -> Layout:
     except Exception as e:  # noqa: BLE001 - missing or not Parquet: name the file
         raise DataFileError(f"cannot read the Parquet footer of {path}: {e}") from e
     ids = _by_id(arrow)
+    defaulted = defaulted_ids(src.metadata.schemas)
     table_types = _primitive_ids(table_schema.as_struct(), {})
     overrides: list[tuple[int, str | None, str | None]] = []
     if not ids:
@@ -178,7 +181,8 @@ def layout_of(src: TableSource, path: str, table_schema: Schema) -> Layout:
                 overrides.append(
                     (key[0], hit, phys if want and phys and phys != str(want) else None)
                 )
-        return Layout(by_name=True, fields=tuple(overrides))
+        found = {fid for fid, name, _ in overrides if name is not None}
+        return Layout(by_name=True, fields=tuple(overrides), absent=frozenset(defaulted - found))
     promoted: dict[int, str] = {}
     for fid, f in sorted(ids.items()):
         phys = _arrow_type(f.type)
@@ -195,9 +199,14 @@ def layout_of(src: TableSource, path: str, table_schema: Schema) -> Layout:
         in_file[fid][1] == name if fid in in_file else (parent, name.lower()) not in file_names
         for fid, (parent, name) in in_schema.items()
     )
+    absent = frozenset(defaulted - set(ids))
     if same:  # the schema's names find exactly this file's columns
-        return Layout(fields=tuple((fid, None, phys) for fid, phys in sorted(promoted.items())))
+        return Layout(
+            fields=tuple((fid, None, phys) for fid, phys in sorted(promoted.items())),
+            absent=absent,
+        )
     return Layout(
+        absent=absent,
         by_name=True,
         nested=True,
         fields=tuple(

@@ -109,6 +109,8 @@ class ReadField:
     field_id: int
     type_str: str  # Iceberg type, e.g. "long", "decimal(10, 2)", "struct<...>" (JSON for nested)
     path: tuple[tuple[str, int], ...] = ()  # for a nested field: (name, id) of the structs above
+    # v3 `initial-default` as a Spark SQL literal: what files without the column read
+    default: str | None = None
 
     @property
     def compared_as_text(self) -> bool:
@@ -136,6 +138,8 @@ class Layout:
     by_name: bool = False
     nested: bool = False
     fields: tuple[tuple[int, str | None, str | None], ...] = ()
+    # field ids with an initial default (v3) that these files do not have: they read the default
+    absent: frozenset[int] = frozenset()
 
     def override(self, field_id: int) -> tuple[str | None, str | None] | None:
         for fid, name, phys in self.fields:
@@ -219,6 +223,7 @@ class EqField:
     name: str
     type_str: str
     path: tuple[tuple[str, int], ...] = ()
+    default: str | None = None  # as ReadField.default
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

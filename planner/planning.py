@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from mor.planner.defaults import default_sql
 from mor.planner.errors import MetadataError
 from mor.planner.layouts import layout_of, needs_footers
 from mor.planner.nodes import (
@@ -42,7 +43,11 @@ def attach_files(plan: Plan, resolver: Resolver) -> Plan:
             f, path = find_field(src, fid, schema)
             eq_fields.append(
                 EqField(
-                    field_id=fid, name=f.name, type_str=f.field_type.model_dump_json(), path=path
+                    field_id=fid,
+                    name=f.name,
+                    type_str=f.field_type.model_dump_json(),
+                    path=path,
+                    default=None if path else default_sql(f, node.table),
                 )
             )
         return replace(node, files=replace(files, eq_fields=tuple(eq_fields)))

@@ -23,6 +23,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
+from mor.planner.defaults import check_nested, default_sql
 from mor.planner.errors import NotAQueryError, SqlSyntaxError, TableNotFoundError, UnsupportedError
 from mor.planner.nodes import (
     LINEAGE_COLUMNS,
@@ -350,8 +351,14 @@ def _scan(r: _Ref, columns: set[str] | None, filters: list[exp.Expression]) -> I
         if columns is not None and f.name.lower() not in columns:
             continue
         col = Col(name=f.name, label=f.name, field_id=f.field_id)
+        check_nested(f, r.label)
         fields.append(
-            ReadField(col=col, field_id=f.field_id, type_str=f.field_type.model_dump_json())
+            ReadField(
+                col=col,
+                field_id=f.field_id,
+                type_str=f.field_type.model_dump_json(),
+                default=default_sql(f, r.label),
+            )
         )
     return IcebergScan(
         table=r.label,

@@ -143,7 +143,13 @@ def _branch_scan(
         if ef.field_id in need and (ef.field_id not in present or ef.path):
             col = Col(name=f"$eq{ef.field_id}", label=ef.name, field_id=ef.field_id)
             extra.append(
-                ReadField(col=col, field_id=ef.field_id, type_str=ef.type_str, path=ef.path)
+                ReadField(
+                    col=col,
+                    field_id=ef.field_id,
+                    type_str=ef.type_str,
+                    path=ef.path,
+                    default=ef.default,
+                )
             )
     pos_ids = {p for d in data for p in d.pos_deletes}
     keep = tuple(

@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-_ROW = ("id", "k", "name", "amt", "p", "extra")  # what rows() generates, by original name
+_ROW = ("id", "k", "name", "amt", "p", "extra", "d")  # what rows() generates, by original name
 ARROW = {"bigint": pa.int64(), "int": pa.int32(), "string": pa.string(), "double": pa.float64()}
 
 
@@ -40,6 +40,7 @@ class History:
     coverage: Counter = field(default_factory=Counter)
     key_col: str = "name"  # a string column whose values queries filter on
     version: str = "2"  # format version: "2", "3" or "2->3" (upgraded mid-history)
+    v3: bool = False  # the table is at format version 3 now
 
     @property
     def table(self) -> str:
@@ -91,6 +92,7 @@ class Writer:
                     round(self.rng.uniform(0, 100), 2),
                     self.rng.choice(["x", "y", "z", None]),
                     self.rng.choice(["e1", "e2", None]),
+                    self.rng.choice([None, 0, 7, 9]),
                 )
             )
         return out
@@ -128,6 +130,7 @@ class Writer:
         # v2 (position delete files), v3 (deletion vectors), or v2 upgraded to v3 mid-history
         self.h.version = self.rng.choice(["2", "3", "2->3"])
         self.h.coverage[f"format v{self.h.version}"] += 1
+        self.h.v3 = self.h.version == "3"
         props = {
             "format-version": "3" if self.h.version == "3" else "2",
             "write.delete.mode": "merge-on-read",
@@ -167,10 +170,14 @@ class Writer:
             ops.append("rename")
         if not self.h.coverage["add column"]:
             ops.append("add_column")
+        if self.h.v3 and "d" not in self.h.columns:
+            ops.append("add_default_column")
         if (
             self.h.coverage["eq on k"]
             and "k" in self.h.columns
             and (not self.h.coverage["drop equality column"])
+            # rarely: Iceberg's reader cannot answer any query after it (only mor is run)
+            and self.rng.random() < 0.15
         ):
             ops.append("drop_k")
         op = self.rng.choice(ops)
@@ -217,6 +224,7 @@ class Writer:
         """v2 -> v3: older position delete files stay; the deletion vectors written after
         replace them for the data files they name."""
         self.sql(f"ALTER TABLE {self.h.table} SET TBLPROPERTIES ('format-version'='3')")
+        self.h.v3 = True
         self.h.coverage["upgraded to v3"] += 1
 
     def op_evolve_partition(self) -> None:
@@ -228,6 +236,21 @@ class Writer:
         self.h.columns = {("label" if c == "name" else c): t for c, t in self.h.columns.items()}
         self.h.key_col = "label"
         self.h.coverage["rename"] += 1
+
+    def op_add_default_column(self) -> None:
+        """A v3 column with an initial default (the Java API: Spark 3.5's DDL cannot): files
+        written before read it as the default."""
+        iceberg = self.jvm.org.apache.iceberg
+        value = self.rng.choice([0, 7, -3])
+        self.table().updateSchema().addColumn(
+            "d",
+            iceberg.types.Types.IntegerType.get(),
+            "a default",
+            iceberg.expressions.Literal.of(value),
+        ).commit()
+        self.h.columns["d"] = "int"
+        self.h.log.append(f"-- Java: ADD COLUMN d int with initial-default {value}")
+        self.h.coverage["column with initial default"] += 1
 
     def op_add_column(self) -> None:
         self.sql(f"ALTER TABLE {self.h.table} ADD COLUMN extra string")
@@ -247,6 +270,8 @@ class Writer:
         choices = [("id",), (name,), ("id", name)]
         if "k" in self.h.columns:
             choices += [("k", name), (name, "k")]
+        if "d" in self.h.columns:  # keys of files from before the column: its default
+            choices += [("d",), ("id", "d")]
         cols = self.rng.choice(choices)
         ids = [schema.findField(c).fieldId() for c in cols]
         tag = "{" + ",".join(str(i) for i in ids) + "}"

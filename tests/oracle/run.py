@@ -47,7 +47,7 @@ def queries(h: History, rng_pick: Any) -> list[str]:
     ]
     if "k" in h.columns:
         qs.append("SELECT k, count(*) FROM {t} WHERE k <> 2 OR k IS NULL GROUP BY k")
-    if h.version != "2":  # row lineage, on v3 tables and those upgraded to v3
+    if h.v3:  # row lineage, on v3 tables and those upgraded to v3
         qs.append("SELECT id, amt, _row_id, _last_updated_sequence_number FROM {t}")
         qs.append("SELECT _row_id, id FROM {t} WHERE _last_updated_sequence_number > 2")
     for sid in rng_pick(h.snapshots[:-1], 2):
