@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/run.py                      # the default matrix (see --help)
     .venv/bin/python bench/run.py --rows 5000000 --pos 0.01 --eq 0.1 --eq-sets 2 --reps 5
+    .venv/bin/python bench/run.py --format-version 2 3 --eq 0   # position files vs vectors
 
 For every table and query the three runs alternate (ours, native, plain) `--reps` times;
 results of ours and native are checked for equality (a fingerprint for SELECT *) before any time
@@ -64,11 +65,12 @@ def run_table(
     reps: int,
     queries: list[str],
     warmup: int = 1,
+    version: int = 2,
 ) -> list[dict[str, Any]]:
     from mor import mor_sql
 
-    name = build(spark, warehouse, rows, pos, eq, eq_sets)
-    location = warehouse / "bench" / table_name(rows, pos, eq, eq_sets)
+    name = build(spark, warehouse, rows, pos, eq, eq_sets, version=version)
+    location = warehouse / "bench" / table_name(rows, pos, eq, eq_sets, version)
     spark.read.parquet(*data_files(location)).createOrReplaceTempView("plain_scan")
     ours_t = f"iceberg_scan('{location}')"
     lo = rows // 3
@@ -100,6 +102,7 @@ def run_table(
                 "pos": pos,
                 "eq": eq,
                 "eq_sets": eq_sets,
+                "format_version": version,
                 "query": q,
                 "ours_s": med["ours"],
                 "native_s": med["native"],
@@ -110,7 +113,7 @@ def run_table(
         )
         r = out[-1]
         print(
-            f"{rows / 1e6:>5.1f}M pos={pos:<5} eq={eq:<5} sets={eq_sets} {q:<12} "
+            f"v{version} {rows / 1e6:>5.1f}M pos={pos:<5} eq={eq:<5} sets={eq_sets} {q:<12} "
             f"ours {r['ours_s']:6.2f}s  native {r['native_s']:6.2f}s  plain {r['plain_s']:6.2f}s  "
             f"ours/native {r['ours/native']:5.2f}  ours/plain {r['ours/plain']:5.2f}",
             flush=True,
@@ -125,6 +128,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eq", type=float, nargs="*", default=[0.0, 0.1])
     ap.add_argument("--eq-sets", type=int, nargs="*", default=[1, 2])
     ap.add_argument("--queries", nargs="*", default=list(QUERIES), choices=list(QUERIES))
+    ap.add_argument(
+        "--format-version",
+        type=int,
+        nargs="*",
+        default=[2],
+        choices=[2, 3],
+        help="3: position deletes written as deletion vectors",
+    )
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1, help="untimed runs of each peer first")
     ap.add_argument("--warehouse", default=str(Path(tempfile.gettempdir()) / "mor-bench"))
@@ -133,13 +144,23 @@ def main(argv: list[str] | None = None) -> int:
     warehouse = Path(args.warehouse)
     spark = iceberg_session(warehouse, ROOT / ".venv" / "mor-oracle")
     results = []
-    for rows in args.rows:
-        for pos in args.pos:
-            for eq in args.eq:
-                for sets in args.eq_sets if eq else [1]:
-                    results += run_table(
-                        spark, warehouse, rows, pos, eq, sets, args.reps, args.queries, args.warmup
-                    )
+    for version in args.format_version:
+        for rows in args.rows:
+            for pos in args.pos:
+                for eq in args.eq:
+                    for sets in args.eq_sets if eq else [1]:
+                        results += run_table(
+                            spark,
+                            warehouse,
+                            rows,
+                            pos,
+                            eq,
+                            sets,
+                            args.reps,
+                            args.queries,
+                            args.warmup,
+                            version,
+                        )
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=1))

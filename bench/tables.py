@@ -2,7 +2,8 @@
 
 A table `local.bench.<name>`: `rows` rows in `files` data files, columns
 (id bigint, k int, grp string, v double, pad string). Deletes:
-- position: Spark SQL `DELETE ... WHERE id % m = 0` in merge-on-read mode;
+- position: Spark SQL `DELETE ... WHERE id % m = 0` in merge-on-read mode (position delete
+  files on format v2, deletion vectors on v3);
 - equality on {id}: RowDelta with the keys `id % m = 1`;
 - equality on two id sets: {id} with `id % m = 1` and {grp, k} with a few (grp, k) pairs.
 The fraction of each kind is 1/m. Tables are cached in the warehouse by name.
@@ -18,31 +19,41 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 PROPS = (
-    "'format-version'='2', 'write.delete.mode'='merge-on-read', "
+    "'format-version'='{version}', 'write.delete.mode'='merge-on-read', "
     "'write.update.mode'='merge-on-read', 'write.merge.mode'='merge-on-read', "
     "'write.distribution-mode'='none'"
 )
 
 
-def table_name(rows: int, pos: float, eq: float, eq_sets: int) -> str:
+def table_name(rows: int, pos: float, eq: float, eq_sets: int, version: int = 2) -> str:
     def pct(x: float) -> str:
         return str(x).replace(".", "p")
 
-    return f"t{rows // 1_000_000}m_pos{pct(pos)}_eq{pct(eq)}_s{eq_sets}"
+    v3 = "_v3" if version == 3 else ""
+    return f"t{rows // 1_000_000}m_pos{pct(pos)}_eq{pct(eq)}_s{eq_sets}{v3}"
 
 
 def build(
-    spark: Any, warehouse: Path, rows: int, pos: float, eq: float, eq_sets: int, files: int = 8
+    spark: Any,
+    warehouse: Path,
+    rows: int,
+    pos: float,
+    eq: float,
+    eq_sets: int,
+    files: int = 8,
+    version: int = 2,
 ) -> str:
-    """Create the table unless it exists; returns its full name."""
-    name = f"local.bench.{table_name(rows, pos, eq, eq_sets)}"
-    location = warehouse / "bench" / table_name(rows, pos, eq, eq_sets)
+    """Create the table unless it exists; returns its full name. `version` 3: the position
+    deletes are deletion vectors (what Iceberg's Spark writer makes on v3 tables)."""
+    base = table_name(rows, pos, eq, eq_sets, version)
+    name = f"local.bench.{base}"
+    location = warehouse / "bench" / base
     if (location / "metadata" / "version-hint.text").exists():
         return name
     spark.sql(f"DROP TABLE IF EXISTS {name}")
     spark.sql(
         f"CREATE TABLE {name} (id bigint, k int, grp string, v double, pad string) "
-        f"USING iceberg TBLPROPERTIES ({PROPS})"
+        f"USING iceberg TBLPROPERTIES ({PROPS.format(version=version)})"
     )
     spark.range(0, rows, 1, files).selectExpr(
         "id",
