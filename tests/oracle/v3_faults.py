@@ -1,10 +1,15 @@
-"""A v3 table with deletion vectors written by Iceberg's Java writer, then damaged: each fault
-must stop the query with one line naming the Puffin file, never rows read around the vector.
+"""A v3 table written by Iceberg's Java writer, read by mor and by Iceberg's reader, exported
+with Iceberg's answers for the other legs of the test matrix, then damaged: each fault must stop
+the query with one line naming the Puffin file, never rows read around the vector.
 
-    python -m tests.oracle.v3_faults      (tests/test_oracle.py runs it; exit 0 when all hold)
+    python -m tests.oracle.v3_faults [--export DIR]   (tests/test_oracle.py runs it with the
+                                                      export to .venv/mor-matrix/v3; exit 0
+                                                      when all hold)
 
 The table: file A holds ids 1-4, file B ids 5-8; DELETE id = 1, then id = 2 (the second vector
-replaces the first), then DELETE id = 6 (a vector of B). Live ids: 3, 4, 5, 7, 8.
+replaces the first), then DELETE id = 6 (a vector of B); then a column `d` added with an initial
+default of 7 and a row (9, 'i', NULL) written with it; an UPDATE of id 3 (a copied row keeps its
+row id). Live ids: 3, 4, 5, 7, 8, 9.
 """
 
 from __future__ import annotations
@@ -20,7 +25,15 @@ sys.path.insert(0, str(ROOT))
 
 from tests.oracle.runtime import RuntimeUnavailable, iceberg_session  # noqa: E402
 
-LIVE = [3, 4, 5, 7, 8]
+LIVE = [3, 4, 5, 7, 8, 9]
+# queries whose answers (Iceberg's) are exported for the other legs of the matrix
+QUERIES = [
+    ("SELECT * FROM {t}", None),
+    ("SELECT id, v, d, _row_id, _last_updated_sequence_number FROM {t}", None),
+    ("SELECT id, _pos, _row_id FROM {t}", {"position_bitmap_bytes": 0}),
+    ("SELECT count(*) FROM {t}", None),
+    ("SELECT d, count(*) FROM {t} GROUP BY d", None),
+]
 
 
 def build(spark: Any) -> None:
@@ -33,12 +46,32 @@ def build(spark: Any) -> None:
     spark.sql("INSERT INTO local.db.v3 VALUES (5,'e'),(6,'f'),(7,'g'),(8,'h')")
     for i in (1, 2, 6):
         spark.sql(f"DELETE FROM local.db.v3 WHERE id = {i}")
+    iceberg = spark._jvm.org.apache.iceberg
+    table = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, "local.db.v3"
+    )
+    table.updateSchema().addColumn(
+        "d", iceberg.types.Types.IntegerType.get(), "a default", iceberg.expressions.Literal.of(7)
+    ).commit()
+    spark.sql("INSERT INTO local.db.v3 VALUES (9, 'i', NULL)")
+    spark.sql("UPDATE local.db.v3 SET v = 'C' WHERE id = 3")
 
 
 def main() -> int:
-    from mor import MorError, explain, metrics, mor_sql
+    import argparse
+    import pickle
 
-    warehouse = Path(tempfile.mkdtemp(prefix="mor-v3-"))
+    from mor import MorError, explain, metrics, mor_sql
+    from tests.oracle.run import _bag
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--export", help="write the table and Iceberg's answers here")
+    args = ap.parse_args()
+    export = Path(args.export) if args.export else None
+    if export is not None:
+        shutil.rmtree(export, ignore_errors=True)
+        export.mkdir(parents=True)
+    warehouse = export / "warehouse" if export else Path(tempfile.mkdtemp(prefix="mor-v3-"))
     try:
         spark = iceberg_session(warehouse, ROOT / ".venv" / "mor-oracle", small_data=True)
     except RuntimeUnavailable as e:
@@ -53,8 +86,9 @@ def main() -> int:
             "SELECT file_path, content_offset, content_size_in_bytes, record_count "
             "FROM local.db.v3.delete_files"
         ).collect()
-        if len(dvs) != 2 or not all(r.file_path.endswith(".puffin") for r in dvs):
-            failures.append(f"expected 2 live deletion vectors, the table has {dvs}")
+        n_dv, dv_rows = len(dvs), sum(r.record_count for r in dvs)
+        if n_dv < 2 or not all(r.file_path.endswith(".puffin") for r in dvs):
+            failures.append(f"expected live deletion vectors only, the table has {dvs}")
 
         def ids(settings: dict | None = None) -> list[int]:
             rows = mor_sql(f"SELECT id FROM {at}", spark=spark, settings=settings).collect()
@@ -69,17 +103,28 @@ def main() -> int:
         (n,) = mor_sql(f"SELECT count(*) FROM {at}", spark=spark).first()
         if n != len(LIVE):
             failures.append(f"count(*) {n}")
+        answers = []
+        for q, settings in QUERIES:
+            theirs = _bag(spark.sql(q.format(t="local.db.v3")).collect())
+            ours = _bag(mor_sql(q.format(t=at), spark=spark, settings=settings).collect())
+            if ours != theirs:
+                failures.append(f"{q} with {settings}: mor {ours} != Iceberg {theirs}")
+            answers.append((q.format(t=at), settings, theirs))
 
         text = explain(f"SELECT id FROM {at}", verbose=True, physical=True, spark=spark)
-        for want in ("deletion-vector 2", "deletion vectors 2 -> 2", "deletion vector(s)"):
+        for want in (
+            f"deletion-vector {n_dv}",
+            f"deletion vectors {n_dv} -> {n_dv}",
+            f"read on the driver: {n_dv} deletion vector(s)",
+        ):
             if want not in text:
                 failures.append(f"EXPLAIN VERBOSE PHYSICAL lacks {want!r}:\n{text}")
         m = metrics(f"SELECT id FROM {at}")
-        if (m.deletion_vectors, m.dv_rows, m.pos_delete_files) != (2, 3, 0):
+        if (m.deletion_vectors, m.dv_rows, m.pos_delete_files) != (n_dv, dv_rows, 0):
             failures.append(f"metrics: {m.deletion_vectors} vectors, {m.dv_rows} rows")
 
         # the faults, each on the Puffin file of file A's vector
-        a = next(r for r in dvs if r.record_count == 2)
+        a = max(dvs, key=lambda r: r.record_count)
         puffin = Path(a.file_path.removeprefix("file:"))
         good = puffin.read_bytes()
         off = a.content_offset
@@ -115,9 +160,13 @@ def main() -> int:
         clear_position_cache()
         if ids() != LIVE:
             failures.append("rows after the file was restored")
+        if export is not None and not failures:
+            with open(export / "results.pickle", "wb") as f:
+                pickle.dump({"queries": answers}, f)
     finally:
         spark.stop()
-        shutil.rmtree(warehouse, ignore_errors=True)
+        if export is None:
+            shutil.rmtree(warehouse, ignore_errors=True)
     for f in failures:
         print("FAILED " + f)
     print(f"v3 faults: {len(failures)} failures")
