@@ -730,8 +730,10 @@ def _positions(
     source_key: str,
 ) -> DataFrame:
     """($fkey, position) of every deleted row of these data files."""
+    # a data file with a vector has no other position delete (delete_index.py)
     dv_tasks = [t for t in tasks if any(deletes[p].is_dv for p in t.pos_deletes)]
-    files = [t for t in tasks if t.pos_deletes and t not in dv_tasks]
+    with_dv = {t.file_id for t in dv_tasks}
+    files = [t for t in tasks if t.pos_deletes and t.file_id not in with_dv]
     parts = []
     if dv_tasks:
         parts.append(_dv_positions(spark, dv_tasks, deletes, fk, keys, table, source_key))
