@@ -80,7 +80,8 @@ def render(m: MorMetrics) -> str:
             f" {m.eq_delete_rows[k]} keys"
         )
     if m.rows_live is not None:
-        lines.append(f"rows removed  by position deletes {m.rows_removed_by_position}")
+        kind = "position deletes" + (" and deletion vectors" if m.deletion_vectors else "")
+        lines.append(f"rows removed  by {kind} {m.rows_removed_by_position}")
         for k, v in sorted((m.rows_removed_by_equality or {}).items()):
             lines.append(f"rows removed  by equality deletes {k} {v}")
         lines.append(f"rows live     {m.rows_live} (of {m.data_rows} in the files read)")
