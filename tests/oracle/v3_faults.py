@@ -119,6 +119,10 @@ def main() -> int:
         ):
             if want not in text:
                 failures.append(f"EXPLAIN VERBOSE PHYSICAL lacks {want!r}:\n{text}")
+        analyzed = explain(f"SELECT id FROM {at}", analyze=True, spark=spark)
+        want = f"rows removed  by position deletes and deletion vectors {dv_rows}"
+        if want not in analyzed or f"deletion vec  {n_dv} vectors" not in analyzed:
+            failures.append(f"EXPLAIN ANALYZE lacks {want!r}:\n{analyzed}")
         m = metrics(f"SELECT id FROM {at}")
         if (m.deletion_vectors, m.dv_rows, m.pos_delete_files) != (n_dv, dv_rows, 0):
             failures.append(f"metrics: {m.deletion_vectors} vectors, {m.dv_rows} rows")
