@@ -673,15 +673,17 @@ def _with_lineage(
     keys: dict[int, Any],
     lineage: list[str],
 ) -> DataFrame:
-    """`_row_id`: the stored value, else the file's first_row_id + _pos (NULL for a file from
-    before v3, which has none); `_last_updated_sequence_number`: the stored value, else the
-    file's data sequence number. The per-file values come from a broadcast table on the file
-    key, as the other metadata columns do."""
+    """`_row_id`: the stored value, else the file's first_row_id + _pos;
+    `_last_updated_sequence_number`: the stored value, else the file's data sequence number.
+    A file without a first_row_id (written before the table was upgraded to v3) has no
+    lineage: both are NULL, as Iceberg's reader gives them. The per-file values come from a
+    broadcast table on the file key, as the other metadata columns do."""
+    null = "CAST(NULL AS BIGINT)"
     rows = [
         [
             _sql_literal(keys[t.file_id], _key_type(fk)),
-            "CAST(NULL AS BIGINT)" if t.first_row_id is None else f"{int(t.first_row_id)}L",
-            f"{int(t.data_seq)}L",
+            null if t.first_row_id is None else f"{int(t.first_row_id)}L",
+            null if t.first_row_id is None else f"{int(t.data_seq)}L",
         ]
         for t in scan.data_files()
     ]
