@@ -36,13 +36,7 @@ from typing import Any
 
 import fastavro
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import (
-    DataFileContent,
-    FileFormat,
-    ManifestContent,
-    ManifestFile,
-    PartitionFieldSummary,
-)
+from pyiceberg.manifest import DataFileContent, FileFormat, ManifestFile
 
 ADDED, DELETED = 1, 2
 _METRICS = ("value_counts", "null_value_counts", "nan_value_counts", "lower_bounds", "upper_bounds")
@@ -279,61 +273,4 @@ def _pyiceberg_entries(file_io: FileIO, manifest: ManifestFile) -> list[Manifest
                 int(e.status), e.snapshot_id, e.sequence_number, e.file_sequence_number, f
             )
         )
-    return out
-
-
-# manifest list fields by field id (writers name some differently: v1's
-# `added_data_files_count`); absent ones read as pyiceberg's initial defaults
-_LIST_IDS = {
-    500: "manifest_path",
-    501: "manifest_length",
-    502: "partition_spec_id",
-    517: "content",
-    515: "sequence_number",
-    516: "min_sequence_number",
-    503: "added_snapshot_id",
-    504: "added_files_count",
-    505: "existing_files_count",
-    506: "deleted_files_count",
-    512: "added_rows_count",
-    513: "existing_rows_count",
-    514: "deleted_rows_count",
-    519: "key_metadata",
-}
-_LIST_DEFAULTS = {"content": 0, "sequence_number": 0, "min_sequence_number": 0}
-
-
-def decode_manifest_list(raw: bytes) -> list[tuple[ManifestFile, int | None]] | None:
-    """The manifests of a manifest list with each one's `first_row_id` (v3 row lineage, which
-    pyiceberg's model drops), decoded with fastavro and read by field id; None for a list
-    without field ids, which the caller hands to pyiceberg's reader."""
-    records = fastavro.reader(io.BytesIO(raw))
-    by_id = {f.get("field-id"): f["name"] for f in records.writer_schema["fields"]}
-    if 500 not in by_id or 502 not in by_id:
-        return None
-    names = {n: by_id.get(i) for i, n in _LIST_IDS.items()}
-    parts_name, row_id_name = by_id.get(507), by_id.get(520)
-    out = []
-    for r in records:
-        args = {n: (r.get(src) if src is not None else None) for n, src in names.items()}
-        for n, v in _LIST_DEFAULTS.items():
-            if args[n] is None:
-                args[n] = v
-        args["content"] = ManifestContent(args["content"])
-        parts = r.get(parts_name) if parts_name else None
-        args["partitions"] = (
-            None
-            if parts is None
-            else [
-                PartitionFieldSummary.from_args(
-                    contains_null=p["contains_null"],
-                    contains_nan=p.get("contains_nan"),
-                    lower_bound=p.get("lower_bound"),
-                    upper_bound=p.get("upper_bound"),
-                )
-                for p in parts
-            ]
-        )
-        first = r.get(row_id_name) if row_id_name else None
-        out.append((ManifestFile.from_args(_table_format_version=2, **args), first))
     return out

@@ -15,12 +15,14 @@ are pruned only by partition (never a global one) and by having no surviving dat
 
 from __future__ import annotations
 
+import io
 import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import fastavro
 from pyiceberg.expressions import (
     AlwaysTrue,
     And,
@@ -50,13 +52,7 @@ from mor.planner.cache import BoundedCache
 from mor.planner.delete_index import DeleteIndex, Entry, InvalidDeletes, is_dv
 from mor.planner.eq_bounds import may_apply, metrics_of
 from mor.planner.errors import MetadataError, UnsupportedError
-from mor.planner.manifests import (
-    EntryFile,
-    ManifestEntry,
-    decode_manifest,
-    decode_manifest_list,
-    gc_paused,
-)
+from mor.planner.manifests import EntryFile, ManifestEntry, decode_manifest, gc_paused
 from mor.planner.metrics_eval import compile_inclusive
 from mor.planner.nodes import (
     GLOBAL_PART,
@@ -114,21 +110,9 @@ def snapshot_for(src: TableSource, snapshot_id: int | None) -> Snapshot | None:
     return snap
 
 
-def _manifests(src: TableSource, snap: Snapshot) -> tuple[list[ManifestFile], dict[str, int]]:
-    """The snapshot's manifests, and the `first_row_id` of those that have one (v3). Decoded
-    with fastavro (pyiceberg's Avro reader took half of a one-partition plan); a list it does
-    not read (v1) goes to pyiceberg's reader."""
+def _manifests(src: TableSource, snap: Snapshot) -> list[ManifestFile]:
     try:
-        with src.io.new_input(snap.manifest_list).open() as f:
-            raw = f.read()
-        try:
-            decoded = decode_manifest_list(raw)
-        except (ValueError, KeyError, TypeError, EOFError):
-            decoded = None  # pyiceberg's reader says what is wrong with it
-        if decoded is None:
-            return list(snap.manifests(src.io)), {}
-        row_ids = {m.manifest_path: r for m, r in decoded if r is not None}
-        return [m for m, _ in decoded], row_ids
+        return list(snap.manifests(src.io))
     except FileNotFoundError as e:
         raise MetadataError(
             f"table {src.name}: manifest list {snap.manifest_list} of snapshot "
@@ -140,6 +124,20 @@ def _manifests(src: TableSource, snap: Snapshot) -> tuple[list[ManifestFile], di
             f"table {src.name}: cannot read manifest list {snap.manifest_list} of snapshot "
             f"{snap.snapshot_id}: {type(e).__name__}: {first}"
         ) from e
+
+
+def _manifest_first_row_ids(src: TableSource, snap: Snapshot) -> dict[str, int | None]:
+    """Each manifest's `first_row_id` in the snapshot's manifest list (v3 row lineage; pyiceberg's
+    manifest list model does not carry it). Null for manifests written before v3."""
+    try:
+        with src.io.new_input(snap.manifest_list).open() as f:
+            records = list(fastavro.reader(io.BytesIO(f.read())))
+    except Exception as e:  # noqa: BLE001 - _manifests read it a moment ago: report, never guess
+        raise MetadataError(
+            f"table {src.name}: cannot read manifest list {snap.manifest_list} of snapshot "
+            f"{snap.snapshot_id}: {type(e).__name__}"
+        ) from e
+    return {r["manifest_path"]: r.get("first_row_id") for r in records}
 
 
 # Manifests are immutable: their live entries are kept across queries of one process, keyed
@@ -261,9 +259,7 @@ def _plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles
     preds = pushed_preds(scan.pushed)
     filt = _bindable(row_filter(preds, names), schema)
 
-    manifests, row_ids = _manifests(src, snap)
-    if src.metadata.format_version < 3:
-        row_ids = {}
+    manifests = _manifests(src, snap)
     n_data_m = sum(1 for m in manifests if m.content == ManifestContent.DATA)
     n_del_m = len(manifests) - n_data_m
     part_eval: dict[int, Callable[[EntryFile], bool]] = {}
@@ -299,6 +295,7 @@ def _plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles
         if manifest_eval[spec_id](m):
             kept_m[m.content] += 1
             kept.append(m)
+    row_ids = _manifest_first_row_ids(src, snap) if src.metadata.format_version >= 3 else {}
     for m, entries in _read_all(src, kept):
         spec_id = m.partition_spec_id
         # row lineage: a data file without a first_row_id inherits the manifest's plus the

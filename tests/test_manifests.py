@@ -53,7 +53,7 @@ from pyiceberg.types import (
 )
 
 from mor.planner import manifests
-from mor.planner.manifests import decode_manifest_list, read_manifest
+from mor.planner.manifests import read_manifest
 from mor.planner.sources import PathMap, Resolver
 
 REALDATA = Path(__file__).resolve().parent / "realdata"
@@ -135,54 +135,6 @@ def test_real_tables_manifests_decode_as_pyiceberg_reads_them(name: str) -> None
                 seen.add(m.manifest_path)
                 entries += _same(src.io, m)
     assert seen and entries > 0
-
-
-_LIST_FIELDS = (
-    "manifest_path",
-    "manifest_length",
-    "partition_spec_id",
-    "content",
-    "sequence_number",
-    "min_sequence_number",
-    "added_snapshot_id",
-    "added_files_count",
-    "existing_files_count",
-    "deleted_files_count",
-    "added_rows_count",
-    "existing_rows_count",
-    "deleted_rows_count",
-    "key_metadata",
-)
-
-
-def _list_fields(m: Any) -> tuple:
-    parts = [
-        (p.contains_null, p.contains_nan, p.lower_bound, p.upper_bound)
-        for p in (m.partitions or [])
-    ]
-    return (*(getattr(m, n) for n in _LIST_FIELDS), parts)
-
-
-@pytest.mark.parametrize("name", list(_TABLES))
-def test_real_tables_manifest_lists_decode_as_pyiceberg_reads_them(name: str) -> None:
-    """Every manifest list of every readable snapshot: fastavro's decoding (what planning
-    uses) gives pyiceberg's manifests, field by field."""
-    t = _TABLES[name]
-    resolver = Resolver(None, PathMap.of({t["prefix_in_files"]: str(REALDATA / t["maps_to"])}))
-    src = resolver.by_path(str(REALDATA / t["metadata"]))
-    lists = 0
-    for s in _EXPECTED[name]["snapshots"]:
-        if "unreadable" in s:
-            continue
-        snap = src.metadata.snapshot_by_id(s["snapshot_id"])
-        with src.io.new_input(snap.manifest_list).open() as f:
-            ours = decode_manifest_list(f.read())
-        theirs = list(snap.manifests(src.io))
-        assert ours is not None
-        assert [_list_fields(m) for m, _ in ours] == [_list_fields(m) for m in theirs]
-        assert all(r is None for _, r in ours)  # no v3 table here: no first_row_id
-        lists += 1
-    assert lists > 0
 
 
 SCHEMA = Schema(
@@ -318,28 +270,3 @@ def test_dates_before_1970_and_times_convert_exactly() -> None:
     assert manifests._micros(dt.datetime(1, 1, 1, tzinfo=dt.timezone.utc)) == -62135596800000000
     assert manifests._micros(dt.datetime(1969, 12, 31, 23, 59, 59, 999999)) == -1
     assert manifests._time_micros(dt.time(23, 59, 59, 999999)) == 86_399_999_999
-
-
-@pytest.mark.parametrize("version", ["1", "2"])
-def test_manifest_lists_pyiceberg_writes_decode_alike(catalog: Any, version: str) -> None:
-    """v1 lists (other field names, no content or sequence numbers) and v2 ones, partitioned,
-    over several appends."""
-    import pyarrow as pa
-
-    catalog.create_namespace_if_not_exists("db")
-    t = catalog.create_table(
-        "db.lists",
-        schema=Schema(
-            NestedField(1, "id", LongType(), required=False),
-            NestedField(2, "s", StringType(), required=False),
-        ),
-        partition_spec=PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "s")),
-        properties={"format-version": version},
-    )
-    for i in range(3):
-        t.append(pa.table({"id": pa.array([i, None], pa.int64()), "s": [f"v{i}", None]}))
-    snap = t.refresh().current_snapshot()
-    with t.io.new_input(snap.manifest_list).open() as f:
-        ours = decode_manifest_list(f.read())
-    assert ours is not None and len(ours) == 3
-    assert [_list_fields(m) for m, _ in ours] == [_list_fields(m) for m in snap.manifests(t.io)]
