@@ -8,7 +8,16 @@ query runs or is checked, so planning (`plan_query`, `metrics`, `explain(check=F
 JVM.
 """
 
-from mor.api import default_catalog, explain, metrics, mor_errors, mor_sql, plan_query, table
+from mor.api import (
+    changes,
+    default_catalog,
+    explain,
+    metrics,
+    mor_errors,
+    mor_sql,
+    plan_query,
+    table,
+)
 from mor.planner.errors import (
     ColumnNotFoundError,
     ConfigError,
@@ -27,6 +36,7 @@ from mor.planner.settings import Settings
 __all__ = [
     "mor_sql",
     "table",
+    "changes",
     "explain",
     "metrics",
     "plan_query",

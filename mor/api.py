@@ -307,3 +307,59 @@ def table(
     cols = ", ".join(f"`{c.replace('`', '``')}`" for c in columns) if columns else "*"
     sql = f"SELECT {cols} FROM {ref}" + (f" WHERE {where}" if where else "")
     return mor_sql(sql, catalog=catalog, spark=spark, path_map=path_map, settings=settings)
+
+
+def _table_literal(name: str) -> str:
+    return "'" + name.replace("'", "''") + "'"
+
+
+def _bound(snapshot_id: int | None, timestamp: Any, what: str) -> str:
+    """One end of a change range as table_changes takes it: a snapshot id, a timestamp
+    (datetime, ISO text or epoch milliseconds) or NULL."""
+    import datetime as dt
+
+    if snapshot_id is not None and timestamp is not None:
+        raise MorError(f"give {what}_snapshot_id or {what}_timestamp, not both")
+    if snapshot_id is not None:
+        return str(int(snapshot_id))
+    if timestamp is None:
+        return "NULL"
+    if isinstance(timestamp, (int, float)) and not isinstance(timestamp, bool):
+        when = dt.datetime.fromtimestamp(timestamp / 1000, tz=dt.timezone.utc)
+    elif isinstance(timestamp, dt.datetime):
+        when = timestamp if timestamp.tzinfo else timestamp.replace(tzinfo=dt.timezone.utc)
+    elif isinstance(timestamp, str):
+        return _table_literal(timestamp)
+    else:
+        raise MorError(
+            f"{what}_timestamp must be a datetime, ISO text or epoch milliseconds, not "
+            f"{timestamp!r}"
+        )
+    return _table_literal(when.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds"))
+
+
+def changes(
+    table: str,
+    *,
+    start_snapshot_id: int | None = None,
+    end_snapshot_id: int | None = None,
+    start_timestamp: Any = None,
+    end_timestamp: Any = None,
+    catalog: Catalog | str | None = None,
+    spark: SparkSession | None = None,
+    path_map: dict[str, str] | None = None,
+    settings: SettingsArg = None,
+) -> DataFrame:
+    """The rows each commit after the start (exclusive; default: the table's first commit) up
+    to the end (inclusive; default: the current snapshot) inserted or deleted, every delete
+    applied: the end snapshot's columns plus `_change_type` (INSERT, DELETE, and with identifier
+    fields UPDATE_BEFORE / UPDATE_AFTER), `_change_ordinal` and `_commit_snapshot_id`.
+
+    The same as `SELECT * FROM table_changes('<table>', start, end)` in `mor_sql`; timestamps
+    (datetime, ISO text, epoch milliseconds) name the snapshot current at that time."""
+    sql = (
+        f"SELECT * FROM table_changes({_table_literal(table)}, "
+        f"{_bound(start_snapshot_id, start_timestamp, 'start')}, "
+        f"{_bound(end_snapshot_id, end_timestamp, 'end')})"
+    )
+    return mor_sql(sql, catalog=catalog, spark=spark, path_map=path_map, settings=settings)

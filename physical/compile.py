@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from mor.physical import arrow
+from mor.physical.changes import change_types, compile_changes
 from mor.physical.errors import query_error
 from mor.physical.paths import SparkPaths
 from mor.physical.scan import (
@@ -36,6 +37,7 @@ from mor.planner.nodes import (
     MetadataTable,
     Plan,
     SparkQuery,
+    TableChanges,
     Union,
 )
 
@@ -68,6 +70,8 @@ class Compiler:
                 return scan_eq_deletes(self.spark, node, self.paths)
             case MetadataTable(data=data) if data is not None:
                 return arrow.to_dataframe(self.spark, data)
+            case TableChanges():
+                return compile_changes(self.spark, node, self.compile)
             case AntiJoin(left=left, right=right, keys=keys):
                 # float keys arrive as text from the delete scan (scan.float_key): the data
                 # side's are made text alike
@@ -117,6 +121,9 @@ def _empty(spark: SparkSession, scan: Plan) -> DataFrame:
         if isinstance(node, IcebergScan):
             types.update({f.col.name: spark_type(f.type_str, node.table) for f in node.fields})
             types.update({h: hidden_type(node, h) for h in node.hidden})
+        if isinstance(node, TableChanges):
+            types.update({f.col.name: spark_type(f.type_str, node.table) for f in node.fields})
+            types.update(change_types())
     fields = [T.StructField(c.label, types[c.name]) for c in scan.output]
     return spark.createDataFrame([], T.StructType(fields))
 

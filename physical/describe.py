@@ -19,11 +19,13 @@ from mor.physical.strategy import (
 )
 from mor.planner.nodes import (
     AntiJoin,
+    CommitChanges,
     EqDeleteScan,
     IcebergScan,
     MetadataTable,
     Plan,
     SparkQuery,
+    TableChanges,
     Union,
     show_ids,
 )
@@ -97,6 +99,47 @@ class _Describer:
                     + ", ".join(f"[{s}]" for s in steps)
                     + " (each projected to the scan's columns)"
                 )
+            case CommitChanges():
+                parts = {k: self.visit(p) for k, p in node.parts()}
+                pieces = []
+                if "removed" in parts:
+                    pieces.append(f"[{parts['removed']}] as DELETE")
+                if "before" in parts and node.deletes_only:
+                    pieces.append(
+                        f"left_anti join [{parts['before']}] with [{parts['after']}] on _file, "
+                        "_pos: rows the commit's new deletes removed, as DELETE"
+                    )
+                elif "before" in parts:
+                    pieces.append(
+                        f"full_outer join [{parts['before']}] with [{parts['after']}] on _file, "
+                        "_pos: rows of one side only as DELETE / INSERT"
+                    )
+                if "added" in parts:
+                    pieces.append(f"[{parts['added']}] as INSERT")
+                if not pieces:
+                    return self.emit(
+                        f"commit {node.ordinal} (snapshot {node.snapshot_id}, "
+                        f"{node.operation}): nothing to read"
+                    )
+                return self.emit(
+                    f"commit {node.ordinal} (snapshot {node.snapshot_id}, {node.operation}): "
+                    + "; ".join(pieces)
+                )
+            case TableChanges(commits=commits):
+                steps = [self.visit(c) for c in commits or ()]
+                mixed = [c for c in commits or () if c.mixed]
+                text = "unionAll " + (", ".join(f"[{s}]" for s in steps) or "(no commits)")
+                if mixed:
+                    text += (
+                        f"; the {len(mixed)} commit(s) with both kinds through one window "
+                        "over (ordinal, every column): identical DELETE/INSERT pairs cancelled"
+                    )
+                    if node.identifier:
+                        text += (
+                            ", a key (" + ", ".join(node.identifier) + ") both deleted and "
+                            "inserted by one commit is UPDATE_BEFORE / UPDATE_AFTER"
+                        )
+                return self.emit(text)
             case MetadataTable():
                 return self.emit(
                     f"createDataFrame: {node.rows()} row(s) of {node.table}.{node.kind} "

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from mor.planner.nodes import (
     AntiJoin,
+    CommitChanges,
     EqDeleteScan,
     IcebergScan,
     MetadataTable,
     Plan,
     SparkQuery,
+    TableChanges,
     Union,
     show_ids,
 )
@@ -68,6 +70,21 @@ def _label(node: Plan) -> str:
             return f"eq_set={show_ids(node.eq_set)} on=[{on}] {nulls} scope={scope} guard={guard}"
         case Union():
             return f"branches={len(node.inputs)}"
+        case CommitChanges():
+            return (
+                f"commit={node.ordinal} snapshot={node.snapshot_id} operation={node.operation}"
+                + ("" if node.children else " (changes no live row: nothing read)")
+                + (
+                    " reads=[" + ", ".join(k for k, _ in node.parts()) + "]"
+                    if node.children
+                    else ""
+                )
+            )
+        case TableChanges():
+            start = "first commit" if node.start_id is None else str(node.start_id)
+            n = len(node.commits) if node.commits is not None else "?"
+            keys = f" identifier=[{', '.join(node.identifier)}]" if node.identifier else ""
+            return f"{node.table} after {start} up to {node.end_id}: commits={n}{keys}"
         case MetadataTable():
             rows = node.rows()
             return f"{node.table}.{node.kind}" + (f"  rows={rows}" if rows is not None else "")

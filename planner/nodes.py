@@ -166,6 +166,7 @@ class DataTask:
     partition: tuple[tuple[int, Any], ...] = ()  # (partition field id, value) of its spec
     # row lineage (v3): the first row's id, recorded or inherited; None before v3
     first_row_id: int | None = None
+    eq_deletes: tuple[int, ...] = ()  # file ids of the equality delete files that apply
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -460,6 +461,99 @@ class MetadataTable(Plan):
 
     def rows(self) -> int | None:
         return None if self.data is None else self.data.num_rows
+
+
+CHANGE_TYPE = "_change_type"
+CHANGE_ORDINAL = "_change_ordinal"
+COMMIT_SNAPSHOT_ID = "_commit_snapshot_id"
+CHANGE_COLUMNS = (CHANGE_TYPE, CHANGE_ORDINAL, COMMIT_SNAPSHOT_ID)
+# the parts of one commit's changes (CommitChanges), in the order EXPLAIN shows them
+CHANGE_PARTS = ("removed", "before", "after", "added")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitChanges(Plan):
+    """The row changes of one commit (snapshot `snapshot_id` over its parent `parent_id`).
+
+    Each part is a scan (after the rules, a plan) of some data files, with `_file` and `_pos`:
+    - `removed`: rows live at the parent in the data files the commit removed (DELETE);
+    - `added`: rows live at the commit in the data files it added (INSERT);
+    - `before` / `after`: rows live at the parent / at the commit in the data files both hold
+      whose deletes the commit changed: rows of `before` missing from `after` by (_file, _pos)
+      are DELETE, rows of `after` missing from `before` INSERT.
+    A part the commit does not need is None. A `replace` commit (compaction) reads nothing.
+    """
+
+    snapshot_id: int
+    parent_id: int | None
+    ordinal: int
+    operation: str
+    timestamp_ms: int
+    removed: Plan | None = None
+    before: Plan | None = None
+    after: Plan | None = None
+    added: Plan | None = None
+    # every kept file's deletes at the commit include those at the parent (the commit only
+    # added deletes to them): `before` minus `after` is all they yield, DELETE rows
+    deletes_only: bool = False
+
+    def parts(self) -> tuple[tuple[str, Plan], ...]:
+        return tuple((k, getattr(self, k)) for k in CHANGE_PARTS if getattr(self, k) is not None)
+
+    @property
+    def children(self) -> tuple[Plan, ...]:
+        return tuple(p for _, p in self.parts())
+
+    def with_children(self, new: tuple[Plan, ...]) -> Plan:
+        if all(a is b for a, b in zip(self.children, new)):
+            return self
+        return replace(self, **{k: n for (k, _), n in zip(self.parts(), new)})
+
+    @property
+    def mixed(self) -> bool:
+        """Both DELETE and INSERT rows may come out: identical pairs are cancelled."""
+        deletes = self.removed is not None or self.before is not None
+        inserts = self.added is not None or (self.after is not None and not self.deletes_only)
+        return deletes and inserts
+
+    @property
+    def output(self) -> tuple[Col, ...]:
+        kids = self.children
+        return kids[0].output if kids else ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TableChanges(Plan):
+    """`table_changes(table, start, end)`: the rows inserted and deleted by each commit after
+    snapshot `start_id` (exclusive; None: from the table's first commit) up to `end_id`
+    (inclusive), with every delete applied, as the columns of the end snapshot's schema plus
+    CHANGE_COLUMNS. Planning fills `commits` (oldest first)."""
+
+    table: str
+    source_key: str
+    start_id: int | None
+    end_id: int | None
+    schema_id: int
+    fields: tuple[ReadField, ...]
+    # top-level columns of the table's identifier fields: a key deleted and inserted by one
+    # commit is UPDATE_BEFORE / UPDATE_AFTER
+    identifier: tuple[str, ...] = ()
+    commits: tuple[CommitChanges, ...] | None = None
+
+    @property
+    def children(self) -> tuple[Plan, ...]:
+        return self.commits or ()
+
+    def with_children(self, new: tuple[Plan, ...]) -> Plan:
+        if all(a is b for a, b in zip(self.children, new)):
+            return self
+        return replace(self, commits=tuple(new))  # type: ignore[arg-type]
+
+    @property
+    def output(self) -> tuple[Col, ...]:
+        return tuple(f.col for f in self.fields) + tuple(
+            Col(name=c, label=c) for c in CHANGE_COLUMNS
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

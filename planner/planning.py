@@ -15,10 +15,11 @@ from mor.planner.nodes import (
     MetadataTable,
     Plan,
     ScanFiles,
+    TableChanges,
 )
 from mor.planner.scan_planning import plan_scan
 from mor.planner.schemas import find_field
-from mor.planner.sources import Resolver
+from mor.planner.sources import Resolver, TableSource
 
 
 def attach_files(plan: Plan, resolver: Resolver) -> Plan:
@@ -27,32 +28,41 @@ def attach_files(plan: Plan, resolver: Resolver) -> Plan:
     def visit(node: Plan) -> Plan:
         if isinstance(node, MetadataTable) and node.data is None:
             return replace(node, data=metadata_rows(node, resolver.sources[node.source_key]))
+        if isinstance(node, TableChanges) and node.commits is None:
+            from mor.planner.changes import plan_changes
+
+            return plan_changes(node, resolver.sources[node.source_key], planned_scan)
         if not isinstance(node, IcebergScan) or node.files is not None:
             return node
-        src = resolver.sources[node.source_key]
-        schema = next(
-            (s for s in src.metadata.schemas if s.schema_id == node.schema_id),
-            src.metadata.schema(),
-        )
-        files = plan_scan(node, src, schema)
-        if needs_footers(src):
-            files = _with_layouts(files, src, schema)
-        ids = sorted({i for d in files.deletes for i in d.eq_ids})
-        eq_fields = []
-        for fid in ids:
-            f, path = find_field(src, fid, schema)
-            eq_fields.append(
-                EqField(
-                    field_id=fid,
-                    name=f.name,
-                    type_str=f.field_type.model_dump_json(),
-                    path=path,
-                    default=None if path else default_sql(f, node.table),
-                )
-            )
-        return replace(node, files=replace(files, eq_fields=tuple(eq_fields)))
+        return planned_scan(node, resolver.sources[node.source_key])
 
     return plan.transform_up(visit)
+
+
+def planned_scan(node: IcebergScan, src: TableSource) -> IcebergScan:
+    """`node` with its files: the snapshot's data files, the deletes that apply to each, the
+    layouts of their columns and the fields the equality deletes name."""
+    schema = next(
+        (s for s in src.metadata.schemas if s.schema_id == node.schema_id),
+        src.metadata.schema(),
+    )
+    files = plan_scan(node, src, schema)
+    if needs_footers(src):
+        files = _with_layouts(files, src, schema)
+    ids = sorted({i for d in files.deletes for i in d.eq_ids})
+    eq_fields = []
+    for fid in ids:
+        f, path = find_field(src, fid, schema)
+        eq_fields.append(
+            EqField(
+                field_id=fid,
+                name=f.name,
+                type_str=f.field_type.model_dump_json(),
+                path=path,
+                default=None if path else default_sql(f, node.table),
+            )
+        )
+    return replace(node, files=replace(files, eq_fields=tuple(eq_fields)))
 
 
 def _with_layouts(files: ScanFiles, src: object, schema: object) -> ScanFiles:

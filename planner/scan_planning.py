@@ -512,6 +512,7 @@ def _match(
                 eq_sets=tuple(
                     sorted({frozenset(d.file.equality_ids or ()) for d in eqs}, key=sorted)
                 ),
+                eq_deletes=tuple(sorted(del_ids[_delete_key(d)] for d in eqs)),
             )
         )
     kept_eq: dict[frozenset[int], int] = defaultdict(int)

@@ -37,6 +37,7 @@ from mor.planner.nodes import (
     Pred,
     ReadField,
     SparkQuery,
+    TableChanges,
     TextEdit,
     line_col,
 )
@@ -164,7 +165,8 @@ class _Ref:
     schema: TableSchema
     label: str  # the table as EXPLAIN names it
     span: tuple[int, int]  # [start, end) of the reference in the statement (see _span)
-    kind: str | None = None  # a metadata table of the table (`snapshots`, `files`, ...)
+    kind: str | None = None  # a metadata table (`snapshots`, `files`, ...) or "changes"
+    changes: tuple[int | None, int | None] = (None, None)  # table_changes: (start, end) ids
 
 
 def bind(stmt: Statement, resolver: Resolver) -> SparkQuery:
@@ -191,7 +193,9 @@ def _bind(stmt: Statement, resolver: Resolver) -> SparkQuery:
     k = 0  # position among the data scans (never look a reference up by equality: two
     # references written alike are equal sqlglot trees, yet each has its own filters)
     for i, r in enumerate(refs):
-        if r.kind is not None:
+        if r.kind == "changes":
+            scans.append(_changes(r))
+        elif r.kind is not None:
             snap = r.snapshot_id if r.kind in SNAPSHOT_METADATA_TABLES else None
             scans.append(
                 MetadataTable(table=r.label, source_key=r.source.key, kind=r.kind, snapshot_id=snap)
@@ -235,7 +239,7 @@ def iceberg_tables(tree: exp.Expression) -> list[exp.Table]:
             if not t.args.get("db") and t.name.lower() in ctes:
                 continue
             out.append(t)
-        elif _function_name(t) == "iceberg_scan":
+        elif _function_name(t) in ("iceberg_scan", "table_changes"):
             out.append(t)
     return out
 
@@ -270,6 +274,8 @@ def _resolve_at(stmt: Statement, t: exp.Table, resolver: Resolver) -> _Ref:
             parts, kind = parts[:-1], parts[-1].lower()
             src = resolver.by_name(parts)
         label = ".".join(parts)
+    elif _function_name(t) == "table_changes":
+        return _changes_ref(stmt, t, resolver)
     else:
         args = t.this.expressions
         if len(args) != 1 or not isinstance(args[0], exp.Literal) or not args[0].is_string:
@@ -280,6 +286,78 @@ def _resolve_at(stmt: Statement, t: exp.Table, resolver: Resolver) -> _Ref:
     snapshot_id = _time_travel(t, src)
     span = _span(stmt, t)
     return _Ref(t, src, snapshot_id, schema_at(src, snapshot_id), label, span, kind)
+
+
+def _changes_ref(stmt: Statement, t: exp.Table, resolver: Resolver) -> _Ref:
+    """table_changes('<table>' [, start [, end]]): start and end are snapshot ids or
+    timestamps (a string or TIMESTAMP literal); start NULL or absent: from the first commit,
+    end NULL or absent: the current snapshot."""
+    where = line_col(stmt.source, stmt.offset + _start(t))
+    usage = (
+        "table_changes takes the table (a string: 'ns.t' or its path), then a start and an end, "
+        "each a snapshot id, a timestamp or NULL"
+    )
+    args = t.this.expressions
+    if not 1 <= len(args) <= 3 or not (isinstance(args[0], exp.Literal) and args[0].is_string):
+        raise SqlSyntaxError(usage, *where)
+    if t.args.get("version") is not None:
+        raise UnsupportedError(
+            f"table_changes names its snapshots itself: VERSION/TIMESTAMP AS OF does not apply "
+            f"(line {where[0]}, column {where[1]})"
+        )
+    name = args[0].this
+    if "/" in name or name.endswith(".json"):
+        src = resolver.by_path(name)
+    else:
+        src = resolver.by_name(tuple(name.split(".")))
+    bounds: list[int | None] = []
+    for i, what in ((1, "start"), (2, "end")):
+        a = args[i] if i < len(args) else None
+        if a is None or isinstance(a, exp.Null):
+            bounds.append(None if what == "start" else src.metadata.current_snapshot_id)
+            continue
+        value = a.this if isinstance(a, exp.Cast) else a
+        if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit():
+            if isinstance(a, exp.Cast):
+                raise SqlSyntaxError(usage, *where)
+            sid = int(value.this)
+            if src.metadata.snapshot_by_id(sid) is None:
+                raise TableNotFoundError(f"table {src.name} has no snapshot {sid}")
+            bounds.append(sid)
+        elif isinstance(value, exp.Literal) and value.is_string:
+            from mor.planner.changes import snapshot_at
+
+            bounds.append(snapshot_at(src, _timestamp_ms(value), what))
+        else:
+            raise SqlSyntaxError(usage, *where)
+    label = f"table_changes('{name}')"
+    end = bounds[1]
+    schema = schema_at(src, end)
+    return _Ref(t, src, end, schema, label, _span(stmt, t), "changes", (bounds[0], end))
+
+
+def _changes(r: _Ref) -> TableChanges:
+    fields = []
+    for f in r.schema.top_level():
+        check_nested(f, r.label)
+        fields.append(
+            ReadField(
+                col=Col(name=f.name, label=f.name, field_id=f.field_id),
+                field_id=f.field_id,
+                type_str=f.field_type.model_dump_json(),
+                default=default_sql(f, r.label),
+            )
+        )
+    ids = set(r.schema.schema.identifier_field_ids)
+    return TableChanges(
+        table=r.label,
+        source_key=r.source.key,
+        start_id=r.changes[0],
+        end_id=r.changes[1],
+        schema_id=r.schema.schema_id,
+        fields=tuple(fields),
+        identifier=tuple(f.name for f in r.schema.top_level() if f.field_id in ids),
+    )
 
 
 def _start(t: exp.Table) -> int:
@@ -304,8 +382,22 @@ def _span(stmt: Statement, t: exp.Table) -> tuple[int, int]:
         return start, value.meta["end"] + 1
     if isinstance(t.this, exp.Identifier):
         return start, max(p.meta["end"] for p in t.parts) + 1
-    arg_end = t.this.expressions[0].meta["end"] + 1
-    return start, stmt.text.index(")", arg_end) + 1
+    return start, _call_end(stmt, start)
+
+
+def _call_end(stmt: Statement, start: int) -> int:
+    """The end of the function call starting at `start`: just past its closing parenthesis."""
+    depth = 0
+    for tok in sqlglot.Dialect.get_or_raise(DIALECT).tokenize(stmt.text):
+        if tok.start < start:
+            continue
+        if tok.token_type == TokenType.L_PAREN:
+            depth += 1
+        elif tok.token_type == TokenType.R_PAREN:
+            depth -= 1
+            if depth == 0:
+                return tok.end + 1
+    raise SqlSyntaxError("a table function call is not closed", *line_col(stmt.source, start))
 
 
 def _edits(stmt: Statement, r: _Ref, i: int) -> list[TextEdit]:

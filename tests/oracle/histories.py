@@ -180,6 +180,8 @@ class Writer:
             and self.rng.random() < 0.15
         ):
             ops.append("drop_k")
+        if self.rng.random() < 0.4:
+            ops += ["compact"] * 2
         op = self.rng.choice(ops)
         getattr(self, f"op_{op}")()
         self.snapshot()
@@ -219,6 +221,15 @@ class Writer:
             f"VALUES ({', '.join('s.' + c for c in cols)})"
         )
         self.h.coverage["sql MERGE"] += 1
+
+    def op_compact(self) -> None:
+        """rewrite_data_files: a `replace` commit that applies the deletes to new data files
+        (equality delete files stay behind, older than the rewritten files' sequence number)."""
+        self.sql(
+            f"CALL local.system.rewrite_data_files(table => 'db.{self.h.name}', "
+            "options => map('rewrite-all', 'true'))"
+        )
+        self.h.coverage["compaction (replace)"] += 1
 
     def op_upgrade(self) -> None:
         """v2 -> v3: older position delete files stay; the deletion vectors written after

@@ -97,6 +97,145 @@ def compare(spark: Any, h: History, sql: str, settings: dict | None = None) -> s
     )
 
 
+def _iceberg(spark: Any, sql: str) -> list[Any]:
+    try:
+        return spark.sql(sql).collect()
+    except Exception as e:  # noqa: BLE001 - reported apart from differences, with its cause
+        text = str(e)
+        cause = text[text.find("Caused by") :].splitlines()[0] if "Caused by" in text else ""
+        raise OracleFailed(cause or text.splitlines()[0][:200]) from e
+
+
+CHANGE_COLS = ("_change_type", "_change_ordinal", "_commit_snapshot_id")
+
+
+def check_changes(spark: Any, h: History, rng: Any) -> list[str]:
+    """table_changes over the whole history, held to Iceberg's reader at every snapshot: for
+    each commit, its DELETE rows were live at the parent, parent - DELETE + INSERT is the
+    commit's snapshot (on the columns both snapshots have by name), no identical DELETE/INSERT
+    pair is left, and ordinals and snapshot ids follow the history; then each single commit,
+    a range of several and a range given by timestamps against the whole run's rows."""
+    from mor import changes
+
+    loc = str(h.location)
+    snaps = {
+        r.snapshot_id: r
+        for r in _iceberg(
+            spark,
+            f"SELECT snapshot_id, parent_id, operation, unix_millis(committed_at) ms "
+            f"FROM {h.table}.snapshots",
+        )
+    }
+    chain: list[Any] = []
+    cur = _iceberg(spark, f"SELECT snapshot_id FROM {h.table}.refs WHERE name = 'main'")
+    sid = cur[0].snapshot_id if cur else None
+    while sid is not None and sid in snaps:
+        chain.append(snaps[sid])
+        sid = snaps[sid].parent_id
+    chain.reverse()
+    out: list[str] = []
+
+    def fail(text: str) -> None:
+        out.append(f"seed {h.seed} ({h.layout}, v{h.version}): table_changes: {text}")
+
+    whole = changes(loc, spark=spark)
+    cols = [c for c in whole.columns if c not in CHANGE_COLS]
+    rows = [r.asDict() for r in whole.collect()]
+    by_ord: dict[int, list[dict]] = {}
+    for r in rows:
+        by_ord.setdefault(r["_change_ordinal"], []).append(r)
+    if set(by_ord) - set(range(len(chain))):
+        fail(f"ordinals {sorted(set(by_ord))} for {len(chain)} commits")
+    live_then: list[dict] = []  # the table before the first commit: empty
+    for i, snap in enumerate(chain):
+        mine = by_ord.get(i, [])
+        if any(r["_commit_snapshot_id"] != snap.snapshot_id for r in mine):
+            fail(f"commit {i} rows name another snapshot than {snap.snapshot_id}")
+        if snap.operation == "replace" and mine:
+            fail(f"replace commit {snap.snapshot_id} reported {len(mine)} changes")
+        live_now = [
+            r.asDict()
+            for r in _iceberg(spark, f"SELECT * FROM {h.table} VERSION AS OF {snap.snapshot_id}")
+        ]
+        names = sorted(
+            set(cols)
+            & set(_columns(spark, h, snap.snapshot_id))
+            & (set(_columns(spark, h, chain[i - 1].snapshot_id)) if i else set(cols))
+        )
+
+        def bag(rs: list[dict]) -> Counter:
+            return _bag([tuple(r.get(n) for n in names) for r in rs])
+
+        dels = bag([r for r in mine if r["_change_type"] in ("DELETE", "UPDATE_BEFORE")])
+        ins = bag([r for r in mine if r["_change_type"] in ("INSERT", "UPDATE_AFTER")])
+        then, now = bag(live_then), bag(live_now)
+        if dels - then:
+            fail(
+                f"commit {i} ({snap.operation}) deleted rows not live before it: "
+                f"{list((dels - then).elements())[:5]}"
+            )
+        if (then - dels) + ins != now:
+            got = (then - dels) + ins
+            fail(
+                f"commit {i} ({snap.operation}) on {names}: parent - DELETE + INSERT != snapshot: "
+                f"missing {list((now - got).elements())[:5]}, "
+                f"extra {list((got - now).elements())[:5]}"
+            )
+        if set(names) == set(cols) and dels & ins:
+            fail(
+                f"commit {i}: identical DELETE/INSERT pairs left: "
+                f"{list((dels & ins).elements())[:3]}"
+            )
+        live_then = live_now
+
+    def same(sub: Any, lo: int, hi: int, how: str) -> None:
+        """`sub`'s rows are the whole run's commits lo..hi-1 (renumbered from 0), on the
+        columns both have by name (the end snapshot's schema names the columns)."""
+        names = sorted(set(sub.columns) & set(whole.columns))
+        got = [r.asDict() for r in sub.collect()]
+        want = [
+            dict(r, _change_ordinal=r["_change_ordinal"] - lo)
+            for r in rows
+            if lo <= r["_change_ordinal"] < hi
+        ]
+        a = _bag([tuple(r[n] for n in names) for r in got])
+        b = _bag([tuple(r[n] for n in names) for r in want])
+        if a != b:
+            fail(
+                f"{how}: {sum(a.values())} rows, the whole run's commits {lo}..{hi - 1} have "
+                f"{sum(b.values())}; missing {list((b - a).elements())[:3]}, "
+                f"extra {list((a - b).elements())[:3]}"
+            )
+
+    for i in range(len(chain)):
+        start = chain[i - 1].snapshot_id if i else None
+        sub = changes(
+            loc, start_snapshot_id=start, end_snapshot_id=chain[i].snapshot_id, spark=spark
+        )
+        same(sub, i, i + 1, f"commit {i} alone")
+    if len(chain) >= 3:
+        a, b = sorted(rng.sample(range(len(chain)), 2))
+        sub = changes(
+            loc,
+            start_snapshot_id=chain[a].snapshot_id,
+            end_snapshot_id=chain[b].snapshot_id,
+            spark=spark,
+        )
+        same(sub, a + 1, b + 1, f"commits after {a} up to {b}")
+        ts = changes(
+            loc,
+            start_timestamp=chain[a].ms,
+            end_timestamp=chain[b].ms,
+            spark=spark,
+        )
+        same(ts, a + 1, b + 1, f"commits by time after {a} up to {b}")
+    return out
+
+
+def _columns(spark: Any, h: History, sid: int) -> list[str]:
+    return list(spark.sql(f"SELECT * FROM {h.table} VERSION AS OF {sid} LIMIT 0").columns)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--histories", type=int, default=6)
@@ -144,6 +283,19 @@ def main(argv: list[str] | None = None) -> int:
                 d = f"seed {seed} ({h.layout}): {q}\n  error: {str(e).splitlines()[0][:300]}"
             if d:
                 diffs.append(d + "\n  history:\n    " + "\n    ".join(h.log))
+        n_queries += 1
+        try:
+            found = check_changes(spark, h, rng)
+        except OracleFailed as e:
+            oracle_failed["table_changes: " + str(e)[:140]] += 1
+            found = []
+        except Exception as e:  # noqa: BLE001 - an error from mor is a difference
+            found = [
+                f"seed {seed} ({h.layout}): table_changes\n  error: {str(e).splitlines()[0][:300]}"
+            ]
+        coverage["table_changes commits"] += len(h.snapshots)
+        for d in found:
+            diffs.append(d + "\n  history:\n    " + "\n    ".join(h.log))
     spark.stop()
     if not args.keep:
         shutil.rmtree(warehouse, ignore_errors=True)

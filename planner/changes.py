@@ -1,0 +1,194 @@
+"""Row-level changes between two snapshots (`table_changes`), planned from metadata.
+
+The commits in range are the end snapshot's ancestors after the start snapshot, oldest first.
+Commit c (snapshot S, parent P) changes the live rows of only some data files:
+
+- the files it removed: their rows live at P are DELETE;
+- the files it added: their rows live at S (its own position deletes and deletion vectors
+  applied, every later delete not) are INSERT;
+- the files both hold whose set of applicable deletes differs between P and S: their rows live
+  at P and not at S (by `_file`, `_pos`) are DELETE, and the reverse INSERT.
+
+Both sides are ordinary merge-on-read scans of one snapshot, restricted to those files, so every
+delete is applied by the same rules (and rewritten by the same rule) as in a query. A row that
+an equality delete removes is therefore reported once, by the commit whose delete first removed
+it: at later snapshots it is no longer live. A `replace` commit (compaction, rewritten delete
+files) changes no live row by Iceberg's definition and reads nothing. The physical layer cancels
+identical DELETE/INSERT pairs of one commit (rows a copy-on-write rewrite carried over), and with
+identifier fields names a key deleted and inserted by one commit UPDATE_BEFORE / UPDATE_AFTER.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from pyiceberg.table.snapshots import Snapshot
+
+from mor.planner.errors import MetadataError, TableNotFoundError
+from mor.planner.nodes import (
+    CommitChanges,
+    DataTask,
+    DeleteTask,
+    IcebergScan,
+    ScanFiles,
+    TableChanges,
+)
+from mor.planner.sources import TableSource
+
+REPLACE = "replace"
+
+
+def snapshot_at(src: TableSource, ms: int, what: str) -> int | None:
+    """The current snapshot of the table at time `ms` (milliseconds): the last entry of the
+    snapshot log at or before it; None before the first commit."""
+    best = None
+    for entry in src.metadata.snapshot_log:
+        if entry.timestamp_ms <= ms:
+            best = entry.snapshot_id
+    if best is None and what == "end":
+        raise TableNotFoundError(f"table {src.name} has no snapshot at or before the {what} time")
+    return best
+
+
+def ancestry(src: TableSource, start_id: int | None, end_id: int | None) -> list[Snapshot]:
+    """The commits after `start_id` (exclusive) up to `end_id` (inclusive), oldest first.
+    `start_id` must be an ancestor of `end_id` (or None: from the table's first commit)."""
+    md = src.metadata
+    if end_id is None:
+        return []
+    for sid in (start_id, end_id):
+        if sid is not None and md.snapshot_by_id(sid) is None:
+            raise TableNotFoundError(f"table {src.name} has no snapshot {sid}")
+    out: list[Snapshot] = []
+    snap = md.snapshot_by_id(end_id)
+    while snap is not None and snap.snapshot_id != start_id:
+        out.append(snap)
+        parent = snap.parent_snapshot_id
+        if parent is None:
+            break
+        nxt = md.snapshot_by_id(parent)
+        if nxt is None:
+            if start_id is None:
+                raise MetadataError(
+                    f"table {src.name}: snapshot {parent}, parent of {snap.snapshot_id}, has "
+                    "expired: give a start snapshot that is still in the table's metadata"
+                )
+            break
+        snap = nxt
+    if start_id is not None and (snap is None or snap.snapshot_id != start_id):
+        raise TableNotFoundError(
+            f"table {src.name}: snapshot {start_id} is not an ancestor of snapshot {end_id} "
+            "(changes are read along the end snapshot's history)"
+        )
+    out.reverse()
+    return out
+
+
+def _delete_key(d: DeleteTask) -> tuple[str, int]:
+    return (d.path, d.dv.offset if d.dv is not None else -1)
+
+
+def _deletes_of(t: DataTask, by_id: dict[int, DeleteTask]) -> frozenset[tuple[str, int]]:
+    return frozenset(_delete_key(by_id[i]) for i in (*t.pos_deletes, *t.eq_deletes))
+
+
+def restrict(files: ScanFiles, paths: set[str]) -> ScanFiles:
+    """Only the data files in `paths`, and the delete files that apply to them."""
+    data = tuple(t for t in files.data if t.path in paths)
+    used = {i for t in data for i in (*t.pos_deletes, *t.eq_deletes)}
+    p = files.pruning
+    return replace(
+        files,
+        data=data,
+        deletes=tuple(d for d in files.deletes if d.file_id in used),
+        pruning=replace(p, data_files=(p.data_files[0], p.data_files[1], len(data))),
+    )
+
+
+def plan_changes(
+    node: TableChanges,
+    src: TableSource,
+    planned: Callable[[IcebergScan, TableSource], IcebergScan],
+) -> TableChanges:
+    """Fill `node.commits`: for each commit, the scans of the data files whose rows it changed."""
+    commits = ancestry(src, node.start_id, node.end_id)
+    cache: dict[int | None, IcebergScan | None] = {}
+
+    def scan_at(sid: int | None) -> IcebergScan | None:
+        if sid not in cache:
+            if len(cache) > 2:  # commits are planned in order: keep the last two snapshots
+                cache.pop(next(iter(cache)))
+            cache[sid] = (
+                None
+                if sid is None
+                else planned(
+                    IcebergScan(
+                        table=node.table,
+                        source_key=node.source_key,
+                        snapshot_id=sid,
+                        schema_id=node.schema_id,
+                        fields=node.fields,
+                        hidden=("_file", "_pos"),
+                    ),
+                    src,
+                )
+            )
+        return cache[sid]
+
+    out = []
+    for ordinal, snap in enumerate(commits):
+        op = snap.summary.operation.value if snap.summary is not None else "unknown"
+        base = CommitChanges(
+            snapshot_id=snap.snapshot_id,
+            parent_id=snap.parent_snapshot_id,
+            ordinal=ordinal,
+            operation=op,
+            timestamp_ms=snap.timestamp_ms,
+        )
+        if op == REPLACE:
+            out.append(base)
+            continue
+        after = scan_at(snap.snapshot_id)
+        before = scan_at(snap.parent_snapshot_id)
+        assert after is not None and after.files is not None
+        now = {t.path: t for t in after.files.data}
+        then = (
+            {t.path: t for t in before.files.data}
+            if before is not None and before.files is not None
+            else {}
+        )
+        now_dels = {d.file_id: d for d in after.files.deletes}
+        then_dels = (
+            {d.file_id: d for d in before.files.deletes}
+            if before is not None and before.files is not None
+            else {}
+        )
+        removed = set(then) - set(now)
+        added = set(now) - set(then)
+        changed = {
+            p
+            for p in set(now) & set(then)
+            if _deletes_of(now[p], now_dels) != _deletes_of(then[p], then_dels)
+        }
+
+        grows = all(
+            _deletes_of(then[p], then_dels) <= _deletes_of(now[p], now_dels) for p in changed
+        )
+
+        def part(scan: IcebergScan | None, paths: set[str]) -> IcebergScan | None:
+            if not paths or scan is None or scan.files is None:
+                return None
+            return replace(scan, files=restrict(scan.files, paths))
+
+        out.append(
+            replace(
+                base,
+                removed=part(before, removed),
+                before=part(before, changed),
+                after=part(after, changed),
+                added=part(after, added),
+                deletes_only=grows,
+            )
+        )
+    return replace(node, commits=tuple(out))
