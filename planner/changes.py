@@ -176,18 +176,19 @@ def plan_changes(
             _deletes_of(then[p], then_dels) <= _deletes_of(now[p], now_dels) for p in changed
         )
 
-        def part(scan: IcebergScan | None, paths: set[str]) -> IcebergScan | None:
+        def part(scan: IcebergScan | None, paths: set[str], name: str) -> IcebergScan | None:
             if not paths or scan is None or scan.files is None:
                 return None
-            return replace(scan, files=restrict(scan.files, paths))
+            label = f"{node.table} commit {ordinal} {name}"
+            return replace(scan, table=label, files=restrict(scan.files, paths))
 
         out.append(
             replace(
                 base,
-                removed=part(before, removed),
-                before=part(before, changed),
-                after=part(after, changed),
-                added=part(after, added),
+                removed=part(before, removed, "removed"),
+                before=part(before, changed, "before"),
+                after=part(after, changed, "after"),
+                added=part(after, added, "added"),
                 deletes_only=grows,
             )
         )
