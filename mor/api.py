@@ -363,3 +363,56 @@ def changes(
         f"{_bound(end_snapshot_id, end_timestamp, 'end')})"
     )
     return mor_sql(sql, catalog=catalog, spark=spark, path_map=path_map, settings=settings)
+
+
+def health(
+    table: str,
+    *,
+    catalog: Catalog | str | None = None,
+    warehouse: str | None = None,
+    path_map: dict[str, str] | None = None,
+    snapshot_id: int | None = None,
+    exact: bool = False,
+    spark: SparkSession | None = None,
+    thresholds: Any = None,
+) -> dict[str, Any]:
+    """How much the table's deletes cost its readers, and what to run about it (mor/health.py):
+    a JSON-ready dict with the table's counts at top level (data_files, data_records,
+    position_delete_files, equality_delete_files, deletion_vectors, deleted_records,
+    delete_ratio, equality_keys, small_files, read_amplification, advice) and a `partitions`
+    list of the same counts. Metadata and position delete files only, no Spark, unless
+    `exact`: the rows equality deletes remove are then counted by running the anti-joins."""
+    from mor.health import Thresholds
+    from mor.health import health as report
+
+    by_path = "/" in table or table.endswith(".json")
+    # the catalog is loaded once (a path needs none): planning and the exact count share it
+    cat = None if by_path else resolve_catalog(catalog, warehouse)
+    resolver = Resolver(lambda: cat, PathMap.of(effective_path_map(path_map)))
+    if by_path:
+        src = resolver.by_path(table)
+        ref = "iceberg_scan(" + _table_literal(table) + ")"
+    else:
+        src = resolver.by_name(tuple(table.split(".")))
+        ref = ".".join(f"`{p.replace('`', '``')}`" for p in table.split("."))
+
+    def live_rows(sid: int) -> dict[str, int]:
+        df = mor_sql(
+            f"SELECT _file, count(*) AS n FROM {ref} VERSION AS OF {int(sid)} GROUP BY _file",
+            catalog=cat,
+            spark=spark,
+            path_map=path_map,
+        )
+        with mor_errors(df):
+            return {r[0]: r[1] for r in df.collect()}
+
+    name = cat.name if cat is not None else "catalog"
+    return report(
+        src,
+        snapshot_id=snapshot_id,
+        live_rows=live_rows if exact else None,
+        catalog_name=name,
+        thresholds=thresholds
+        if isinstance(thresholds, Thresholds)
+        else Thresholds(**(thresholds or {})),
+    )

@@ -100,6 +100,36 @@ def _parser() -> argparse.ArgumentParser:
     describe.add_argument(
         "--path-map", action="append", default=[], metavar="OLD=NEW", help="as for run"
     )
+    hp = sub.add_parser(
+        "health", help="delete files, delete ratio and read cost per partition; what to compact"
+    )
+    hp.add_argument("table", help="ns.table, catalog.ns.table, or a table's path")
+    hp.add_argument("--format", choices=["table", "json"], default="table")
+    hp.add_argument("--catalog", help="a catalog name from pyiceberg's configuration")
+    hp.add_argument("--warehouse", help="warehouse of the embedded catalog")
+    hp.add_argument("--path-map", action="append", default=[], metavar="OLD=NEW", help="as for run")
+    hp.add_argument("--snapshot", type=int, help="report on this snapshot (default: the current)")
+    hp.add_argument(
+        "--exact",
+        action="store_true",
+        help="count the rows equality deletes remove by running the anti-joins (runs Spark)",
+    )
+    hp.add_argument("--plot", metavar="FILE.png", help="write a chart of the report (matplotlib)")
+    hp.add_argument(
+        "--delete-ratio-threshold", type=float, default=0.3, help="advise a rewrite from here"
+    )
+    hp.add_argument(
+        "--delete-file-threshold",
+        type=int,
+        default=5,
+        help="advise a rewrite of data files with this many delete files applying",
+    )
+    hp.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    hp.add_argument("--master", help="Spark master URL, for --exact")
+    hp.add_argument(
+        "--remote", metavar="sc://HOST:PORT", help="a Spark Connect server, for --exact"
+    )
+    hp.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     config = sub.add_parser("config", help="show the settings in effect and where each comes from")
     config.add_argument("--warehouse", help="warehouse of the embedded catalog")
     config.add_argument("--debug", action="store_true", help="show Python tracebacks")
@@ -389,6 +419,37 @@ def cmd_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_health(args: argparse.Namespace) -> int:
+    from mor.api import health
+    from mor.health import Thresholds, plot, render_table
+
+    if not 0 < args.delete_ratio_threshold <= 1:
+        raise UsageError("--delete-ratio-threshold must be in (0, 1]")
+    if args.delete_file_threshold < 1:
+        raise UsageError("--delete-file-threshold must be 1 or more")
+    report = health(
+        args.table,
+        catalog=args.catalog,
+        warehouse=args.warehouse,
+        path_map=_path_map(args.path_map),
+        snapshot_id=args.snapshot,
+        exact=args.exact,
+        spark=_spark(args) if args.exact else None,
+        thresholds=Thresholds(
+            delete_ratio=args.delete_ratio_threshold, delete_files=args.delete_file_threshold
+        ),
+    )
+    if args.plot:
+        plot(report, args.plot)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        sys.stdout.write(render_table(report))
+        if args.plot:
+            sys.stdout.write(f"chart        {args.plot}\n")
+    return 0
+
+
 def _shown(value: object) -> str:
     """A setting's value as it is written in a config file or `--set`."""
     return str(value).lower() if isinstance(value, bool) else str(value)
@@ -457,6 +518,7 @@ def main(argv: list[str] | None = None) -> int:
             "explain": cmd_explain,
             "tables": cmd_tables,
             "describe": cmd_describe,
+            "health": cmd_health,
             "shell": cmd_shell,
             "config": cmd_config,
             "demo": cmd_demo,

@@ -337,6 +337,28 @@ def _plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles
     )
 
 
+def live_entries(src: TableSource, snap: Snapshot) -> list[Entry]:
+    """Every live entry of the snapshot (data and delete files, matched or not), with its data
+    sequence number, spec and partition: what a health report counts."""
+    out = []
+    with gc_paused():
+        for m, entries in _read_all(src, _manifests(src, snap)):
+            for entry in entries:
+                f = entry.data_file
+                if entry.sequence_number is None:
+                    raise MetadataError(
+                        f"table {src.name}: file {f.file_path} has no sequence number"
+                    )
+                out.append(Entry(f, entry.sequence_number, m.partition_spec_id, f.partition))
+    return out
+
+
+def part_label(src: TableSource, spec_id: int, part: tuple[Any, ...]) -> str:
+    """A partition as EXPLAIN and health reports print it: `spec 0: p='a'`."""
+    spec = src.metadata.specs()[spec_id]
+    return _part_label(tuple(f.name for f in spec.fields), spec_id, part)
+
+
 def _read_all(
     src: TableSource, manifests: list[ManifestFile]
 ) -> Iterator[tuple[ManifestFile, list[ManifestEntry]]]:
