@@ -376,14 +376,14 @@ def health(
     spark: SparkSession | None = None,
     thresholds: Any = None,
 ) -> dict[str, Any]:
-    """How much the table's deletes cost its readers, and what to run about it (mor/health.py):
+    """How much the table's deletes cost its readers, and what to run (mor/table_health.py):
     a JSON-ready dict with the table's counts at top level (data_files, data_records,
     position_delete_files, equality_delete_files, deletion_vectors, deleted_records,
     delete_ratio, equality_keys, small_files, read_amplification, advice) and a `partitions`
     list of the same counts. Metadata and position delete files only, no Spark, unless
     `exact`: the rows equality deletes remove are then counted by running the anti-joins."""
-    from mor.health import Thresholds
-    from mor.health import health as report
+    from mor.table_health import Thresholds
+    from mor.table_health import health as report
 
     by_path = "/" in table or table.endswith(".json")
     # the catalog is loaded once (a path needs none): planning and the exact count share it

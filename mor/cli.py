@@ -421,7 +421,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 def cmd_health(args: argparse.Namespace) -> int:
     from mor.api import health
-    from mor.health import Thresholds, plot, render_table
+    from mor.table_health import Thresholds, plot, render_table
 
     if not 0 < args.delete_ratio_threshold <= 1:
         raise UsageError("--delete-ratio-threshold must be in (0, 1]")

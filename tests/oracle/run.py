@@ -232,6 +232,50 @@ def check_changes(spark: Any, h: History, rng: Any) -> list[str]:
     return out
 
 
+def check_health(spark: Any, h: History) -> list[str]:
+    """mor health against Iceberg's metadata tables (files by kind) and its reader (live rows):
+    with --exact every count; without, the position part whenever no equality delete applies."""
+    from mor import health
+
+    loc = str(h.location)
+    out: list[str] = []
+    exact = health(loc, exact=True, spark=spark)
+    approx = health(loc)
+    live = _iceberg(spark, f"SELECT count(*) n FROM {h.table}")[0].n
+    files = _iceberg(
+        spark,
+        f"SELECT content, file_format, count(*) n, sum(record_count) r FROM {h.table}.files "
+        "GROUP BY content, file_format",
+    )
+    kinds = {(r.content, r.file_format): (r.n, r.r) for r in files}
+    want = {
+        "data_files": kinds.get((0, "PARQUET"), (0, 0))[0],
+        "data_records": kinds.get((0, "PARQUET"), (0, 0))[1] or 0,
+        "position_delete_files": kinds.get((1, "PARQUET"), (0, 0))[0],
+        "deletion_vectors": kinds.get((1, "PUFFIN"), (0, 0))[0],
+        "equality_delete_files": kinds.get((2, "PARQUET"), (0, 0))[0],
+    }
+    for report, how in ((exact, "exact"), (approx, "metadata only")):
+        got = {k: report[k] for k in want}
+        if got != want:
+            out.append(f"seed {h.seed}: health ({how}) {got} != Iceberg's files table {want}")
+        parts = report["partitions"]
+        for k in ("data_files", "data_records"):
+            if sum(p[k] for p in parts) != report[k]:
+                out.append(f"seed {h.seed}: health ({how}) partitions' {k} do not add up")
+    if exact["data_records"] - exact["deleted_records"] != live:
+        out.append(
+            f"seed {h.seed}: health --exact: {exact['data_records']} records - "
+            f"{exact['deleted_records']} deleted != {live} live rows in Iceberg's reader"
+        )
+    if approx["deleted_records_exact"] and approx["deleted_records"] != exact["deleted_records"]:
+        out.append(
+            f"seed {h.seed}: health says {approx['deleted_records']} deleted exactly without "
+            f"Spark, {exact['deleted_records']} with the anti-joins"
+        )
+    return [f"{d} ({h.layout}, v{h.version})" for d in out]
+
+
 def _columns(spark: Any, h: History, sid: int) -> list[str]:
     return list(spark.sql(f"SELECT * FROM {h.table} VERSION AS OF {sid} LIMIT 0").columns)
 
@@ -294,6 +338,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"seed {seed} ({h.layout}): table_changes\n  error: {str(e).splitlines()[0][:300]}"
             ]
         coverage["table_changes commits"] += len(h.snapshots)
+        n_queries += 1
+        try:
+            found += check_health(spark, h)
+        except OracleFailed as e:
+            oracle_failed["health: " + str(e)[:140]] += 1
+        except Exception as e:  # noqa: BLE001 - an error from mor is a difference
+            found.append(
+                f"seed {seed} ({h.layout}): health\n  error: {str(e).splitlines()[0][:300]}"
+            )
         for d in found:
             diffs.append(d + "\n  history:\n    " + "\n    ".join(h.log))
     spark.stop()
