@@ -222,6 +222,33 @@ def check_changes(spark: Any, h: History, rng: Any) -> list[str]:
             spark=spark,
         )
         same(sub, a + 1, b + 1, f"commits after {a} up to {b}")
+        # INSERT minus DELETE over the range is the end snapshot minus the start one
+        names = sorted(
+            set(cols)
+            & set(_columns(spark, h, chain[a].snapshot_id))
+            & set(_columns(spark, h, chain[b].snapshot_id))
+        )
+        picked = ", ".join(f"`{n}`" for n in names)
+
+        def at(sid: int) -> Counter:
+            return _bag(
+                [
+                    tuple(r)
+                    for r in _iceberg(spark, f"SELECT {picked} FROM {h.table} VERSION AS OF {sid}")
+                ]
+            )
+
+        net: Counter = Counter()
+        for r in sub.collect():
+            key = _bag([tuple(r[n] for n in names)])
+            sign = -1 if r["_change_type"] in ("DELETE", "UPDATE_BEFORE") else 1
+            for k in key:
+                net[k] += sign
+        start, end = at(chain[a].snapshot_id), at(chain[b].snapshot_id)
+        want = Counter(end)
+        want.subtract(start)
+        if names and {k: v for k, v in net.items() if v} != {k: v for k, v in want.items() if v}:
+            fail(f"commits after {a} up to {b}: INSERT - DELETE != end - start on {names}")
         ts = changes(
             loc,
             start_timestamp=chain[a].ms,
@@ -263,6 +290,17 @@ def check_health(spark: Any, h: History) -> list[str]:
         for k in ("data_files", "data_records"):
             if sum(p[k] for p in parts) != report[k]:
                 out.append(f"seed {h.seed}: health ({how}) partitions' {k} do not add up")
+    eq = _iceberg(
+        spark,
+        f"SELECT sort_array(equality_ids) ids, count(*) n, sum(record_count) r "
+        f"FROM {h.table}.delete_files WHERE content = 2 GROUP BY sort_array(equality_ids)",
+    )
+    want_eq = {"{" + ",".join(map(str, r.ids)) + "}": (r.n, r.r) for r in eq}
+    got_eq = {
+        k["field_ids"]: (k["delete_files"], k["delete_records"]) for k in exact["equality_keys"]
+    }
+    if got_eq != want_eq:
+        out.append(f"seed {h.seed}: health equality keys {got_eq} != Iceberg's {want_eq}")
     if exact["data_records"] - exact["deleted_records"] != live:
         out.append(
             f"seed {h.seed}: health --exact: {exact['data_records']} records - "
