@@ -125,9 +125,8 @@ def _commit_rows(
     return _union(frames).select("*", *tags)
 
 
-def _comparable(df: DataFrame, name: str) -> Column:
+def _comparable(t: T.DataType, name: str) -> Column:
     """The column as a value Spark can group by: maps (anywhere inside) as their JSON text."""
-    t = df.schema[name].dataType
 
     def has_map(x: T.DataType) -> bool:
         if isinstance(x, T.MapType):
@@ -144,7 +143,10 @@ def _comparable(df: DataFrame, name: str) -> Column:
 def _net(df: DataFrame, node: TableChanges, cols: list[str]) -> DataFrame:
     """Cancel identical DELETE/INSERT pairs of one commit (as multisets: d copies deleted and i
     inserted leave max(d - i, 0) DELETE or max(i - d, 0) INSERT), then name updates."""
-    whole = Window.partitionBy(_c(CHANGE_ORDINAL), *[_comparable(df, c) for c in cols])
+    schema = df.schema  # analysed once (on Spark Connect, each look is a round trip)
+    whole = Window.partitionBy(
+        _c(CHANGE_ORDINAL), *[_comparable(schema[c].dataType, c) for c in cols]
+    )
     is_d = F.when(_c(TAG) == "D", 1).otherwise(0)
     rn = F.row_number().over(whole.orderBy(_c(TAG)))  # D rows are 1..n_d, then I rows
     counted = df.select(

@@ -34,7 +34,7 @@ def _at(ref: Reference, seq: int) -> Counter:
     return past.live()
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
 @given(partitioned=st.booleans(), ops=st.lists(op, min_size=2, max_size=7))
 def test_each_commit_turns_its_parent_into_its_snapshot(
     tmp_path_factory: Any, spark: Any, partitioned: bool, ops: list
