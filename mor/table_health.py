@@ -128,6 +128,7 @@ def health(
             **out,
             **_Counts().report(True),
             "dangling_delete_files": 0,
+            "position_delete_files_per_data_file": 0.0,
             "equality_keys": [],
             "small_file_bytes": small,
             "advice": [],
@@ -187,6 +188,11 @@ def health(
         if (e.file.file_path, e.file.content_offset if is_dv(e.file) else -1) not in used
     ]
     estimated = live is None and any(t.eq_deletes for t in files.data)
+    # Parquet position delete files applying to a data file that has any (vectors are one each)
+    stacks = [
+        sum(1 for i in t.pos_deletes if not deletes[i].is_dv) for t in files.data if t.pos_deletes
+    ]
+    stacks = [n for n in stacks if n]
     partitions = []
     for pid in sorted(parts, key=lambda p: files.partitions[p]):
         values = next(t.partition for t in files.data if t.partition_id == pid)
@@ -204,6 +210,9 @@ def health(
         **total.report(not estimated),
         "data_files_over_delete_file_threshold": total.over_threshold,
         "dangling_delete_files": len(dangling),
+        "position_delete_files_per_data_file": round(sum(stacks) / len(stacks), 2)
+        if stacks
+        else 0.0,
         "equality_keys": _equality_keys(src, live_deletes),
         "small_file_bytes": small,
         "thresholds": {
@@ -408,13 +417,16 @@ def advice(
                 "partitions": [p["partition"] for p in many],
             }
         )
-    pos_files = report["position_delete_files"]
-    with_pos = sum(1 for p in partitions if p["position_delete_files"])
+    per_file = report["position_delete_files_per_data_file"]
     dangling_pos = sum(1 for e in dangling if e.file.content == DataFileContent.POSITION_DELETES)
-    if dangling_pos or (pos_files >= th.small_files and pos_files > 2 * max(with_pos, 1)):
+    stacked = per_file >= 2 and report["position_delete_files"] >= th.small_files
+    if dangling_pos or stacked:
         why = []
-        if pos_files >= th.small_files and pos_files > 2 * max(with_pos, 1):
-            why.append(f"{pos_files} position delete files over {with_pos} partition(s)")
+        if stacked:
+            why.append(
+                f"{per_file} position delete files apply to each data file that has any, on "
+                "average (rewriting merges them: one file to open per data file)"
+            )
         if dangling_pos:
             why.append(f"{dangling_pos} delete file(s) or vectors apply to no live data file")
         out.append(

@@ -166,6 +166,7 @@ def test_advice_names_procedure_options_partition_and_figure(catalog: Any) -> No
     assert "1 data file(s) have 5 or more delete files" in files_["reason"]
     pos = next(x for x in report["advice"] if x["procedure"] == "rewrite_position_delete_files")
     assert "1 delete file(s) or vectors apply to no live data file" in pos["reason"]
+    assert "5.0 position delete files apply to each data file that has any" in pos["reason"]
     assert report["dangling_delete_files"] == 1 and len(by) == 3
     # thresholds move the advice
     calm = health("h.adv", catalog=catalog, thresholds={"delete_ratio": 0.9, "delete_files": 9})
