@@ -20,7 +20,7 @@ from mor.planner.metrics import render as render_metrics
 from mor.planner.nodes import Plan
 from mor.planner.planning import attach_files
 from mor.planner.settings import Settings, applied, user_config
-from mor.planner.sources import PathMap, Resolver
+from mor.planner.sources import PathMap, Resolver, is_table_path
 from mor.planner.sql import Statement, bind, one_statement
 from mor.rules import MOR_RULES, TraceStep, optimize
 
@@ -298,10 +298,7 @@ def table(
     `columns`: the columns to return (all by default). `where`: a Spark SQL condition, used to
     prune files and applied to the rows. Read through the same plan as `mor_sql`.
     """
-    if "/" in name or name.endswith(".json"):
-        ref = "iceberg_scan('" + name.replace("'", "''") + "')"
-    else:
-        ref = ".".join(f"`{p.replace('`', '``')}`" for p in name.split("."))
+    ref = _table_ref(name)
     if snapshot_id is not None:
         ref += f" VERSION AS OF {int(snapshot_id)}"
     cols = ", ".join(f"`{c.replace('`', '``')}`" for c in columns) if columns else "*"
@@ -311,6 +308,14 @@ def table(
 
 def _table_literal(name: str) -> str:
     return "'" + name.replace("'", "''") + "'"
+
+
+def _table_ref(name: str) -> str:
+    """A table named as users write it, as a table reference in SQL: iceberg_scan('<path>') for
+    a path, else each part of the name quoted."""
+    if is_table_path(name):
+        return f"iceberg_scan({_table_literal(name)})"
+    return ".".join(f"`{p.replace('`', '``')}`" for p in name.split("."))
 
 
 def _bound(snapshot_id: int | None, timestamp: Any, what: str) -> str:
@@ -385,16 +390,10 @@ def health(
     from mor.table_health import Thresholds
     from mor.table_health import health as report
 
-    by_path = "/" in table or table.endswith(".json")
     # the catalog is loaded once (a path needs none): planning and the exact count share it
-    cat = None if by_path else resolve_catalog(catalog, warehouse)
-    resolver = Resolver(lambda: cat, PathMap.of(effective_path_map(path_map)))
-    if by_path:
-        src = resolver.by_path(table)
-        ref = "iceberg_scan(" + _table_literal(table) + ")"
-    else:
-        src = resolver.by_name(tuple(table.split(".")))
-        ref = ".".join(f"`{p.replace('`', '``')}`" for p in table.split("."))
+    cat = None if is_table_path(table) else resolve_catalog(catalog, warehouse)
+    src = Resolver(lambda: cat, PathMap.of(effective_path_map(path_map))).by_text(table)
+    ref = _table_ref(table)
 
     def live_rows(sid: int) -> dict[str, int]:
         df = mor_sql(

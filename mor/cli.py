@@ -410,12 +410,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
         lambda: resolve_catalog(catalog, args.warehouse),
         PathMap.of(effective_path_map(_path_map(args.path_map))),
     )
-    name = args.table
-    if "/" in name or name.endswith(".json"):
-        src = resolver.by_path(name)
-    else:
-        src = resolver.by_name(tuple(name.split(".")))
-    sys.stdout.write(describe(src))
+    sys.stdout.write(describe(resolver.by_text(args.table)))
     return 0
 
 

@@ -152,7 +152,9 @@ def health(
 
     total = _Counts(target=target)
     parts: dict[int, _Counts] = defaultdict(lambda: _Counts(target=target))
+    first: dict[int, DataTask] = {}  # a data file of each partition: its spec and values
     for t in files.data:
+        first.setdefault(t.partition_id, t)
         c = parts[t.partition_id]
         applying = (*t.pos_deletes, *t.eq_deletes)
         for x in (c, total):
@@ -195,12 +197,11 @@ def health(
     stacks = [n for n in stacks if n]
     partitions = []
     for pid in sorted(parts, key=lambda p: files.partitions[p]):
-        values = next(t.partition for t in files.data if t.partition_id == pid)
         partitions.append(
             {
                 "partition": files.partitions[pid],
-                "spec_id": next(t.spec_id for t in files.data if t.partition_id == pid),
-                "values": {str(k): _plain(v) for k, v in values},
+                "spec_id": first[pid].spec_id,
+                "values": {str(k): _plain(v) for k, v in first[pid].partition},
                 **parts[pid].report(not estimated),
                 "data_files_over_delete_file_threshold": parts[pid].over_threshold,
             }

@@ -162,7 +162,6 @@ def _net(df: DataFrame, node: TableChanges, cols: list[str]) -> DataFrame:
     deleted = F.when(_c(TAG) == "D", "DELETE").otherwise("INSERT")
     if node.identifier:
         key = Window.partitionBy(_c(CHANGE_ORDINAL), *[_c(k) for k in node.identifier])
-        is_d = F.when(_c(TAG) == "D", 1).otherwise(0)
         both = (F.max(is_d).over(key) == 1) & (F.min(is_d).over(key) == 0)
         kind = F.when(
             both, F.when(_c(TAG) == "D", "UPDATE_BEFORE").otherwise("UPDATE_AFTER")

@@ -28,7 +28,6 @@ from pyiceberg.table.snapshots import Snapshot
 from mor.planner.errors import MetadataError, TableNotFoundError
 from mor.planner.nodes import (
     CommitChanges,
-    DataTask,
     DeleteTask,
     IcebergScan,
     ScanFiles,
@@ -89,8 +88,15 @@ def _delete_key(d: DeleteTask) -> tuple[str, int]:
     return (d.path, d.dv.offset if d.dv is not None else -1)
 
 
-def _deletes_of(t: DataTask, by_id: dict[int, DeleteTask]) -> frozenset[tuple[str, int]]:
-    return frozenset(_delete_key(by_id[i]) for i in (*t.pos_deletes, *t.eq_deletes))
+def _deletes_by_path(scan: IcebergScan | None) -> dict[str, frozenset[tuple[str, int]]]:
+    """Each data file of a planned scan (by path) with the delete files that apply to it."""
+    if scan is None or scan.files is None:
+        return {}
+    by_id = {d.file_id: d for d in scan.files.deletes}
+    return {
+        t.path: frozenset(_delete_key(by_id[i]) for i in (*t.pos_deletes, *t.eq_deletes))
+        for t in scan.files.data
+    }
 
 
 def restrict(files: ScanFiles, paths: set[str]) -> ScanFiles:
@@ -113,13 +119,14 @@ def plan_changes(
 ) -> TableChanges:
     """Fill `node.commits`: for each commit, the scans of the data files whose rows it changed."""
     commits = ancestry(src, node.start_id, node.end_id)
-    cache: dict[int | None, IcebergScan | None] = {}
+    # commits are planned in order: the last two snapshots' scans, with each data file's deletes
+    cache: dict[int | None, tuple[IcebergScan | None, dict[str, frozenset[tuple[str, int]]]]] = {}
 
-    def scan_at(sid: int | None) -> IcebergScan | None:
+    def scan_at(sid: int | None) -> tuple[IcebergScan | None, dict[str, frozenset]]:
         if sid not in cache:
-            if len(cache) > 2:  # commits are planned in order: keep the last two snapshots
+            if len(cache) > 2:
                 cache.pop(next(iter(cache)))
-            cache[sid] = (
+            scan = (
                 None
                 if sid is None
                 else planned(
@@ -134,6 +141,7 @@ def plan_changes(
                     src,
                 )
             )
+            cache[sid] = (scan, _deletes_by_path(scan))
         return cache[sid]
 
     out = []
@@ -149,32 +157,12 @@ def plan_changes(
         if op == REPLACE:
             out.append(base)
             continue
-        after = scan_at(snap.snapshot_id)
-        before = scan_at(snap.parent_snapshot_id)
-        assert after is not None and after.files is not None
-        now = {t.path: t for t in after.files.data}
-        then = (
-            {t.path: t for t in before.files.data}
-            if before is not None and before.files is not None
-            else {}
-        )
-        now_dels = {d.file_id: d for d in after.files.deletes}
-        then_dels = (
-            {d.file_id: d for d in before.files.deletes}
-            if before is not None and before.files is not None
-            else {}
-        )
-        removed = set(then) - set(now)
-        added = set(now) - set(then)
-        changed = {
-            p
-            for p in set(now) & set(then)
-            if _deletes_of(now[p], now_dels) != _deletes_of(then[p], then_dels)
-        }
-
-        grows = all(
-            _deletes_of(then[p], then_dels) <= _deletes_of(now[p], now_dels) for p in changed
-        )
+        after, now = scan_at(snap.snapshot_id)
+        before, then = scan_at(snap.parent_snapshot_id)
+        removed = then.keys() - now.keys()
+        added = now.keys() - then.keys()
+        changed = {p for p in now.keys() & then.keys() if now[p] != then[p]}
+        grows = all(then[p] <= now[p] for p in changed)
 
         def part(scan: IcebergScan | None, paths: set[str], name: str) -> IcebergScan | None:
             if not paths or scan is None or scan.files is None:

@@ -170,6 +170,11 @@ def _newest_by_content(meta: str, names: list[str]) -> str:
     )
 
 
+def is_table_path(name: str) -> bool:
+    """A table given by its directory or metadata file rather than by name."""
+    return "/" in name or name.endswith(".json")
+
+
 class Resolver:
     """Loads tables by name (through a catalog) or by metadata path, each once per query."""
 
@@ -201,6 +206,10 @@ class Resolver:
         src = TableSource(location, path, metadata, io, self._map, location)
         self._cache[location] = src
         return src
+
+    def by_text(self, name: str) -> TableSource:
+        """A table named as users write it: its path (is_table_path) or `ns.t` / `cat.ns.t`."""
+        return self.by_path(name) if is_table_path(name) else self.by_name(tuple(name.split(".")))
 
     def by_name(self, parts: tuple[str, ...]) -> TableSource:
         if callable(self._catalog) and not isinstance(self._catalog, Catalog):

@@ -306,10 +306,7 @@ def _changes_ref(stmt: Statement, t: exp.Table, resolver: Resolver) -> _Ref:
             f"(line {where[0]}, column {where[1]})"
         )
     name = args[0].this
-    if "/" in name or name.endswith(".json"):
-        src = resolver.by_path(name)
-    else:
-        src = resolver.by_name(tuple(name.split(".")))
+    src = resolver.by_text(name)
     bounds: list[int | None] = []
     for i, what in ((1, "start"), (2, "end")):
         a = args[i] if i < len(args) else None

@@ -189,11 +189,12 @@ def check_changes(spark: Any, h: History, rng: Any) -> list[str]:
             )
         live_then = live_now
 
-    def same(sub: Any, lo: int, hi: int, how: str) -> None:
+    def same(sub: Any, lo: int, hi: int, how: str) -> list[Any]:
         """`sub`'s rows are the whole run's commits lo..hi-1 (renumbered from 0), on the
         columns both have by name (the end snapshot's schema names the columns)."""
         names = sorted(set(sub.columns) & set(whole.columns))
-        got = [r.asDict() for r in sub.collect()]
+        collected = sub.collect()
+        got = [r.asDict() for r in collected]
         want = [
             dict(r, _change_ordinal=r["_change_ordinal"] - lo)
             for r in rows
@@ -207,6 +208,7 @@ def check_changes(spark: Any, h: History, rng: Any) -> list[str]:
                 f"{sum(b.values())}; missing {list((b - a).elements())[:3]}, "
                 f"extra {list((a - b).elements())[:3]}"
             )
+        return collected
 
     # every commit is checked above; a few are also read alone (each is a query of its own)
     for i in sorted(rng.sample(range(len(chain)), min(3, len(chain)))):
@@ -223,7 +225,7 @@ def check_changes(spark: Any, h: History, rng: Any) -> list[str]:
             end_snapshot_id=chain[b].snapshot_id,
             spark=spark,
         )
-        same(sub, a + 1, b + 1, f"commits after {a} up to {b}")
+        ranged = same(sub, a + 1, b + 1, f"commits after {a} up to {b}")
         # INSERT minus DELETE over the range is the end snapshot minus the start one
         names = sorted(
             set(cols)
@@ -241,7 +243,7 @@ def check_changes(spark: Any, h: History, rng: Any) -> list[str]:
             )
 
         net: Counter = Counter()
-        for r in sub.collect():
+        for r in ranged:
             key = _bag([tuple(r[n] for n in names)])
             sign = -1 if r["_change_type"] in ("DELETE", "UPDATE_BEFORE") else 1
             for k in key:
