@@ -32,7 +32,7 @@ from pyiceberg.manifest import DataFileContent
 from mor.planner.delete_index import is_dv
 from mor.planner.errors import MetadataError, MorError
 from mor.planner.nodes import DataTask, DeleteTask, IcebergScan, show_ids
-from mor.planner.scan_planning import live_entries, plan_scan
+from mor.planner.scan_planning import delete_key, live_entries, plan_scan
 from mor.planner.sources import TableSource
 
 OPEN_COST = 4 * 1024 * 1024  # Spark's spark.sql.files.openCostInBytes default
@@ -183,12 +183,8 @@ def health(
             is_dv(f),
             f.content_size_in_bytes if is_dv(f) else f.file_size_in_bytes,
         )
-    used = {(d.path, d.dv.offset if d.dv else -1) for d in files.deletes}
-    dangling = [
-        e
-        for e in live_deletes
-        if (e.file.file_path, e.file.content_offset if is_dv(e.file) else -1) not in used
-    ]
+    used = {d.identity for d in files.deletes}
+    dangling = [e for e in live_deletes if delete_key(e) not in used]
     estimated = live is None and any(t.eq_deletes for t in files.data)
     # Parquet position delete files applying to a data file that has any (vectors are one each)
     stacks = [

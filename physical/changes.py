@@ -35,12 +35,16 @@ def _c(name: str) -> Column:
     return F.col(f"`{name}`")
 
 
-def change_types() -> dict[str, T.DataType]:
-    return {
-        CHANGE_TYPE: T.StringType(),
-        CHANGE_ORDINAL: T.IntegerType(),
-        COMMIT_SNAPSHOT_ID: T.LongType(),
-    }
+def changes_schema(node: TableChanges) -> T.StructType:
+    """The columns of a change set: the table's, then the change columns."""
+    return T.StructType(
+        [T.StructField(f.col.name, spark_type(f.type_str, node.table)) for f in node.fields]
+        + [
+            T.StructField(CHANGE_TYPE, T.StringType()),
+            T.StructField(CHANGE_ORDINAL, T.IntegerType()),
+            T.StructField(COMMIT_SNAPSHOT_ID, T.LongType()),
+        ]
+    )
 
 
 def compile_changes(
@@ -67,12 +71,7 @@ def compile_changes(
     if mixed:
         out.append(_net(_union(mixed), node, cols))
     if not out:
-        types = change_types()
-        schema = T.StructType(
-            [T.StructField(f.col.name, spark_type(f.type_str, node.table)) for f in node.fields]
-            + [T.StructField(n, t) for n, t in types.items()]
-        )
-        return spark.createDataFrame([], schema)
+        return spark.createDataFrame([], changes_schema(node))
     return _union(out)
 
 

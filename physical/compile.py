@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from mor.physical import arrow
-from mor.physical.changes import change_types, compile_changes
+from mor.physical.changes import changes_schema, compile_changes
 from mor.physical.errors import query_error
 from mor.physical.paths import SparkPaths
 from mor.physical.scan import (
@@ -122,8 +122,7 @@ def _empty(spark: SparkSession, scan: Plan) -> DataFrame:
             types.update({f.col.name: spark_type(f.type_str, node.table) for f in node.fields})
             types.update({h: hidden_type(node, h) for h in node.hidden})
         if isinstance(node, TableChanges):
-            types.update({f.col.name: spark_type(f.type_str, node.table) for f in node.fields})
-            types.update(change_types())
+            types.update({f.name: f.dataType for f in changes_schema(node).fields})
     fields = [T.StructField(c.label, types[c.name]) for c in scan.output]
     return spark.createDataFrame([], T.StructType(fields))
 

@@ -28,7 +28,6 @@ from pyiceberg.table.snapshots import Snapshot
 from mor.planner.errors import MetadataError, TableNotFoundError
 from mor.planner.nodes import (
     CommitChanges,
-    DeleteTask,
     IcebergScan,
     ScanFiles,
     TableChanges,
@@ -84,17 +83,13 @@ def ancestry(src: TableSource, start_id: int | None, end_id: int | None) -> list
     return out
 
 
-def _delete_key(d: DeleteTask) -> tuple[str, int]:
-    return (d.path, d.dv.offset if d.dv is not None else -1)
-
-
 def _deletes_by_path(scan: IcebergScan | None) -> dict[str, frozenset[tuple[str, int]]]:
     """Each data file of a planned scan (by path) with the delete files that apply to it."""
     if scan is None or scan.files is None:
         return {}
     by_id = {d.file_id: d for d in scan.files.deletes}
     return {
-        t.path: frozenset(_delete_key(by_id[i]) for i in (*t.pos_deletes, *t.eq_deletes))
+        t.path: frozenset(by_id[i].identity for i in (*t.pos_deletes, *t.eq_deletes))
         for t in scan.files.data
     }
 

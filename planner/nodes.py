@@ -194,6 +194,12 @@ class DeleteTask:
     def is_dv(self) -> bool:
         return self.dv is not None
 
+    @property
+    def identity(self) -> tuple[str, int]:
+        """The delete's identity across snapshots: its path, and for a deletion vector its
+        blob's offset (the vectors of many data files share one Puffin file)."""
+        return (self.path, self.dv.offset if self.dv is not None else -1)
+
 
 @dataclass(frozen=True, slots=True)
 class DvBlob:

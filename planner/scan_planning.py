@@ -481,7 +481,7 @@ def _match(
             mine = metrics_of(e.file, eq_fields, types)
             eqs = [d for d in eqs if may_apply(mine, del_metrics[id(d)])]
         for d in pos + eqs:
-            used[_delete_key(d)] = d
+            used[delete_key(d)] = d
         per_file.append((e, pos, eqs))
 
     del_ids: dict[tuple[str, int], int] = {}
@@ -530,11 +530,11 @@ def _match(
                 size_bytes=e.file.file_size_in_bytes,
                 partition=tuple(zip(field_ids[e.spec_id], e.part)),
                 first_row_id=e.first_row_id,
-                pos_deletes=tuple(sorted(del_ids[_delete_key(d)] for d in pos)),
+                pos_deletes=tuple(sorted(del_ids[delete_key(d)] for d in pos)),
                 eq_sets=tuple(
                     sorted({frozenset(d.file.equality_ids or ()) for d in eqs}, key=sorted)
                 ),
-                eq_deletes=tuple(sorted(del_ids[_delete_key(d)] for d in eqs)),
+                eq_deletes=tuple(sorted(del_ids[delete_key(d)] for d in eqs)),
             )
         )
     kept_eq: dict[frozenset[int], int] = defaultdict(int)
@@ -600,7 +600,7 @@ def _eq_field_ids(deletes: list[Entry], src: TableSource) -> set[int]:
     return known
 
 
-def _delete_key(d: Entry) -> tuple[str, int]:
+def delete_key(d: Entry) -> tuple[str, int]:
     """A delete file's identity: its path, and for a deletion vector its blob's offset (the
     vectors of many data files share one Puffin file)."""
     return (d.file.file_path, (d.file.content_offset or 0) if is_dv(d.file) else -1)
