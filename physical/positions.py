@@ -2,12 +2,15 @@
 
 The delete files are read on the client with pyarrow, deletion vectors decoded by dv.py (local
 files directly, others through the table's own FileIO: physical/files.py), never through the
-JVM. Only the (delete file, data
-file) pairs that scan planning kept are used: a row of a delete file naming another data file,
-or a data file the delete does not apply to (sequence number, partition), is ignored, exactly as
-in the join method. Each data file gets one bitmap, bit p of word p >> 6 set iff position p is
-deleted; the words become an array<bigint> literal (folded from one string literal), and the
-scan tests `bit_get(get(words, row_index >> 6), row_index & 63)`.
+JVM. Only the (delete file, data file) pairs that scan planning kept are used: a row of a
+delete file naming another data file, or a data file the delete does not apply to (sequence
+number, partition), is ignored, exactly as in the join method. Each data file gets one bitmap,
+bit p of word p >> 6 set iff position p is deleted. The bitmaps are data, not expressions: one
+row per data file, its words an array<bigint> column of a small inline table (built from a
+query parameter, so no SQL text holds them), broadcast and joined on the file key; the scan
+tests `bit_get(get(words, row_index >> 6), row_index & 63)`. As a literal in the filter, one
+array of 78k words (5M rows) made a grouped aggregate 2x slower: Spark renders, serializes and
+hashes a literal's every element with the plan, on the driver and in each task.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ _POSITIONS: BoundedCache[dict[str, pa.Array]] = BoundedCache()
 
 def clear_position_cache() -> None:
     _POSITIONS.clear()
+    _BITMAPS.clear()
 
 
 def _delete_file(source_key: str, d: DeleteTask, table: str, limit: int) -> dict[str, pa.Array]:
@@ -118,7 +122,7 @@ def read_positions(
     for fid, parts in found.items():
         p = pc.unique(pa.concat_arrays(parts).drop_null())
         # a position the file does not have deletes nothing; the file is kept even when none
-        # is left, so that keep_condition checks its rows against the recorded count
+        # is left, so that bitmap_keep checks its rows against the recorded count
         out[fid] = p.filter(pc.and_(pc.greater_equal(p, 0), pc.less(p, counts[fid])))
     return out
 
@@ -143,87 +147,69 @@ def bitmap_words(positions: pa.Array) -> bytes:
     return data
 
 
-def _long_array(words: bytes) -> Column:
-    """An array<bigint> literal of raw little-endian words, without the JVM: one string
-    literal that Spark's optimizer folds into an array literal once, on the driver (the same
-    on classic sessions and Spark Connect)."""
-    n = len(words) // 8
-    if n == 0:  # no deleted position left (all past the recorded count): an empty array
-        return F.array().cast("array<bigint>")
+# A data file's bitmap as the text of its words, kept across queries of one process (setting
+# position_cache_rows, a word weighing one): keyed by the data file's path and row count and
+# the identities of the deletes that apply to it, which is all the bitmap depends on.
+_BITMAPS: BoundedCache[str] = BoundedCache()
+
+
+def bitmap_key(task: DataTask, deletes: Mapping[int, DeleteTask]) -> tuple:
+    return (
+        task.path,
+        task.record_count,
+        tuple(sorted(deletes[d].identity for d in task.pos_deletes)),
+    )
+
+
+def bitmap_text(positions: pa.Array, key: tuple | None = None) -> str:
+    """The bitmap of these positions as its words in decimal, comma-separated: Spark makes
+    it an array<bigint> with `CAST(split(text, ',') AS array<bigint>)`. Empty when no
+    position is left."""
+    if key is not None:
+        hit = _BITMAPS.get(key)
+        if hit is not None:
+            return hit
+    words = bitmap_words(positions)
     values = memoryview(words).cast("q") if sys.byteorder == "little" else None
     text = (
         ",".join(map(str, values))
         if values is not None
         else ",".join(
-            str(int.from_bytes(words[i : i + 8], "little", signed=True)) for i in range(0, 8 * n, 8)
+            str(int.from_bytes(words[i : i + 8], "little", signed=True))
+            for i in range(0, len(words), 8)
         )
     )
-    return F.split(F.lit(text), ",").cast("array<bigint>")
-
-
-def keep_condition(
-    positions: Mapping[int, pa.Array],
-    tasks: Mapping[int, DataTask],
-    file_key: str,
-    keys: Mapping[int, Any],
-    row_index: str,
-    sql_literal: Any,
-) -> Column | None:
-    """True for a row whose position is not deleted; None when nothing is deleted.
-
-    All bitmaps are concatenated into one array literal; a CASE on the file key (SQL text)
-    gives the index of the row's word, NULL (not deleted) for a file without deletes or past
-    the bitmap's last word. A row at or past its file's recorded row count stops the query:
-    positions there were dropped as impossible, so it cannot be told apart."""
-    if not positions:
-        return None
-    chunks: list[bytes] = []
-    branches: list[str] = []
-    offset = 0
-    for fid in sorted(positions):
-        words = bitmap_words(positions[fid])
-        n = len(words) // 8
-        count = tasks[fid].record_count
-        msg = f"mor: data file {tasks[fid].path} has more rows than its metadata records ({count})"
-        branches.append(
-            f"WHEN {sql_literal(keys[fid])} THEN CASE "
-            f"WHEN `{row_index}` >= {count} THEN raise_error({sql_literal(msg, True)}) "
-            f"WHEN `{row_index}` < {n * 64} "
-            f"THEN CAST({offset} + shiftright(`{row_index}`, 6) AS INT) END"
-        )
-        chunks.append(words)
-        offset += n
-    index = F.expr(f"CASE `{file_key}` " + " ".join(branches) + " END")
-    word = F.get(_long_array(b"".join(chunks)), index)
-    bit = F.bit_get(word, F.col(f"`{row_index}`").bitwiseAND(F.lit(63)).cast("int"))
-    return F.coalesce(bit == 0, F.lit(True))
+    if key is not None:
+        _BITMAPS.put(key, text, len(words) // 8 + 1, current().position_cache_rows)
+    return text
 
 
 def bitmap_files(
-    positions: Mapping[int, pa.Array], tasks: Mapping[int, DataTask], keys: Mapping[int, Any]
-) -> tuple[bytes, list[tuple[Any, int, int, int, str]]]:
-    """All bitmaps as one run of words, and per data file with deletes: (file key, offset of
-    its first word, bits it covers, recorded row count, path as recorded)."""
-    chunks: list[bytes] = []
-    rows = []
-    offset = 0
-    for fid in sorted(positions):
-        words = bitmap_words(positions[fid])
-        n = len(words) // 8
-        rows.append((keys[fid], offset, n * 64, tasks[fid].record_count, tasks[fid].path))
-        chunks.append(words)
-        offset += n
-    return b"".join(chunks), rows
+    positions: Mapping[int, pa.Array],
+    tasks: Mapping[int, DataTask],
+    keys: Mapping[int, Any],
+    deletes: Mapping[int, DeleteTask],
+) -> list[tuple[Any, str, int, str]]:
+    """Per data file with deletes: (file key, its bitmap's text, recorded row count, path as
+    recorded)."""
+    return [
+        (
+            keys[fid],
+            bitmap_text(positions[fid], bitmap_key(tasks[fid], deletes)),
+            tasks[fid].record_count,
+            tasks[fid].path,
+        )
+        for fid in sorted(positions)
+    ]
 
 
-def bitmap_keep(
-    words: bytes, row_index: str, off: str, bits: str, count: str, recorded: str, table: str
-) -> Column:
-    """True for a row whose position is not deleted, from its file's row of `bitmap_files`
+def bitmap_keep(row_index: str, bitmap: str, count: str, recorded: str, table: str) -> Column:
+    """True for a row whose position is not deleted, from its file's row of the bitmap table
     (joined on the file key; NULL for a file without deletes: kept). A row at or past its
     file's recorded row count stops the query: positions there were dropped as impossible, so
     it cannot be told apart."""
     pos = F.col(f"`{row_index}`")
+    words = F.col(f"`{bitmap}`")
     msg = F.concat(
         F.lit("mor: data file "),
         F.col(f"`{recorded}`"),
@@ -231,11 +217,11 @@ def bitmap_keep(
         F.col(f"`{count}`").cast("string"),
         F.lit(")"),
     )
-    word = F.get(_long_array(words), (F.col(f"`{off}`") + F.shiftright(pos, 6)).cast("int"))
+    word = F.get(words, F.shiftright(pos, 6).cast("int"))
     bit = F.bit_get(word, pos.bitwiseAND(F.lit(63)).cast("int"))
     return (
         F.when(F.col(f"`{count}`").isNull(), F.lit(True))
         .when(pos >= F.col(f"`{count}`"), F.raise_error(msg).cast("boolean"))
-        .when(pos >= F.col(f"`{bits}`"), F.lit(True))
+        .when(pos >= F.size(words) * 64, F.lit(True))
         .otherwise(bit == 0)
     )

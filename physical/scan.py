@@ -26,7 +26,6 @@ from mor.physical.positions import (
     bitmap_files,
     bitmap_keep,
     first_line,
-    keep_condition,
     read_positions,
 )
 from mor.physical.strategy import (
@@ -429,9 +428,30 @@ def _file_table(
 
 
 COUNT = "$count"
-OFF = "$bitmap_offset"
-BITS = "$bitmap_bits"
+BITMAP = "$bitmap"
 RECORDED = "$recorded_path"
+
+
+def _bitmap_table(
+    spark: SparkSession, fk: FileKey, rows: list[tuple[Any, str, int, str]]
+) -> DataFrame:
+    """($fkey, $bitmap array<bigint>, $count, $recorded_path) per data file, an inline VALUES
+    relation (a LocalRelation: broadcast without a Spark job). Each bitmap's text is a query
+    parameter, so Spark parses no SQL holding it; it becomes the array once, on the driver."""
+    values = []
+    args = {}
+    for i, (key, text, count, path) in enumerate(rows):
+        if text:
+            args[f"b{i}"] = text
+            words = f"CAST(split(:b{i}, ',') AS array<bigint>)"
+        else:
+            words = "CAST(array() AS array<bigint>)"
+        values.append(
+            f"({_sql_literal(key, _key_type(fk))}, {words}, {_sql_literal(count, T.LongType())}, "
+            f"{_sql_literal(path, T.StringType())})"
+        )
+    cols = ", ".join(f"`{n}`" for n in (FKEY, BITMAP, COUNT, RECORDED))
+    return spark.sql(f"SELECT * FROM VALUES {', '.join(values)} AS t({cols})", args=args or None)
 
 
 def _row_count_check(df: DataFrame, table: str) -> DataFrame:
@@ -559,23 +579,13 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
     strategy = position_strategy(tasks, deletes, fk.is_long)
     if strategy is not None and strategy.method == "bitmap":
         found = read_positions(tasks, deletes, scan.table, scan.source_key)
-        dtype = _key_type(fk)
-
-        def literal(v: Any, text: bool = False) -> str:
-            return _sql_literal(v, T.StringType() if text else dtype)
-
-        by_id = {t.file_id: t for t in tasks}
-        if found and strategy.by_case:
-            keep = keep_condition(found, by_id, FKEY, keys, POS, literal)
-            df = df.where(keep)
-        elif found:
-            # one broadcast row per data file with deletes (its bitmap's place in one array
-            # literal), joined on the file key: the plan grows by a row per file, not a branch
-            words, rows = bitmap_files(found, by_id, keys)
-            types = (T.IntegerType(), T.LongType(), T.LongType(), T.StringType())
-            names = (OFF, BITS, COUNT, RECORDED)
-            df = df.join(_file_table(spark, fk, rows, names, types), FKEY, "left")
-            df = df.where(bitmap_keep(words, POS, OFF, BITS, COUNT, RECORDED, scan.table))
+        if found:
+            # one broadcast row per data file with deletes, its bitmap an array column, joined
+            # on the file key: the plan grows by a row per file, and no literal holds a bitmap
+            by_id = {t.file_id: t for t in tasks}
+            rows = bitmap_files(found, by_id, keys, deletes)
+            df = df.join(F.broadcast(_bitmap_table(spark, fk, rows)), FKEY, "left")
+            df = df.where(bitmap_keep(POS, BITMAP, COUNT, RECORDED, scan.table))
     elif strategy is not None:
         positions = _positions(spark, tasks, deletes, paths, fk, keys, scan.table, scan.source_key)
         on: list[str] = [FKEY, POS]
@@ -585,7 +595,7 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
                 (F.col(POS) >= 0) & (F.col(POS) < F.lit(1 << strategy.shift))
             ).select(_packed(F.col(FKEY), F.col(POS), strategy.shift).alias(PKEY))
             on = [PKEY]
-        # as keep_condition does for bitmaps: a row past its file's recorded count stops
+        # as bitmap_keep does for bitmaps: a row past its file's recorded count stops
         counted = [(keys[t.file_id], t.record_count, t.path) for t in tasks if t.pos_deletes]
         types = (T.LongType(), T.StringType())
         df = df.join(_file_table(spark, fk, counted, (COUNT, RECORDED), types), FKEY, "left")

@@ -4,11 +4,10 @@ Two methods, chosen by the number of deletes (compile.py builds the one chosen h
 describe.py prints it, so EXPLAIN PHYSICAL cannot disagree with what runs):
 
 - `bitmap`: the delete files are read on the driver, and each data file's deleted positions
-  become a bitmap (one bit per row), all of them one array literal in the plan. The scan keeps
-  a row iff its bit is clear: no extra Spark job. Chosen when the bitmaps are small (they
-  travel with every task) and the delete files hold few enough rows to read on the driver.
-  The row's bitmap is picked by a CASE on the file key for a few files (cheapest per row), by
-  a broadcast join of one row per file beyond `position_bitmap_case_files`.
+  become a bitmap (one bit per row), an array column of a broadcast table of one row per data
+  file, joined on the file key. The scan keeps a row iff its bit is clear: no extra Spark job.
+  Chosen when the bitmaps are small (they travel with the broadcast) and the delete files hold
+  few enough rows to read on the driver.
 - `join`: the delete files are read by Spark and the scan anti-joins the deleted positions,
   broadcast. The key is one 64-bit value, `file key << shift | row_index`, when the file keys
   are longs (FileKey) and both parts fit (a long hash join, the fast path of Spark's broadcast
@@ -44,19 +43,13 @@ class PositionStrategy:
     delete_rows: int  # rows of the delete files (an upper bound of the positions removed)
     bitmap_bytes: int  # estimated size of all bitmaps (one bit per row of each data file)
     shift: int | None  # join: bits of row_index in the packed key; None = (file key, row_index)
-    by_case: bool = False  # bitmap: each row's bitmap picked by a CASE (else a broadcast join)
 
     def describe(self, key: str, broadcast: str = "broadcast(deleted positions)") -> str:
         if self.method == "bitmap":
-            pick = (
-                f"picked by CASE {key}"
-                if self.by_case
-                else f"each file's offset from broadcast(bitmap file table) joined on {key}"
-            )
             return (
                 f"filter by bitmaps of deleted positions ({self.data_files} data file(s), "
-                f"~{_kib(self.bitmap_bytes)} in the plan as one array), {pick}, tested at "
-                "_metadata.row_index"
+                f"~{_kib(self.bitmap_bytes)}): one array per file in broadcast(bitmap file "
+                f"table) joined on {key}, tested at _metadata.row_index"
             )
         on = (
             f"{key} << {self.shift} | _metadata.row_index (one 64-bit key)"
@@ -99,8 +92,7 @@ def position_strategy(
     est = sum(bitmap_bytes(t.record_count) for t in with_pos)
     max_bytes, max_rows = bitmap_limits()
     if est <= max_bytes and rows <= max_rows:
-        by_case = len(with_pos) <= current().position_bitmap_case_files
-        return PositionStrategy("bitmap", len(with_pos), len(used), rows, est, None, by_case)
+        return PositionStrategy("bitmap", len(with_pos), len(used), rows, est, None)
     shift = packed_shift(with_pos) if long_keys else None
     return PositionStrategy("join", len(with_pos), len(used), rows, est, shift)
 

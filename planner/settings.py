@@ -53,7 +53,8 @@ SETTINGS: tuple[Setting, ...] = (
         int,
         10_000_000,
         "positions of position delete files kept across queries of one process (read on the "
-        "driver for bitmaps; 8 bytes each)",
+        "driver for bitmaps; 8 bytes each), and as many words of the bitmaps made of them "
+        "(about 20 bytes each as text)",
     ),
     Setting(
         "io_threads",
@@ -96,15 +97,6 @@ SETTINGS: tuple[Setting, ...] = (
         4 << 20,
         "position deletes become in-plan bitmaps when these take at most this many bytes "
         "(one bit per row of each data file with deletes); 0 always uses the anti-join",
-    ),
-    Setting(
-        "position_bitmap_case_files",
-        "MOR_POSITION_BITMAP_CASE_FILES",
-        int,
-        8,
-        "up to this many data files with position deletes, each file's bitmap is picked by a "
-        "CASE on the file key (cheapest per row); beyond, by a broadcast join (a plan that does "
-        "not grow a branch per file)",
     ),
     Setting(
         "position_driver_rows",
@@ -212,7 +204,6 @@ class Settings:
     broadcast_bytes: int = 0
     scan_barrier: bool = True
     position_bitmap_bytes: int = 4 << 20
-    position_bitmap_case_files: int = 8
     position_driver_rows: int = 2_000_000
     master: str = "local[*]"
     shuffle_partitions: int = 8

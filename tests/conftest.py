@@ -49,15 +49,13 @@ def catalog(tmp_path: Path) -> object:
     return default_catalog(str(tmp_path / "wh"))
 
 
-POSITION_METHODS = ("bitmap", "bitmap-joined", "join-packed", "join-pairs")
+POSITION_METHODS = ("bitmap", "join-packed", "join-pairs")
 
 
 @pytest.fixture(params=POSITION_METHODS)
 def position_method(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each way of applying position deletes (physical/strategy.py), forced."""
-    if request.param == "bitmap-joined":  # bitmaps picked by a broadcast join, not a CASE
-        monkeypatch.setenv("MOR_POSITION_BITMAP_CASE_FILES", "0")
-    elif request.param != "bitmap":
+    if request.param != "bitmap":
         monkeypatch.setenv("MOR_POSITION_BITMAP_BYTES", "0")  # always the join
     if request.param == "join-pairs":
         import mor.physical.strategy

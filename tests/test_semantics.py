@@ -327,8 +327,7 @@ def test_positions_past_the_end_or_negative_delete_nothing(
     assert "spark.range(rows)" in counted and "no data file is read" in counted
     shown = explain("SELECT * FROM r.t", catalog=cat, physical=True)
     assert ("filter by bitmaps" in shown) == position_method.startswith("bitmap")
-    assert ("picked by CASE" in shown) == (position_method == "bitmap")
-    assert ("broadcast(bitmap file table)" in shown) == (position_method == "bitmap-joined")
+    assert ("broadcast(bitmap file table)" in shown) == (position_method == "bitmap")
     assert ("one 64-bit key" in shown) == (position_method == "join-packed")
 
 

@@ -40,13 +40,7 @@ def test_bitmap_while_small_join_beyond_each_limit(monkeypatch: pytest.MonkeyPat
     assert s is not None and s.method == "bitmap"
     assert (s.data_files, s.delete_files, s.delete_rows) == (3, 1, 30)
     assert s.bitmap_bytes == 3 * bitmap_bytes(100) == 3 * 16
-    assert s.by_case  # 3 files: the CASE picks each row's bitmap
-    with monkeypatch.context() as m:
-        m.setenv("MOR_POSITION_BITMAP_CASE_FILES", "2")
-        joined_bitmaps = position_strategy(tasks, deletes, True)
-        assert joined_bitmaps is not None and joined_bitmaps.method == "bitmap"
-        assert not joined_bitmaps.by_case  # beyond 2 files: a broadcast join picks them
-        assert "broadcast(bitmap file table)" in joined_bitmaps.describe("_metadata.file_size")
+    assert "broadcast(bitmap file table)" in s.describe("_metadata.file_size")
     for name, value in (
         ("MOR_POSITION_BITMAP_BYTES", "47"),
         ("MOR_POSITION_DRIVER_ROWS", "29"),
