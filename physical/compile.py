@@ -14,7 +14,10 @@ from mor.physical import arrow
 from mor.physical.changes import changes_schema, compile_changes
 from mor.physical.errors import query_error
 from mor.physical.paths import SparkPaths
+from mor.physical.reuse import fingerprint, reused
 from mor.physical.scan import (
+    broadcast_limit,
+    check_files,
     float_key,
     hidden_type,
     listing_threshold,
@@ -22,7 +25,7 @@ from mor.physical.scan import (
     scan_eq_deletes,
 )
 from mor.physical.session import is_connect
-from mor.physical.strategy import needs_barrier, scoped_only
+from mor.physical.strategy import named_as_table, needs_barrier, scoped_only
 from mor.physical.types import spark_type
 from mor.planner.errors import InternalError, MorError, UnsupportedError
 from mor.planner.nodes import (
@@ -40,6 +43,11 @@ from mor.planner.nodes import (
     TableChanges,
     Union,
 )
+from mor.planner.settings import current
+
+# nodes whose DataFrame depends on nothing but the node (MetadataTable holds rows read now;
+# TableChanges compiles its scans through the compiler, which reuses them)
+REUSABLE = (IcebergScan, EqDeleteScan, AntiJoin, Union)
 
 
 def _c(name: str) -> Column:
@@ -47,18 +55,36 @@ def _c(name: str) -> Column:
 
 
 class Compiler:
-    """Compiles each plan node once: a subtree shared by two parents becomes one DataFrame."""
+    """Compiles each plan node once: a subtree shared by two parents becomes one DataFrame, and
+    on a classic session a node made of the same files, columns and filters as one an earlier
+    query compiled reuses its DataFrame (physical/reuse.py), its files checked again."""
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
         self.paths = SparkPaths()
         self._memo: dict[int, tuple[Plan, DataFrame]] = {}
+        self._context: tuple | None = None
+
+    def context(self) -> tuple:
+        """What besides the plan decides what a node compiles to: the settings in effect and
+        the session's listing threshold and broadcast limit (read once per query)."""
+        if self._context is None:
+            self._context = (
+                current(),
+                listing_threshold(self.spark),
+                broadcast_limit(self.spark),
+            )
+        return self._context
 
     def compile(self, node: Plan) -> DataFrame:
         hit = self._memo.get(id(node))
         if hit is not None and hit[0] is node:
             return hit[1]
-        df = self._compile(node)
+        if isinstance(node, REUSABLE) and not is_connect(self.spark):
+            key = ("plan", fingerprint(node), self.context())
+            df = reused(self.spark, key, lambda: self._compile(node), lambda: check_files(node))
+        else:
+            df = self._compile(node)
         self._memo[id(node)] = (node, df)
         return df
 
@@ -100,8 +126,11 @@ class Compiler:
 
 
 def _user_columns(df: DataFrame, scan: Plan) -> DataFrame:
-    """A scan's rows with the table's column names, as the query sees the table."""
+    """A scan's rows with the table's column names, as the query sees the table (a scan of
+    one IcebergScan already has them: scan_data selects its output by name)."""
     if isinstance(scan, MetadataTable):
+        return df
+    if named_as_table(scan):
         return df
     return df.select(*[_c(c.name).alias(c.label) for c in scan.output])
 
@@ -140,8 +169,16 @@ def to_dataframe(plan: Plan, spark: SparkSession, *, analyse_only: bool = False)
             limit = listing_threshold(spark)
             frames = []
             for s in plan.scans:
-                df = _user_columns(compiler.compile(s), s)
-                frames.append(barrier(df) if needs_barrier(s, limit) else df)
+
+                def make(s: Plan = s) -> DataFrame:
+                    df = _user_columns(compiler.compile(s), s)
+                    return barrier(df) if needs_barrier(s, limit) else df
+
+                if isinstance(s, REUSABLE) and not is_connect(spark):
+                    key = ("scan", fingerprint(s), compiler.context())
+                    frames.append(reused(spark, key, make, lambda s=s: check_files(s)))
+                else:
+                    frames.append(make())
     except MorError:
         raise
     except Exception as e:  # noqa: BLE001 - Spark refusing what mor built: one line, not py4j's

@@ -12,6 +12,7 @@ from mor.physical.strategy import (
     default_broadcast_bytes,
     eq_relation_bytes,
     file_key,
+    named_as_table,
     needs_barrier,
     position_relation_bytes,
     position_strategy,
@@ -154,10 +155,12 @@ class _Describer:
                         if needs_barrier(scan, self.listing)
                         else ""
                     )
-                    self.emit(
-                        f"select [{step}] the table's columns by name{fence} -> temporary view "
-                        f"scan_{i}"
+                    select = (
+                        f"[{step}]"
+                        if named_as_table(scan)
+                        else f"select [{step}] the table's columns by name"
                     )
+                    self.emit(f"{select}{fence} -> temporary view scan_{i}")
                 return self.emit(
                     "spark.sql(the query above, over the views); the views are dropped once "
                     "Spark has analysed it"

@@ -12,7 +12,7 @@ broadcast table on that key; a row whose key is not in it stops the query rather
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -28,6 +28,7 @@ from mor.physical.positions import (
     first_line,
     read_positions,
 )
+from mor.physical.reuse import reused
 from mor.physical.strategy import (
     FileKey,
     broadcast_allowed,
@@ -52,6 +53,7 @@ from mor.planner.nodes import (
     Expr,
     IcebergScan,
     Layout,
+    Plan,
     ReadField,
 )
 from mor.planner.settings import current
@@ -272,11 +274,10 @@ def _read(
     what: str,
     paths: SparkPaths,
     columns: Sequence[Column],
-    meta: Sequence[tuple[str, str | Callable[[list[str]], Column]]] = (),
+    meta: Sequence[tuple[str, str | _KeyColumn]] = (),
 ) -> DataFrame:
-    """`columns` of the files, then `meta`: (alias, `_metadata` field, or a function of a
-    group's paths giving a Column over `_metadata`) pairs; `paths` learns Spark's form of the
-    files' paths from the reads.
+    """`columns` of the files, then `meta`: (alias, `_metadata` field, or the file key's
+    expression) pairs; `paths` learns Spark's form of the files' paths from the reads.
 
     Spark lists the paths it is given when the DataFrame is made, and more paths than the
     session's listing threshold (32 by default) start a Spark job to list them (0.7-4.5 s for
@@ -284,25 +285,28 @@ def _read(
     groups of at most that many paths, unioned: the listing stays on the driver, and the
     user's setting is read, never changed. `_metadata` does not resolve above a union, so each
     group selects its `_metadata` fields; `columns` are applied once, above the union (on a
-    classic session every Column passed to a select is a py4j round trip)."""
+    classic session every Column passed to a select is a py4j round trip). Each group's read
+    is reused by later queries of the session (physical/reuse.py)."""
     limit = listing_threshold(spark)
     frames = []
-    reader = spark.read.schema(schema)
+    fields = schema.json()
     for i in range(0, len(read_paths), limit):
         chunk = read_paths[i : i + limit]
-        try:
-            df = read_parquet(reader, spark, chunk)
-        except Exception as e:  # noqa: BLE001 - AnalysisException for a missing path, etc.
-            raise DataFileError(f"cannot read {what}: {first_line(e)}") from e
+
+        def make(chunk: list[str] = chunk) -> DataFrame:
+            try:
+                df = read_parquet(spark.read.schema(schema), spark, chunk)
+            except Exception as e:  # noqa: BLE001 - AnalysisException for a missing path, etc.
+                raise DataFileError(f"cannot read {what}: {first_line(e)}") from e
+            paths.learn(df, chunk)
+            if meta:
+                exprs = [f"_metadata.{m}" if isinstance(m, str) else m(chunk) for _, m in meta]
+                df = df.select("*", *[F.expr(e).alias(a) for (a, _), e in zip(meta, exprs)])
+            return df
+
+        made = tuple((a, m if isinstance(m, str) else m.identity(chunk)) for a, m in meta)
+        df = reused(spark, ("read", fields, tuple(chunk), made), make)
         paths.learn(df, chunk)
-        if meta:
-            df = df.select(
-                "*",
-                *[
-                    (F.col(f"_metadata.{m}") if isinstance(m, str) else m(chunk)).alias(a)
-                    for a, m in meta
-                ],
-            )
         frames.append(df)
     df = frames[0]
     for other in frames[1:]:
@@ -332,36 +336,51 @@ def _file_keys(
     return keys
 
 
-def _key_column(
-    fk: FileKey,
-    files: Sequence[DataTask | DeleteTask],
-    keys: dict[int, Any],
-    paths: SparkPaths,
-    what: str,
-) -> Callable[[list[str]], Column]:
-    """The file key of a row, for a group of files read together (`_read`'s meta); `keys`
-    from _file_keys (read only for files of shared sizes)."""
-    by_path = {f.read_path: f for f in files}
+class _KeyColumn:
+    """The file key of a row as SQL text over `_metadata`, for a group of files read together
+    (`_read`'s meta): `_metadata.file_size`, or with files of shared sizes told apart by the
+    path Spark reports. `identity` says what the text depends on without asking Spark for
+    paths (the text needs the group read first)."""
 
-    def column(chunk: list[str]) -> Column:
-        if fk.kind != "file_size+path":
-            return F.col(f"_metadata.{fk.kind}")
-        shared = [by_path[p] for p in chunk if by_path[p].size_bytes in fk.shared]
+    def __init__(
+        self,
+        fk: FileKey,
+        files: Sequence[DataTask | DeleteTask],
+        keys: dict[int, Any],
+        paths: SparkPaths,
+        what: str,
+    ) -> None:
+        self.fk, self.keys, self.paths, self.what = fk, keys, paths, what
+        self.by_path = {f.read_path: f for f in files}
+
+    def _shared(self, chunk: list[str]) -> list[DataTask | DeleteTask]:
+        if self.fk.kind != "file_size+path":
+            return []
+        return [self.by_path[p] for p in chunk if self.by_path[p].size_bytes in self.fk.shared]
+
+    def identity(self, chunk: list[str]) -> Hashable:
+        return (
+            self.fk.kind,
+            tuple((f.read_path, self.keys[f.file_id]) for f in self._shared(chunk)),
+        )
+
+    def __call__(self, chunk: list[str]) -> str:
+        if self.fk.kind != "file_size+path":
+            return f"_metadata.{self.fk.kind}"
+        shared = self._shared(chunk)
         if not shared:
-            return F.col("_metadata.file_size")
+            return "_metadata.file_size"
         sizes = ", ".join(str(s) for s in sorted({f.size_bytes for f in shared}))
         text = T.StringType()
         whens = " ".join(
-            f"WHEN {_sql_literal(paths(f.read_path), text)} THEN {int(keys[f.file_id])}"
+            f"WHEN {_sql_literal(self.paths(f.read_path), text)} THEN {int(self.keys[f.file_id])}"
             for f in shared
         )
-        msg = _sql_literal(_unlisted(what), text)
-        return F.expr(
+        msg = _sql_literal(_unlisted(self.what), text)
+        return (
             f"CASE WHEN _metadata.file_size IN ({sizes}) THEN CASE _metadata.file_path {whens} "
             f"ELSE raise_error({msg}) END ELSE _metadata.file_size END"
         )
-
-    return column
 
 
 def check_sizes(
@@ -383,6 +402,19 @@ def check_sizes(
                 f"metadata records {t.size_bytes}: it was replaced or truncated since it was "
                 "committed; refusing to read it"
             )
+
+
+def check_files(node: Plan) -> None:
+    """check_sizes for every data and delete file the plan below `node` reads."""
+    for n in node.walk():
+        if isinstance(n, IcebergScan):
+            tasks = n.data_files()
+            deletes = {d.file_id: d for d in n.files.deletes} if n.files else {}
+            used = sorted({p for t in tasks for p in t.pos_deletes})
+            check_sizes(tasks, n.source_key, "data", n.table)
+            check_sizes([deletes[i] for i in used], n.source_key, "delete", n.table)
+        elif isinstance(n, EqDeleteScan):
+            check_sizes(n.files, n.source_key, "equality delete", n.table)
 
 
 def _key_type(fk: FileKey) -> T.DataType:
@@ -523,8 +555,7 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
     need_pos = any(t.pos_deletes for t in tasks) or bool(scan.hidden)
     lineage = [h for h in scan.hidden if h in LINEAGE_COLUMNS]
     used = sorted({p for t in tasks for p in t.pos_deletes})
-    check_sizes(tasks, scan.source_key, "data", scan.table)
-    check_sizes([deletes[i] for i in used], scan.source_key, "delete", scan.table)
+    check_files(scan)
     if counted_from_metadata(
         len(scan.fields),
         len(scan.hidden),
@@ -544,7 +575,7 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
     keys = _file_keys(tasks, fk, paths) if fk.is_long else {}
     layouts = scan.files.layouts if scan.files else (Layout(),)
     where = f"table {scan.table}"
-    key_col = _key_column(fk, tasks, keys, paths, where)
+    key_col = _KeyColumn(fk, tasks, keys, paths, where)
     frames = []
     merged = _merged(scan.fields)
     for lay_idx in sorted({t.layout for t in tasks}):
@@ -584,8 +615,15 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
             # on the file key: the plan grows by a row per file, and no literal holds a bitmap
             by_id = {t.file_id: t for t in tasks}
             rows = bitmap_files(found, by_id, keys, deletes)
-            df = df.join(F.broadcast(_bitmap_table(spark, fk, rows)), FKEY, "left")
-            df = df.where(bitmap_keep(POS, BITMAP, COUNT, RECORDED, scan.table))
+            table = reused(
+                spark, ("bitmaps", fk.is_long, tuple(rows)), lambda: _bitmap_table(spark, fk, rows)
+            )
+            df = df.join(F.broadcast(table), FKEY, "left")
+            text = T.StringType()
+            keep = bitmap_keep(
+                POS, BITMAP, COUNT, RECORDED, scan.table, lambda v: _sql_literal(v, text)
+            )
+            df = df.where(keep)
     elif strategy is not None:
         positions = _positions(spark, tasks, deletes, paths, fk, keys, scan.table, scan.source_key)
         on: list[str] = [FKEY, POS]
@@ -826,10 +864,10 @@ def float_key(c: Column) -> Column:
 def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) -> DataFrame:
     where = f"equality deletes of {node.table}"
     key_names = [k.col.name for k in node.keys]
-    check_sizes(node.files, node.source_key, "equality delete", node.table)
+    check_files(node)
     fk = file_key(node.files)
     keys = _file_keys(node.files, fk, paths) if fk.is_long else {}
-    key_col = _key_column(fk, node.files, keys, paths, where)
+    key_col = _KeyColumn(fk, node.files, keys, paths, where)
     frames = []
     for lay_idx in sorted({f.layout for f in node.files}):
         layout = node.layouts[lay_idx]

@@ -251,3 +251,9 @@ def broadcast_text(what: str, rows: int, est: int, limit: int) -> str:
         f"{what} (shuffled, not broadcast: {rows} rows, ~{_kib(est)} est., limits "
         f"{current().broadcast_rows} rows, {_kib(limit)})"
     )
+
+
+def named_as_table(scan: Plan) -> bool:
+    """A scan whose DataFrame already has the table's column names (an IcebergScan selects
+    its output by name): no projection to the user's names is needed above it."""
+    return isinstance(scan, IcebergScan) and all(c.name == c.label for c in scan.output)

@@ -1,0 +1,87 @@
+"""DataFrames reused by later queries of one classic session.
+
+Building a DataFrame on a classic session costs round trips to the JVM and an analysis per
+operation; a Parquet read also has Spark check and list its paths (about 15 ms for a few
+files). What a scan builds from immutable files alone (the read of a group of data or delete
+files with their `_metadata` columns, the table of a scan's bitmaps) is the same in every
+query that reads those files, so it is kept per session and reused, as Spark would reuse a
+DataFrame a program holds: the files are checked against their recorded sizes before every
+query (scan.check_sizes), as for a new read. Keyed by what the DataFrame is made of (schema,
+paths, expressions), least recently used first out beyond `FRAMES` per session. Spark Connect
+builds DataFrames on the client without round trips: nothing is kept there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from mor.physical.session import is_connect
+from mor.planner.nodes import Expr, Plan
+
+FRAMES = 256
+
+_lock = threading.Lock()
+_by_session: weakref.WeakKeyDictionary[Any, OrderedDict[Hashable, Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def reused(
+    spark: Any,
+    key: Hashable,
+    make: Callable[[], Any],
+    on_hit: Callable[[], None] | None = None,
+) -> Any:
+    """The DataFrame `make()` builds, made once per classic session for each `key`; `on_hit`
+    runs before a kept one is returned (the checks `make` would have made)."""
+    if is_connect(spark):
+        return make()
+    with _lock:
+        frames = _by_session.get(spark)
+        hit = frames.get(key) if frames is not None else None
+        if hit is not None:
+            frames.move_to_end(key)
+    if hit is not None:
+        if on_hit is not None:
+            on_hit()
+        return hit
+    df = make()  # outside the lock: a slow read must not hold up other threads
+    with _lock:
+        frames = _by_session.setdefault(spark, OrderedDict())
+        frames[key] = df
+        while len(frames) > FRAMES:
+            frames.popitem(last=False)
+    return df
+
+
+def fingerprint(node: Plan) -> Hashable:
+    """What a plan node is made of, as a hashable value: two nodes with one fingerprint compile
+    to the same DataFrame (nodes are frozen dataclasses; a bound filter counts by its SQL)."""
+    return _value(node)
+
+
+def _value(v: Any) -> Hashable:
+    if isinstance(v, Expr):
+        return ("expr", v.sql)
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return (type(v).__name__,) + tuple(
+            _value(getattr(v, f.name)) for f in dataclasses.fields(v)
+        )
+    if isinstance(v, (tuple, list)):
+        return tuple(_value(x) for x in v)
+    if isinstance(v, frozenset):
+        return frozenset(_value(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _value(x)) for k, x in v.items()))
+    hash(v)  # anything else must be a plain value (a TypeError here is a bug in a node type)
+    return v
+
+
+def clear() -> None:
+    with _lock:
+        _by_session.clear()
