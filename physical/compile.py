@@ -25,7 +25,7 @@ from mor.physical.scan import (
     scan_eq_deletes,
 )
 from mor.physical.session import is_connect
-from mor.physical.strategy import named_as_table, needs_barrier, scoped_only
+from mor.physical.strategy import bitmap_weight, named_as_table, needs_barrier, scoped_only
 from mor.physical.types import spark_type
 from mor.planner.errors import InternalError, MorError, UnsupportedError
 from mor.planner.nodes import (
@@ -82,7 +82,14 @@ class Compiler:
             return hit[1]
         if isinstance(node, REUSABLE) and not is_connect(self.spark):
             key = ("plan", fingerprint(node), self.context())
-            df = reused(self.spark, key, lambda: self._compile(node), lambda: check_files(node))
+            df = reused(
+                self.spark,
+                key,
+                lambda: self._compile(node),
+                lambda: check_files(node),
+                bitmap_weight(node),
+                lambda: self.context()[2],
+            )
         else:
             df = self._compile(node)
         self._memo[id(node)] = (node, df)
@@ -176,7 +183,16 @@ def to_dataframe(plan: Plan, spark: SparkSession, *, analyse_only: bool = False)
 
                 if isinstance(s, REUSABLE) and not is_connect(spark):
                     key = ("scan", fingerprint(s), compiler.context())
-                    frames.append(reused(spark, key, make, lambda s=s: check_files(s)))
+                    frames.append(
+                        reused(
+                            spark,
+                            key,
+                            make,
+                            lambda s=s: check_files(s),
+                            bitmap_weight(s),
+                            lambda: compiler.context()[2],
+                        )
+                    )
                 else:
                     frames.append(make())
     except MorError:

@@ -152,8 +152,8 @@ def bitmap_words(positions: pa.Array) -> bytes:
 
 
 # A data file's bitmap as the text of its words, kept across queries of one process (setting
-# position_cache_rows, a word weighing one): keyed by the data file's path and row count and
-# the identities of the deletes that apply to it, which is all the bitmap depends on.
+# position_cache_rows, a word weighing three positions): keyed by the data file's path and row
+# count and the identities of the deletes that apply to it, which is all the bitmap depends on.
 _BITMAPS: BoundedCache[str] = BoundedCache()
 
 
@@ -184,7 +184,8 @@ def bitmap_text(positions: pa.Array, key: tuple | None = None) -> str:
         )
     )
     if key is not None:
-        _BITMAPS.put(key, text, len(words) // 8 + 1, current().position_cache_rows)
+        # a word's text takes ~20 bytes, a cached position 8: a word weighs three positions
+        _BITMAPS.put(key, text, 3 * (len(words) // 8) + 1, current().position_cache_rows)
     return text
 
 

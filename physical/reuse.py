@@ -25,10 +25,27 @@ from mor.planner.nodes import Expr, Plan
 
 FRAMES = 256
 
+
+class _Kept:
+    """One session's DataFrames, least recently used first, with the bytes of bitmap data
+    each holds on the driver (an estimate; 0 for a read)."""
+
+    def __init__(self) -> None:
+        self.frames: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self.held = 0
+
+    def put(self, key: Hashable, df: Any, weight: int, limit: int) -> None:
+        if key in self.frames or weight > limit:
+            return
+        self.frames[key] = (df, weight)
+        self.held += weight
+        while len(self.frames) > FRAMES or self.held > limit:
+            _, (_, w) = self.frames.popitem(last=False)
+            self.held -= w
+
+
 _lock = threading.Lock()
-_by_session: weakref.WeakKeyDictionary[Any, OrderedDict[Hashable, Any]] = (
-    weakref.WeakKeyDictionary()
-)
+_by_session: weakref.WeakKeyDictionary[Any, _Kept] = weakref.WeakKeyDictionary()
 
 
 def reused(
@@ -36,26 +53,28 @@ def reused(
     key: Hashable,
     make: Callable[[], Any],
     on_hit: Callable[[], None] | None = None,
+    weight: int = 0,
+    limit: Callable[[], int] = lambda: 1 << 62,
 ) -> Any:
     """The DataFrame `make()` builds, made once per classic session for each `key`; `on_hit`
-    runs before a kept one is returned (the checks `make` would have made)."""
+    runs before a kept one is returned (the checks `make` would have made). `weight`: bytes
+    of bitmap data it holds on the driver; what a session keeps weighs at most `limit()`
+    (asked only when something is kept), and one heavier is made every time."""
     if is_connect(spark):
         return make()
     with _lock:
-        frames = _by_session.get(spark)
-        hit = frames.get(key) if frames is not None else None
+        kept = _by_session.get(spark)
+        hit = kept.frames.get(key) if kept is not None else None
         if hit is not None:
-            frames.move_to_end(key)
+            kept.frames.move_to_end(key)
     if hit is not None:
         if on_hit is not None:
             on_hit()
-        return hit
+        return hit[0]
     df = make()  # outside the lock: a slow read must not hold up other threads
+    bound = limit()
     with _lock:
-        frames = _by_session.setdefault(spark, OrderedDict())
-        frames[key] = df
-        while len(frames) > FRAMES:
-            frames.popitem(last=False)
+        _by_session.setdefault(spark, _Kept()).put(key, df, weight, bound)
     return df
 
 

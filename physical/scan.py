@@ -616,7 +616,11 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
             by_id = {t.file_id: t for t in tasks}
             rows = bitmap_files(found, by_id, keys, deletes)
             table = reused(
-                spark, ("bitmaps", fk.is_long, tuple(rows)), lambda: _bitmap_table(spark, fk, rows)
+                spark,
+                ("bitmaps", fk.is_long, tuple(rows)),
+                lambda: _bitmap_table(spark, fk, rows),
+                weight=strategy.bitmap_bytes,
+                limit=lambda: broadcast_limit(spark),
             )
             df = df.join(F.broadcast(table), FKEY, "left")
             text = T.StringType()

@@ -257,3 +257,16 @@ def named_as_table(scan: Plan) -> bool:
     """A scan whose DataFrame already has the table's column names (an IcebergScan selects
     its output by name): no projection to the user's names is needed above it."""
     return isinstance(scan, IcebergScan) and all(c.name == c.label for c in scan.output)
+
+
+def bitmap_weight(node: Plan) -> int:
+    """Bytes of position bitmaps a compiled plan below `node` may hold on the driver (the
+    estimate of each scan that takes the bitmap method): what physical/reuse.py weighs."""
+    total = 0
+    for n in node.walk():
+        if isinstance(n, IcebergScan):
+            deletes = {d.file_id: d for d in n.files.deletes} if n.files else {}
+            s = position_strategy(n.data_files(), deletes, True)
+            if s is not None and s.method == "bitmap":
+                total += s.bitmap_bytes
+    return total

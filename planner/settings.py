@@ -53,8 +53,8 @@ SETTINGS: tuple[Setting, ...] = (
         int,
         10_000_000,
         "positions of position delete files kept across queries of one process (read on the "
-        "driver for bitmaps; 8 bytes each), and as many words of the bitmaps made of them "
-        "(about 20 bytes each as text)",
+        "driver for bitmaps; 8 bytes each), and the bitmaps made of them (a word's text, about "
+        "20 bytes, weighs three)",
     ),
     Setting(
         "io_threads",

@@ -1,0 +1,125 @@
+"""DataFrames reused across queries of a classic session (physical/reuse.py): kept within their
+bounds, told apart by everything they are made of, and never a way around the checks a new
+query makes (files of the recorded size) or around a newer snapshot's deletes."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField, StringType
+
+from mor import mor_sql
+from mor.fixtures import TableWriter
+from mor.physical import reuse
+from mor.physical.reuse import fingerprint, reused
+from mor.planner.errors import DataFileError
+
+SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=False),
+    NestedField(2, "s", StringType(), required=False),
+)
+
+
+class Session:
+    """Stands for a classic session: reuse keys what it keeps by the session object."""
+
+
+def test_kept_frames_are_bounded_by_count_and_by_weight(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[str] = []
+    hits: list[str] = []
+
+    def make(v: str) -> Any:
+        made.append(v)
+        return v
+
+    s = Session()
+    assert reused(s, "a", lambda: make("A"), lambda: hits.append("a")) == "A"
+    assert reused(s, "a", lambda: make("A2"), lambda: hits.append("a")) == "A"
+    assert (made, hits) == (["A"], ["a"])  # made once; the check of a reuse ran
+    # heavier than the bound alone: made every time, never kept
+    for _ in range(2):
+        reused(s, "w", lambda: make("W"), weight=10, limit=lambda: 5)
+    assert made.count("W") == 2
+    # within the bound, the least recently used goes first
+    limit = 10
+    reused(s, "x", lambda: make("X"), weight=6, limit=lambda: limit)
+    reused(s, "y", lambda: make("Y"), weight=6, limit=lambda: limit)
+    reused(s, "x", lambda: make("X2"), weight=6, limit=lambda: limit)
+    assert "X2" in made  # x went when y came
+    monkeypatch.setattr(reuse, "FRAMES", 2)
+    for k in "pqr":
+        reused(s, k, lambda k=k: make(k))
+    assert len(reuse._by_session[s].frames) == 2
+    other = Session()  # each session keeps its own
+    assert reused(other, "a", lambda: make("A3")) == "A3"
+
+
+def _table(catalog: Any) -> tuple[TableWriter, Any]:
+    w = TableWriter(catalog, "r.t", SCHEMA)
+    _, files = w.append(pa.table({"id": pa.array([1, 2, 3], pa.int64()), "s": ["a", "b", "c"]}))
+    return w, files[0]
+
+
+def test_fingerprints_tell_apart_what_a_scan_is_made_of(catalog: Any) -> None:
+    from mor.api import plan_query
+    from mor.planner.nodes import IcebergScan
+
+    w, f = _table(catalog)
+
+    def scan(sql: str = "SELECT id FROM r.t") -> IcebergScan:
+        planned = plan_query(sql, catalog=catalog)
+        return next(n for n in planned.optimized.walk() if isinstance(n, IcebergScan))
+
+    first = scan()
+    assert fingerprint(scan()) == fingerprint(first)  # planned again: the same
+    assert fingerprint(scan("SELECT id, s FROM r.t")) != fingerprint(first)  # columns
+    assert fingerprint(scan("SELECT id FROM r.t WHERE id > 1")) != fingerprint(first)  # filter
+    task = first.files.data[0]
+    for changed in (
+        replace(task, size_bytes=task.size_bytes + 1),
+        replace(task, data_seq=task.data_seq + 1),
+        replace(task, read_path=task.read_path + ".moved"),
+    ):
+        files = replace(first.files, data=(changed,))
+        assert fingerprint(replace(first, files=files)) != fingerprint(first)
+    w.commit(deletes=[w.position_delete_file({f.file_path: [1]}, f)])
+    assert fingerprint(scan()) != fingerprint(first)  # a new snapshot's delete
+
+
+def test_a_reused_scan_sees_new_deletes_and_is_checked_again(catalog: Any, spark: Any) -> None:
+    from mor.physical.session import is_connect
+
+    w, f = _table(catalog)
+    reuse.clear()
+
+    def ids() -> list[int]:
+        return sorted(
+            r.id for r in mor_sql("SELECT id FROM r.t", catalog=catalog, spark=spark).collect()
+        )
+
+    assert ids() == [1, 2, 3]
+    kept = reuse._by_session.get(spark)
+    n = len(kept.frames) if kept is not None else 0
+    assert ids() == [1, 2, 3]
+    assert (len(reuse._by_session[spark].frames) if n else 0) == n  # the repeat built nothing
+    assert (n > 0) == (not is_connect(spark))  # classic sessions keep what they built
+    w.commit(deletes=[w.position_delete_file({f.file_path: [1]}, f)])
+    assert ids() == [1, 3]  # a new snapshot: another fingerprint, the delete applied
+    assert ids() == [1, 3]
+    path = f.file_path.removeprefix("file:")
+    saved = open(path, "rb").read()
+    try:
+        with open(path, "wb") as out:
+            out.write(saved[: len(saved) // 2])
+        with pytest.raises(DataFileError, match="was replaced or truncated"):
+            ids()  # the same query: its scan is reused only after its files are checked
+    finally:
+        with open(path, "wb") as out:
+            out.write(saved)
+        os.utime(path)
+    assert ids() == [1, 3]
