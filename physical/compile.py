@@ -4,6 +4,7 @@ the query around them into `spark.sql` over uniquely named views of those scans.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -80,20 +81,24 @@ class Compiler:
         hit = self._memo.get(id(node))
         if hit is not None and hit[0] is node:
             return hit[1]
-        if isinstance(node, REUSABLE) and not is_connect(self.spark):
-            key = ("plan", fingerprint(node), self.context())
-            df = reused(
-                self.spark,
-                key,
-                lambda: self._compile(node),
-                lambda: check_files(node),
-                bitmap_weight(node),
-                lambda: self.context()[2],
-            )
-        else:
-            df = self._compile(node)
+        df = self.reused("plan", node, lambda: self._compile(node))
         self._memo[id(node)] = (node, df)
         return df
+
+    def reused(self, kind: str, node: Plan, make: Callable[[], DataFrame]) -> DataFrame:
+        """`make()`, or on a classic session the DataFrame an earlier query made of a node
+        with the same fingerprint (`kind` tells apart what is made of it), its files checked
+        again; weighed by the bitmaps below it."""
+        if not isinstance(node, REUSABLE) or is_connect(self.spark):
+            return make()
+        return reused(
+            self.spark,
+            (kind, fingerprint(node), self.context()),
+            make,
+            lambda: check_files(node),
+            lambda: bitmap_weight(node),
+            lambda: self.context()[2],
+        )
 
     def _compile(self, node: Plan) -> DataFrame:
         match node:
@@ -181,20 +186,7 @@ def to_dataframe(plan: Plan, spark: SparkSession, *, analyse_only: bool = False)
                     df = _user_columns(compiler.compile(s), s)
                     return barrier(df) if needs_barrier(s, limit) else df
 
-                if isinstance(s, REUSABLE) and not is_connect(spark):
-                    key = ("scan", fingerprint(s), compiler.context())
-                    frames.append(
-                        reused(
-                            spark,
-                            key,
-                            make,
-                            lambda s=s: check_files(s),
-                            bitmap_weight(s),
-                            lambda: compiler.context()[2],
-                        )
-                    )
-                else:
-                    frames.append(make())
+                frames.append(compiler.reused("scan", s, make))
     except MorError:
         raise
     except Exception as e:  # noqa: BLE001 - Spark refusing what mor built: one line, not py4j's

@@ -169,7 +169,7 @@ class _Describer:
 
     def _scan(self, node: IcebergScan) -> int:
         tasks = node.data_files()
-        deletes = {d.file_id: d for d in node.files.deletes} if node.files else {}
+        deletes = node.deletes_by_id()
         if tasks and counted_from_metadata(
             len(node.fields),
             len(node.hidden),

@@ -6,7 +6,7 @@ files). What a scan builds from immutable files alone (the read of a group of da
 files with their `_metadata` columns, the table of a scan's bitmaps) is the same in every
 query that reads those files, so it is kept per session and reused, as Spark would reuse a
 DataFrame a program holds: the files are checked against their recorded sizes before every
-query (scan.check_sizes), as for a new read. Keyed by what the DataFrame is made of (schema,
+query (scan.check_files), as for a new read. Keyed by what the DataFrame is made of (schema,
 paths, expressions), least recently used first out beyond `FRAMES` per session. Spark Connect
 builds DataFrames on the client without round trips: nothing is kept there.
 """
@@ -53,13 +53,13 @@ def reused(
     key: Hashable,
     make: Callable[[], Any],
     on_hit: Callable[[], None] | None = None,
-    weight: int = 0,
+    weight: Callable[[], int] = lambda: 0,
     limit: Callable[[], int] = lambda: 1 << 62,
 ) -> Any:
     """The DataFrame `make()` builds, made once per classic session for each `key`; `on_hit`
-    runs before a kept one is returned (the checks `make` would have made). `weight`: bytes
+    runs before a kept one is returned (the checks `make` would have made). `weight()`: bytes
     of bitmap data it holds on the driver; what a session keeps weighs at most `limit()`
-    (asked only when something is kept), and one heavier is made every time."""
+    (both asked only when something is made), and one heavier is made every time."""
     if is_connect(spark):
         return make()
     with _lock:
@@ -72,9 +72,9 @@ def reused(
             on_hit()
         return hit[0]
     df = make()  # outside the lock: a slow read must not hold up other threads
-    bound = limit()
+    w, bound = weight(), limit()
     with _lock:
-        _by_session.setdefault(spark, _Kept()).put(key, df, weight, bound)
+        _by_session.setdefault(spark, _Kept()).put(key, df, w, bound)
     return df
 
 

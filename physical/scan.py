@@ -409,7 +409,7 @@ def check_files(node: Plan) -> None:
     for n in node.walk():
         if isinstance(n, IcebergScan):
             tasks = n.data_files()
-            deletes = {d.file_id: d for d in n.files.deletes} if n.files else {}
+            deletes = n.deletes_by_id()
             used = sorted({p for t in tasks for p in t.pos_deletes})
             check_sizes(tasks, n.source_key, "data", n.table)
             check_sizes([deletes[i] for i in used], n.source_key, "delete", n.table)
@@ -551,7 +551,7 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
             + [T.StructField(m, T.LongType()) for m in scan.meta]
         )
         return spark.createDataFrame([], empty)
-    deletes = {d.file_id: d for d in scan.files.deletes} if scan.files else {}
+    deletes = scan.deletes_by_id()
     need_pos = any(t.pos_deletes for t in tasks) or bool(scan.hidden)
     lineage = [h for h in scan.hidden if h in LINEAGE_COLUMNS]
     used = sorted({p for t in tasks for p in t.pos_deletes})
@@ -619,7 +619,7 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
                 spark,
                 ("bitmaps", fk.is_long, tuple(rows)),
                 lambda: _bitmap_table(spark, fk, rows),
-                weight=strategy.bitmap_bytes,
+                weight=lambda: strategy.bitmap_bytes,
                 limit=lambda: broadcast_limit(spark),
             )
             df = df.join(F.broadcast(table), FKEY, "left")

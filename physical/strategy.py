@@ -265,8 +265,7 @@ def bitmap_weight(node: Plan) -> int:
     total = 0
     for n in node.walk():
         if isinstance(n, IcebergScan):
-            deletes = {d.file_id: d for d in n.files.deletes} if n.files else {}
-            s = position_strategy(n.data_files(), deletes, True)
+            s = position_strategy(n.data_files(), n.deletes_by_id(), True)
             if s is not None and s.method == "bitmap":
                 total += s.bitmap_bytes
     return total

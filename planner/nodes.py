@@ -329,6 +329,10 @@ class IcebergScan(Plan):
     def data_files(self) -> tuple[DataTask, ...]:
         return self.files.data if self.files else ()
 
+    def deletes_by_id(self) -> dict[int, DeleteTask]:
+        """The scan's delete files by file id (what a data file's `pos_deletes` name)."""
+        return {d.file_id: d for d in self.files.deletes} if self.files else {}
+
     def rows_estimate(self) -> int:
         return sum(d.record_count for d in self.data_files())
 

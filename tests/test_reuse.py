@@ -43,13 +43,13 @@ def test_kept_frames_are_bounded_by_count_and_by_weight(monkeypatch: pytest.Monk
     assert (made, hits) == (["A"], ["a"])  # made once; the check of a reuse ran
     # heavier than the bound alone: made every time, never kept
     for _ in range(2):
-        reused(s, "w", lambda: make("W"), weight=10, limit=lambda: 5)
+        reused(s, "w", lambda: make("W"), weight=lambda: 10, limit=lambda: 5)
     assert made.count("W") == 2
     # within the bound, the least recently used goes first
     limit = 10
-    reused(s, "x", lambda: make("X"), weight=6, limit=lambda: limit)
-    reused(s, "y", lambda: make("Y"), weight=6, limit=lambda: limit)
-    reused(s, "x", lambda: make("X2"), weight=6, limit=lambda: limit)
+    reused(s, "x", lambda: make("X"), weight=lambda: 6, limit=lambda: limit)
+    reused(s, "y", lambda: make("Y"), weight=lambda: 6, limit=lambda: limit)
+    reused(s, "x", lambda: make("X2"), weight=lambda: 6, limit=lambda: limit)
     assert "X2" in made  # x went when y came
     monkeypatch.setattr(reuse, "FRAMES", 2)
     for k in "pqr":
