@@ -36,7 +36,7 @@ from typing import Any
 
 import fastavro
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import DataFileContent, FileFormat, ManifestFile
+from pyiceberg.manifest import DataFileContent, FileFormat, ManifestContent, ManifestFile
 
 ADDED, DELETED = 1, 2
 _METRICS = ("value_counts", "null_value_counts", "nan_value_counts", "lower_bounds", "upper_bounds")
@@ -258,7 +258,9 @@ def _converter(t: Any) -> Callable[[Any], Any] | None:
     return None
 
 
-def _pyiceberg_entries(file_io: FileIO, manifest: ManifestFile) -> list[ManifestEntry]:
+def _pyiceberg_entries(file_io: FileIO, manifest: Any) -> list[ManifestEntry]:
+    if isinstance(manifest, ListedManifest):
+        manifest = manifest.as_pyiceberg()
     out = []
     for e in manifest.fetch_manifest_entry(file_io, discard_deleted=True):
         d = e.data_file
@@ -274,3 +276,180 @@ def _pyiceberg_entries(file_io: FileIO, manifest: ManifestFile) -> list[Manifest
             )
         )
     return out
+
+
+# The manifest list, decoded the same way. Fields are found by their Iceberg field id in the
+# writer schema (a reader resolves by id, not name); absent v1 fields take the spec's defaults.
+_LIST_FIELDS = {
+    500: "manifest_path",
+    501: "manifest_length",
+    502: "partition_spec_id",
+    503: "added_snapshot_id",
+    507: "partitions",
+    515: "sequence_number",
+    516: "min_sequence_number",
+    517: "content",
+    520: "first_row_id",
+}
+_LIST_REQUIRED = (500, 501, 502)
+_MANIFEST_CONTENT = {c.value: c for c in ManifestContent}
+
+
+class PartitionSummary:
+    """One partition field's summary in a manifest list entry (pyiceberg's
+    `PartitionFieldSummary` attributes: its manifest evaluator accepts it as one)."""
+
+    __slots__ = ("contains_null", "contains_nan", "lower_bound", "upper_bound")
+
+    def __init__(
+        self,
+        contains_null: bool,
+        contains_nan: bool | None,
+        lower_bound: bytes | None,
+        upper_bound: bytes | None,
+    ) -> None:
+        self.contains_null = contains_null
+        self.contains_nan = contains_nan
+        self.lower_bound = lower_bound
+        self.upper_bound = upper_bound
+
+
+class ListedManifest:
+    """A manifest list entry: the attributes planning reads of pyiceberg's `ManifestFile`, under
+    the same names, and the manifest's `first_row_id` (v3 row lineage), which pyiceberg's model
+    does not carry."""
+
+    __slots__ = (
+        "manifest_path",
+        "manifest_length",
+        "partition_spec_id",
+        "content",
+        "sequence_number",
+        "min_sequence_number",
+        "added_snapshot_id",
+        "partitions",
+        "first_row_id",
+    )
+
+    def __init__(
+        self,
+        manifest_path: str,
+        manifest_length: int,
+        partition_spec_id: int,
+        content: ManifestContent,
+        sequence_number: int,
+        min_sequence_number: int,
+        added_snapshot_id: int | None,
+        partitions: list[PartitionSummary] | None,
+        first_row_id: int | None,
+    ) -> None:
+        self.manifest_path = manifest_path
+        self.manifest_length = manifest_length
+        self.partition_spec_id = partition_spec_id
+        self.content = content
+        self.sequence_number = sequence_number
+        self.min_sequence_number = min_sequence_number
+        self.added_snapshot_id = added_snapshot_id
+        self.partitions = partitions
+        self.first_row_id = first_row_id
+
+    def as_pyiceberg(self) -> ManifestFile:
+        """pyiceberg's model of this entry, for its manifest reader (the fallback)."""
+        return ManifestFile.from_args(
+            manifest_path=self.manifest_path,
+            manifest_length=self.manifest_length,
+            partition_spec_id=self.partition_spec_id,
+            content=self.content,
+            sequence_number=self.sequence_number,
+            min_sequence_number=self.min_sequence_number,
+            added_snapshot_id=self.added_snapshot_id,
+            added_files_count=None,
+            existing_files_count=None,
+            deleted_files_count=None,
+            added_rows_count=None,
+            existing_rows_count=None,
+            deleted_rows_count=None,
+            partitions=None,
+            key_metadata=None,
+        )
+
+    @classmethod
+    def of(cls, m: ManifestFile) -> ListedManifest:
+        """From pyiceberg's model (its reader read the list)."""
+        parts = m.partitions
+        return cls(
+            m.manifest_path,
+            m.manifest_length,
+            m.partition_spec_id,
+            m.content,
+            m.sequence_number or 0,
+            m.min_sequence_number or 0,
+            m.added_snapshot_id,
+            None
+            if parts is None
+            else [
+                PartitionSummary(p.contains_null, p.contains_nan, p.lower_bound, p.upper_bound)
+                for p in parts
+            ],
+            getattr(m, "first_row_id", None),
+        )
+
+
+def decode_manifest_list(raw: bytes) -> list[ListedManifest]:
+    """The entries of a manifest list from its bytes. ValueError when a required field is
+    absent from the file's schema (the caller may try pyiceberg's reader)."""
+    records = fastavro.reader(io.BytesIO(raw))
+    names, summary = _list_names(records.metadata["avro.schema"], records.writer_schema)
+    path, length, spec, snap, parts_, seq, min_seq, content, first_row_id = (
+        names.get(i) for i in (500, 501, 502, 503, 507, 515, 516, 517, 520)
+    )
+    null, nan, lower, upper = (summary.get(i) for i in (509, 518, 510, 511))
+    kinds = _MANIFEST_CONTENT
+    out = []
+    for rec in records:  # an absent field's name is None: rec.get(None) is None
+        parts = rec.get(parts_)
+        out.append(
+            ListedManifest(
+                rec[path],
+                rec[length],
+                rec[spec],
+                kinds[rec.get(content) or 0],  # v1 has none: DATA
+                rec.get(seq) or 0,  # v1 has none: the spec's initial default 0
+                rec.get(min_seq) or 0,
+                rec.get(snap),
+                None
+                if parts is None
+                else [
+                    PartitionSummary(p.get(null), p.get(nan), p.get(lower), p.get(upper))
+                    for p in parts
+                ],
+                rec.get(first_row_id),
+            )
+        )
+    return out
+
+
+_LIST_NAMES: dict[str, tuple[dict[int, str], dict[int, str]]] = {}
+
+
+def _list_names(text: str, writer: dict[str, Any]) -> tuple[dict[int, str], dict[int, str]]:
+    """Avro field names of the manifest list's fields and of its partition summaries, by field
+    id. Cached per schema text."""
+    hit = _LIST_NAMES.get(text)
+    if hit is not None:
+        return hit
+    names = {f["field-id"]: f["name"] for f in writer["fields"] if "field-id" in f}
+    missing = [_LIST_FIELDS[i] for i in _LIST_REQUIRED if i not in names]
+    if missing:
+        raise ValueError(f"manifest list has no {', '.join(missing)}")
+    summary: dict[int, str] = {}
+    part = next((f for f in writer["fields"] if f.get("field-id") == 507), None)
+    if part is not None:
+        t = part["type"]
+        arr = next(b for b in t if isinstance(b, dict)) if isinstance(t, list) else t
+        items = arr["items"]
+        summary = {f["field-id"]: f["name"] for f in items["fields"] if "field-id" in f}
+    if len(_LIST_NAMES) >= 64:
+        _LIST_NAMES.clear()
+    _LIST_NAMES[text] = (names, summary)
+    return names, summary

@@ -15,14 +15,12 @@ are pruned only by partition (never a global one) and by having no surviving dat
 
 from __future__ import annotations
 
-import io
 import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import fastavro
 from pyiceberg.expressions import (
     AlwaysTrue,
     And,
@@ -43,7 +41,7 @@ from pyiceberg.expressions.visitors import (
     inclusive_projection,
     manifest_evaluator,
 )
-from pyiceberg.manifest import DataFileContent, FileFormat, ManifestContent, ManifestFile
+from pyiceberg.manifest import DataFileContent, FileFormat, ManifestContent
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.snapshots import Snapshot
@@ -52,7 +50,14 @@ from mor.planner.cache import BoundedCache
 from mor.planner.delete_index import DeleteIndex, Entry, InvalidDeletes, is_dv
 from mor.planner.eq_bounds import may_apply, metrics_of
 from mor.planner.errors import MetadataError, UnsupportedError
-from mor.planner.manifests import EntryFile, ManifestEntry, decode_manifest, gc_paused
+from mor.planner.manifests import (
+    EntryFile,
+    ListedManifest,
+    ManifestEntry,
+    decode_manifest,
+    decode_manifest_list,
+    gc_paused,
+)
 from mor.planner.metrics_eval import compile_inclusive
 from mor.planner.nodes import (
     GLOBAL_PART,
@@ -110,44 +115,59 @@ def snapshot_for(src: TableSource, snapshot_id: int | None) -> Snapshot | None:
     return snap
 
 
-def _manifests(src: TableSource, snap: Snapshot) -> list[ManifestFile]:
+def _manifests(src: TableSource, snap: Snapshot) -> list[ListedManifest]:
+    """The snapshot's manifest list, decoded with fastavro (pyiceberg's reader when fastavro
+    cannot: it is about three times slower). Kept across queries like manifests: immutable."""
+    path = snap.manifest_list
     try:
-        return list(snap.manifests(src.io))
+        with src.io.new_input(path).open() as f:
+            raw = f.read()
     except FileNotFoundError as e:
         raise MetadataError(
-            f"table {src.name}: manifest list {snap.manifest_list} of snapshot "
-            f"{snap.snapshot_id} is missing{moved_hint(src, snap.manifest_list)}"
+            f"table {src.name}: manifest list {path} of snapshot "
+            f"{snap.snapshot_id} is missing{moved_hint(src, path)}"
         ) from e
-    except Exception as e:  # noqa: BLE001 - unreadable or truncated: never a traceback
-        first = str(e).splitlines()[0][:160] if str(e) else ""
+    except OSError as e:
         raise MetadataError(
-            f"table {src.name}: cannot read manifest list {snap.manifest_list} of snapshot "
-            f"{snap.snapshot_id}: {type(e).__name__}: {first}"
+            f"table {src.name}: cannot read manifest list {path} of snapshot "
+            f"{snap.snapshot_id}: {e}"
         ) from e
-
-
-def _manifest_first_row_ids(src: TableSource, snap: Snapshot) -> dict[str, int | None]:
-    """Each manifest's `first_row_id` in the snapshot's manifest list (v3 row lineage; pyiceberg's
-    manifest list model does not carry it). Null for manifests written before v3."""
+    key = ("list", src.read_path(path), len(raw))
+    hit = _LISTS.get(key)
+    if hit is not None:
+        return hit
     try:
-        with src.io.new_input(snap.manifest_list).open() as f:
-            records = list(fastavro.reader(io.BytesIO(f.read())))
-    except Exception as e:  # noqa: BLE001 - _manifests read it a moment ago: report, never guess
-        raise MetadataError(
-            f"table {src.name}: cannot read manifest list {snap.manifest_list} of snapshot "
-            f"{snap.snapshot_id}: {type(e).__name__}"
-        ) from e
-    return {r["manifest_path"]: r.get("first_row_id") for r in records}
+        out = decode_manifest_list(raw)
+    except Exception as fast:  # noqa: BLE001 - a codec fastavro lacks, a schema it cannot read
+        if src.metadata.format_version >= 3:  # pyiceberg's model has no first_row_id
+            raise _list_error(src, snap, fast) from fast
+        try:
+            out = [ListedManifest.of(m) for m in snap.manifests(src.io)]
+        except Exception as e:  # noqa: BLE001 - unreadable or truncated: never a traceback
+            raise _list_error(src, snap, e) from e
+    _LISTS.put(key, out, len(out), current().manifest_cache_entries)
+    return out
+
+
+def _list_error(src: TableSource, snap: Snapshot, e: Exception) -> MetadataError:
+    first = str(e).splitlines()[0][:160] if str(e) else ""
+    return MetadataError(
+        f"table {src.name}: cannot read manifest list {snap.manifest_list} of snapshot "
+        f"{snap.snapshot_id}: {type(e).__name__}: {first}"
+    )
 
 
 # Manifests are immutable: their live entries are kept across queries of one process, keyed
 # by the path actually read, its length and the manifest's sequence number (inherited numbers
 # depend on it), bounded by the entries held (setting manifest_cache_entries).
 _CACHE: BoundedCache[list[ManifestEntry]] = BoundedCache()
+# manifest lists likewise, keyed by path and length, bounded by the entries held
+_LISTS: BoundedCache[list[ListedManifest]] = BoundedCache()
 
 
 def clear_manifest_cache() -> None:
     _CACHE.clear()
+    _LISTS.clear()
 
 
 def moved_hint(src: TableSource, recorded: str) -> str:
@@ -164,7 +184,7 @@ def moved_hint(src: TableSource, recorded: str) -> str:
     return text
 
 
-def _cache_key(src: TableSource, manifest: ManifestFile) -> tuple[str, int, int]:
+def _cache_key(src: TableSource, manifest: ListedManifest) -> tuple[str, int, int]:
     return (
         src.read_path(manifest.manifest_path),
         manifest.manifest_length,
@@ -172,7 +192,7 @@ def _cache_key(src: TableSource, manifest: ManifestFile) -> tuple[str, int, int]
     )
 
 
-def _read_bytes(src: TableSource, manifest: ManifestFile) -> bytes:
+def _read_bytes(src: TableSource, manifest: ListedManifest) -> bytes:
     try:
         with src.io.new_input(manifest.manifest_path).open() as f:
             return f.read()
@@ -188,7 +208,7 @@ def _read_bytes(src: TableSource, manifest: ManifestFile) -> bytes:
 
 
 def _decoded(
-    src: TableSource, manifest: ManifestFile, raw: bytes, limit: int
+    src: TableSource, manifest: ListedManifest, raw: bytes, limit: int
 ) -> list[ManifestEntry]:
     try:
         entries = decode_manifest(raw, manifest, src.io)
@@ -280,27 +300,23 @@ def _plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles
     n_del_total = {"position": 0, "dv": 0, "equality": defaultdict(int)}
 
     kept = []
-    manifest_eval: dict[int, Callable[[ManifestFile], bool]] = {}
+    manifest_eval: dict[int, Callable[[ListedManifest], bool]] = {}
     for m in manifests:
         spec_id = m.partition_spec_id
         if spec_id not in part_eval:
-            part_eval[spec_id] = (
-                (lambda _f: True)
-                if unfiltered
-                else _partition_evaluator(src, schema, spec_id, filt)
-            )
-            manifest_eval[spec_id] = (
-                (lambda _m: True) if unfiltered else _manifest_evaluator(src, schema, spec_id, filt)
-            )
+            if unfiltered:
+                manifest_eval[spec_id], part_eval[spec_id] = (lambda _m: True), (lambda _f: True)
+            else:
+                manifest_eval[spec_id], part_eval[spec_id] = _evaluators(src, schema, spec_id, filt)
         if manifest_eval[spec_id](m):
             kept_m[m.content] += 1
             kept.append(m)
-    row_ids = _manifest_first_row_ids(src, snap) if src.metadata.format_version >= 3 else {}
+    v3 = src.metadata.format_version >= 3
     for m, entries in _read_all(src, kept):
         spec_id = m.partition_spec_id
         # row lineage: a data file without a first_row_id inherits the manifest's plus the
         # record counts of the files before it in the manifest that inherit too
-        next_row_id = row_ids.get(m.manifest_path)
+        next_row_id = m.first_row_id if v3 else None
         for entry in entries:
             f = entry.data_file
             _check_supported(src, f)
@@ -309,7 +325,7 @@ def _plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles
                 raise MetadataError(f"table {src.name}: file {f.file_path} has no sequence number")
             part = f.partition
             e = Entry(f, seq, spec_id, part)
-            if f.content == DataFileContent.DATA and row_ids:
+            if f.content == DataFileContent.DATA and v3:
                 e.first_row_id = f.first_row_id
                 if e.first_row_id is None and next_row_id is not None:
                     e.first_row_id = next_row_id
@@ -360,8 +376,8 @@ def part_label(src: TableSource, spec_id: int, part: tuple[Any, ...]) -> str:
 
 
 def _read_all(
-    src: TableSource, manifests: list[ManifestFile]
-) -> Iterator[tuple[ManifestFile, list[ManifestEntry]]]:
+    src: TableSource, manifests: list[ListedManifest]
+) -> Iterator[tuple[ListedManifest, list[ManifestEntry]]]:
     """Live entries of the manifests, in order. Files not in the cache are fetched on a thread
     pool (setting planning_threads: object stores are slow to answer) and decoded on the
     calling thread as they arrive, where decoding (CPU) does not contend for the interpreter."""
@@ -398,33 +414,44 @@ def _bindable(expr: BooleanExpression, schema: Schema) -> BooleanExpression:
         return AlwaysTrue()
 
 
-def _partition_evaluator(
+def _evaluators(
     src: TableSource, schema: Schema, spec_id: int, filt: BooleanExpression
-) -> Callable[[EntryFile], bool]:
+) -> tuple[Callable[[ListedManifest], bool], Callable[[EntryFile], bool]]:
+    """For one spec: what prunes its manifests by their partition summaries, and what prunes
+    its files by their partition values (the filter projected onto the spec once for both)."""
     spec = src.metadata.specs()[spec_id]
     try:
         projected = inclusive_projection(schema, spec, True)(filt)
+    except Exception:  # noqa: BLE001 - e.g. a partition source column dropped since
+        return (lambda _m: True), (lambda _f: True)
+    return _manifest_evaluator(spec, schema, projected), _partition_evaluator(
+        spec, schema, projected
+    )
+
+
+def _partition_evaluator(
+    spec: PartitionSpec, schema: Schema, projected: BooleanExpression
+) -> Callable[[EntryFile], bool]:
+    try:
         ptype = spec.partition_type(schema)
         ev = expression_evaluator(Schema(*ptype.fields), projected, True)
-    except Exception:  # noqa: BLE001 - e.g. a partition source column dropped since
+    except Exception:  # noqa: BLE001 - pruning only: keep the file when unsure
         return lambda _f: True
     return lambda f: ev(f.partition)
 
 
 def _manifest_evaluator(
-    src: TableSource, schema: Schema, spec_id: int, filt: BooleanExpression
-) -> Callable[[ManifestFile], bool]:
+    spec: PartitionSpec, schema: Schema, projected: BooleanExpression
+) -> Callable[[ListedManifest], bool]:
     """Prunes manifests of one spec by their partition summaries."""
-    spec = src.metadata.specs()[spec_id]
     try:
-        projected = inclusive_projection(schema, spec, True)(filt)
         ev = manifest_evaluator(spec, schema, projected, True)
     except Exception:  # noqa: BLE001 - pruning only: keep the manifest when unsure
         return lambda _m: True
 
-    def may_match(m: ManifestFile) -> bool:
+    def may_match(m: ListedManifest) -> bool:
         try:
-            return ev(m)
+            return ev(m)  # type: ignore[arg-type] - it reads the attributes ListedManifest has
         except Exception:  # noqa: BLE001 - e.g. a summary pyiceberg cannot decode
             return True
 

@@ -18,6 +18,7 @@ from pyiceberg.manifest import (
     DataFile,
     DataFileContent,
     FileFormat,
+    ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
     write_manifest,
@@ -270,3 +271,166 @@ def test_dates_before_1970_and_times_convert_exactly() -> None:
     assert manifests._micros(dt.datetime(1, 1, 1, tzinfo=dt.timezone.utc)) == -62135596800000000
     assert manifests._micros(dt.datetime(1969, 12, 31, 23, 59, 59, 999999)) == -1
     assert manifests._time_micros(dt.time(23, 59, 59, 999999)) == 86_399_999_999
+
+
+# --- manifest lists -------------------------------------------------------------------------
+
+_LIST_FIELDS = (
+    "manifest_path",
+    "manifest_length",
+    "partition_spec_id",
+    "content",
+    "sequence_number",
+    "min_sequence_number",
+    "added_snapshot_id",
+)
+
+
+def _list_theirs(m: Any) -> tuple:
+    parts = m.partitions
+    return (
+        *(getattr(m, n) for n in _LIST_FIELDS),
+        None
+        if parts is None
+        else [(p.contains_null, p.contains_nan, p.lower_bound, p.upper_bound) for p in parts],
+    )
+
+
+def _list_ours(m: Any) -> tuple:
+    return _list_theirs(m)  # the same attribute names: that is the point
+
+
+def _same_list(file_io: Any, path: str) -> int:
+    from pyiceberg.manifest import read_manifest_list
+
+    theirs = [_list_theirs(m) for m in read_manifest_list(file_io.new_input(path))]
+    with file_io.new_input(path).open() as f:
+        ours_raw = manifests.decode_manifest_list(f.read())
+    ours = [_list_ours(m) for m in ours_raw]
+    assert ours == theirs, path
+    # always the enum (pyiceberg gives a v1 list's default as a bare 0: equal, not the same)
+    assert all(isinstance(o[3], ManifestContent) for o in ours)
+    return len(ours)
+
+
+@pytest.mark.parametrize("name", list(_TABLES))
+def test_real_tables_manifest_lists_decode_as_pyiceberg_reads_them(name: str) -> None:
+    t = _TABLES[name]
+    resolver = Resolver(None, PathMap.of({t["prefix_in_files"]: str(REALDATA / t["maps_to"])}))
+    src = resolver.by_path(str(REALDATA / t["metadata"]))
+    readable = [s["snapshot_id"] for s in _EXPECTED[name]["snapshots"] if "unreadable" not in s]
+    n = 0
+    for snap_id in readable:
+        snap = src.metadata.snapshot_by_id(snap_id)
+        assert snap is not None
+        n += _same_list(src.io, snap.manifest_list)
+    assert n > 0
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_written_manifest_lists_decode_as_pyiceberg_reads_them(
+    tmp_path: Path, version: int
+) -> None:
+    """Lists written by pyiceberg's writer in v1 (no content, no sequence numbers: the spec's
+    defaults) and v2, with summaries that have NULL bounds, unknown NaN and none at all."""
+    from pyiceberg.manifest import PartitionFieldSummary, write_manifest_list
+
+    file_io = PyArrowFileIO()
+    path = str(tmp_path / f"snap-v{version}.avro")
+    summaries = [
+        [PartitionFieldSummary(False, False, b"\x01\x00\x00\x00", b"\x09\x00\x00\x00")],
+        [PartitionFieldSummary(True, None, None, None)],
+        [
+            PartitionFieldSummary(True, True, b"a", b"z"),
+            PartitionFieldSummary(False, None, b"", b""),
+        ],
+        None,
+    ]
+    with write_manifest_list(
+        version, file_io.new_output(path), 77, 76, 5 if version > 1 else None, "deflate"
+    ) as w:
+        ms = []
+        for n, parts in enumerate(summaries * 2):
+            content = ManifestContent.DELETES if version > 1 and n % 2 else ManifestContent.DATA
+            ms.append(
+                manifests.ManifestFile.from_args(
+                    manifest_path=f"s3://bucket/t/metadata/m{n}.avro",
+                    manifest_length=1000 + n,
+                    partition_spec_id=n % 3,
+                    content=content,
+                    sequence_number=-1 if n % 3 == 0 else n,  # -1: this commit's, inherited
+                    min_sequence_number=-1 if n % 3 == 0 else n,
+                    added_snapshot_id=77 if n % 3 == 0 else 70 + n,
+                    added_files_count=1,
+                    existing_files_count=0,
+                    deleted_files_count=0,
+                    added_rows_count=10,
+                    existing_rows_count=0,
+                    deleted_rows_count=0,
+                    partitions=parts,
+                    key_metadata=None,
+                )
+            )
+        w.add_manifests(ms)
+    assert _same_list(file_io, path) == 8
+    ours = manifests.decode_manifest_list(file_io.new_input(path).open().read())
+    if version == 1:  # the values themselves: v1 lists carry neither, the spec says DATA and 0
+        assert {m.content for m in ours} == {ManifestContent.DATA}
+        assert {m.sequence_number for m in ours} == {0}
+    else:  # the writer's inheritance of its own commit's number
+        assert [m.sequence_number for m in ours][:4] == [5, 1, 2, 5]
+    assert ours[1].partitions[0].contains_nan is None and ours[3].partitions is None
+
+
+def test_a_list_without_a_required_field_is_refused_for_pyiceberg(tmp_path: Path) -> None:
+    import fastavro
+
+    schema = {
+        "type": "record",
+        "name": "manifest_file",
+        "fields": [{"name": "manifest_path", "type": "string", "field-id": 500}],
+    }
+    path = tmp_path / "bad.avro"
+    with path.open("wb") as f:
+        fastavro.writer(f, schema, [{"manifest_path": "m.avro"}])
+    with pytest.raises(ValueError, match="manifest_length, partition_spec_id"):
+        manifests.decode_manifest_list(path.read_bytes())
+
+
+def test_a_listed_manifest_reads_through_pyiceberg_as_the_fallback(tmp_path: Path) -> None:
+    """The fallback of a manifest fastavro cannot decode, given the list's own entry."""
+    file_io, manifest = _write(tmp_path / "m.avro", 2, 42)
+    listed = manifests.ListedManifest.of(manifest)
+    theirs = [_theirs(e) for e in manifest.fetch_manifest_entry(file_io, discard_deleted=True)]
+    assert [_ours(e) for e in manifests._pyiceberg_entries(file_io, listed)] == theirs
+    assert [_ours(e) for e in read_manifest(file_io, listed)] == theirs
+
+
+def test_a_list_fastavro_cannot_decode_is_planned_through_pyiceberg(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A v2 list fastavro refuses (a codec it lacks, a schema it cannot read) is read by
+    pyiceberg's reader: the same files and deletes, each scan."""
+    from mor.api import plan_query
+    from mor.planner import scan_planning
+    from mor.planner.nodes import IcebergScan
+
+    name = "dremio/products_with_eq_deletes"
+    t = _TABLES[name]
+    sql = f"SELECT * FROM iceberg_scan('{REALDATA / t['metadata']}')"
+    pm = {t["prefix_in_files"]: str(REALDATA / t["maps_to"])}
+
+    def files() -> list[Any]:
+        scan_planning.clear_manifest_cache()
+        plan = plan_query(sql, path_map=pm).optimized
+        return [s.files for s in plan.walk() if isinstance(s, IcebergScan)]
+
+    fast = files()
+    refused = []
+
+    def refuse(raw: bytes) -> Any:
+        refused.append(1)
+        raise ValueError("codec")
+
+    monkeypatch.setattr(scan_planning, "decode_manifest_list", refuse)
+    assert files() == fast and refused
