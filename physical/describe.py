@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from mor.physical.strategy import (
     broadcast_text,
+    compacted_keys,
     counted_from_metadata,
     default_broadcast_bytes,
     eq_relation_bytes,
@@ -66,15 +67,16 @@ class _Describer:
                 )
                 if node.pushed:
                     self.emit("where " + " AND ".join(e.text for e in node.pushed))
+                compact = compacted_keys(node, self.limit)
                 if not node.meta:
-                    if len(node.files) > 1:
+                    if compact:
                         self.emit("distinct keys")
                 else:
                     self.emit(
                         f"join broadcast(delete file table) on the file key "
                         f"-> $del_seq, $del_partition ({', '.join(kinds)})"
                     )
-                    if len(node.files) > 1:
+                    if compact:
                         self.emit("compact: one row per key and $del_partition with max($del_seq)")
                 side = broadcast_text("keys", node.rows(), eq_relation_bytes(node), self.limit)
                 return self.emit(f"as {side}")

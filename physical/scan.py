@@ -32,6 +32,7 @@ from mor.physical.reuse import reused
 from mor.physical.strategy import (
     FileKey,
     broadcast_allowed,
+    compacted_keys,
     counted_from_metadata,
     default_broadcast_bytes,
     eq_relation_bytes,
@@ -890,17 +891,19 @@ def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) 
     for k in node.keys:
         if k.compared_as_text:  # before compaction: -0.0 and 0.0 are two delete keys
             df = df.withColumn(k.col.name, float_key(F.col(f"`{k.col.name}`")))
+    # several files' keys are compacted only for a shuffled join (strategy.compacted_keys)
+    compact = compacted_keys(node, broadcast_limit(spark))
     if not node.meta:
-        # no anti-join reading this checks a guard: the keys alone, each once
+        # no anti-join reading this checks a guard: the keys alone
         df = df.select(*key_names)
-        df = df.distinct() if len(node.files) > 1 else df
+        df = df.distinct() if compact else df
         return _broadcast_if_small(spark, df, node.rows(), eq_relation_bytes(node))
     rows = [(keys[f.file_id], f.file_id, f.data_seq, f.partition_id) for f in node.files]
     df = df.join(_file_table(spark, fk, rows, ("$del_file", DEL_SEQ, DEL_PART)), FKEY, "left")
     df = df.select(*key_names, _guard(DEL_SEQ, f"equality deletes of {node.table}"), DEL_PART)
-    if len(node.files) > 1:
-        # compaction: one row per key and scope, with the highest sequence number (a key is
-        # deleted for a data file iff some delete of it is newer; the newest decides)
+    if compact:
+        # one row per key and scope, with the highest sequence number (a key is deleted for
+        # a data file iff some delete of it is newer; the newest decides)
         df = (
             df.groupBy(*key_names, DEL_PART)
             .agg(F.max(DEL_SEQ).alias(DEL_SEQ))

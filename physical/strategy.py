@@ -243,6 +243,19 @@ def default_broadcast_bytes(driver_memory: str | None, max_result_size: str | No
     return limit
 
 
+def compacted_keys(deletes: EqDeleteScan, limit_bytes: int) -> bool:
+    """Whether the keys of several equality delete files are compacted (one row per key and
+    scope, with the highest sequence number) before the anti-join: only when they are not
+    broadcast. A broadcast's size is bounded by the rows before compaction anyway, and its hash
+    relation keeps repeated keys, each tested against the guards (an anti-join drops a row if
+    any delete of its key is newer): compacting there was a shuffle of every key (TPC-H sf 1
+    lineitem, 584k keys in 237 files: ~0.6 s of a 4.4 s scan). A shuffled join sorts both
+    sides, and fewer rows of repeated keys are worth a partial aggregation there."""
+    return len(deletes.files) > 1 and not broadcast_allowed(
+        deletes.rows(), eq_relation_bytes(deletes), limit_bytes
+    )
+
+
 def broadcast_text(what: str, rows: int, est: int, limit: int) -> str:
     """How EXPLAIN PHYSICAL names a delete side: broadcast, or shuffled and why."""
     if broadcast_allowed(rows, est, limit):

@@ -521,3 +521,27 @@ def test_delete_sides_over_the_broadcast_limit_are_shuffled(
     for over in ({}, {"broadcast_bytes": 1}):
         got = mor_sql("SELECT id, p, v FROM r.t", catalog=cat, spark=spark, settings=joined | over)
         assert {tuple(r) for r in got.collect()} == expected, over
+
+
+def test_repeated_keys_compacted_only_for_a_shuffled_join(two_partitions: Any, spark: Any) -> None:
+    """A key deleted again by a later file, with rows of it added between: a broadcast keeps
+    every delete row (each tested against the sequence guard), a shuffled join compacts them
+    to the newest per key and scope first. The same rows either way, as the spec says."""
+    from mor import explain
+
+    cat, w, a, _ = two_partitions
+
+    def add(v: int) -> None:
+        w.append(pa.table({"id": pa.array([1], pa.int64()), "p": ["a"], "v": pa.array([v])}))
+
+    w.commit(deletes=[w.equality_delete_file([1], [{1: 1}], a.partition, a.spec_id)])
+    add(5)  # newer than the first delete of 1, older than the second
+    w.commit(deletes=[w.equality_delete_file([1], [{1: 1}, {1: 100}], a.partition, a.spec_id)])
+    add(6)  # newer than both
+    expected = {(100, "b", 3), (None, "b", 4), (1, "a", 6)}
+    sql = "SELECT id, p, v FROM r.t"
+    for over, compacted in (({}, False), ({"broadcast_bytes": 1}, True)):
+        got = mor_sql(sql, catalog=cat, spark=spark, settings=over).collect()
+        assert {tuple(r) for r in got} == expected, over
+        plan = explain(sql, catalog=cat, physical=True, spark=spark, settings=over)
+        assert ("compact: one row per key" in plan) == compacted, plan
