@@ -381,7 +381,7 @@ class ListedManifest:
             m.manifest_path,
             m.manifest_length,
             m.partition_spec_id,
-            m.content,
+            _MANIFEST_CONTENT[int(m.content or 0)],  # pyiceberg gives v1's default as a bare 0
             m.sequence_number or 0,
             m.min_sequence_number or 0,
             m.added_snapshot_id,

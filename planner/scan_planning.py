@@ -127,11 +127,8 @@ def _manifests(src: TableSource, snap: Snapshot) -> list[ListedManifest]:
             f"table {src.name}: manifest list {path} of snapshot "
             f"{snap.snapshot_id} is missing{moved_hint(src, path)}"
         ) from e
-    except OSError as e:
-        raise MetadataError(
-            f"table {src.name}: cannot read manifest list {path} of snapshot "
-            f"{snap.snapshot_id}: {e}"
-        ) from e
+    except Exception as e:  # noqa: BLE001 - any FileIO's error: one line, never a traceback
+        raise _list_error(src, snap, e) from e
     key = ("list", src.read_path(path), len(raw))
     hit = _LISTS.get(key)
     if hit is not None:
