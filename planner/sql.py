@@ -215,6 +215,7 @@ def _bind(stmt: Statement, resolver: Resolver) -> SparkQuery:
             scans.append(replace(scan, hidden=hidden) if hidden else scan)
             k += 1
         edits += _edits(stmt, r, i)
+    edits += _qualifier_edits(stmt, refs)
     return SparkQuery(
         statement=stmt.text,
         offset=stmt.offset,
@@ -406,6 +407,36 @@ def _edits(stmt: Statement, r: _Ref, i: int) -> list[TextEdit]:
         alias = r.node.this.sql(DIALECT)
         edits.append(TextEdit(start=at, end=at, text=f" AS {alias}"))
     return edits
+
+
+def _qualifier_edits(stmt: Statement, refs: list[_Ref]) -> list[TextEdit]:
+    """Spark lets a query name a table's columns by any trailing part of the table's name as
+    written (`demo.orders.id` and `orders.id` for `FROM demo.orders` without an alias); the view
+    that replaces the table is named by the last part only (`_edits`), so the leading parts of
+    such a qualifier are removed (`orders.id`). An aliased table is named by its alias alone,
+    in Spark as here: nothing to do."""
+    names = [
+        [p.name.lower() for p in r.node.parts]
+        for r in refs
+        if not r.node.alias and isinstance(r.node.this, exp.Identifier) and len(r.node.parts) > 1
+    ]
+    if not names:
+        return []
+    out = []
+    for c in stmt.tree.find_all(exp.Column):
+        parts = c.parts
+        low = [p.name.lower() for p in parts]
+        for written in names:
+            # the longest trailing part of the name the column starts with (at least two
+            # parts: one is the view's own name), leaving the column itself after it
+            m = next(
+                (m for m in range(len(written), 1, -1) if m < len(low) and low[:m] == written[-m:]),
+                None,
+            )
+            if m is not None and all("start" in p.meta for p in parts[:m]):
+                out.append(TextEdit(start=parts[0].meta["start"], end=parts[m - 1].meta["start"]))
+                break
+    return out
 
 
 def _after_sample(stmt: Statement, end: int) -> int:

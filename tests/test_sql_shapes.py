@@ -530,3 +530,37 @@ def test_partition_column_of_an_unpartitioned_table_is_null(tables: Any, spark: 
     )
     assert rows.schema["_partition"].dataType.simpleString() == "struct<>"
     assert sorted(tuple(r) for r in rows.collect()) == [(0, None), (1, None)]
+
+
+def test_columns_named_by_the_tables_full_name(tables: Any, spark: Any) -> None:
+    """Spark names a table's columns by any trailing part of its written name (`demo.orders.id`
+    for `FROM demo.orders`), quoted or not, unless the table has an alias; the same queries
+    through mor and through Spark over a global temporary view of the live rows (a two-part
+    name Spark resolves the same way) agree, errors included."""
+    spark.table("live_orders").createOrReplaceGlobalTempView("live_orders")
+    queries = [
+        "SELECT {o}.order_id, {o}.amount FROM {o} WHERE {o}.amount > 100",
+        "SELECT {o}.* FROM {o} WHERE {o}.region = 'EU'",
+        "SELECT {o}.region, count(*) AS n FROM {o} GROUP BY {o}.region",
+        "SELECT {q}.order_id FROM {o} ORDER BY {q}.order_id",
+        "SELECT x.order_id FROM {o} x WHERE x.order_id IN "
+        "(SELECT {o}.order_id FROM {o} WHERE {o}.amount > 50)",
+        "SELECT {o}.order_id FROM {o} o",  # an alias hides the name: an error for both
+    ]
+    for sql in queries:
+        names = {
+            "ours": {"o": "demo.orders", "q": "`demo`.`orders`"},
+            "theirs": {"o": "global_temp.live_orders", "q": "`global_temp`.`live_orders`"},
+        }
+        got: dict[str, Any] = {}
+        for who, fmt in names.items():
+            text = sql.format(**fmt)
+            try:
+                df = (
+                    mor_sql(text, catalog=tables, spark=spark) if who == "ours" else spark.sql(text)
+                )
+                got[who] = Counter(_rows(df))
+            except Exception as e:  # noqa: BLE001 - the same error is the expected answer
+                got[who] = _error_class(e)
+        assert got["ours"] == got["theirs"], sql
+        assert isinstance(got["ours"], Counter) == ("{o} o" not in sql), (sql, got["ours"])
