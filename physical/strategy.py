@@ -5,7 +5,8 @@ describe.py prints it, so EXPLAIN PHYSICAL cannot disagree with what runs):
 
 - `bitmap`: the delete files are read on the driver, and each data file's deleted positions
   become a bitmap (one bit per row), an array column of a broadcast table of one row per data
-  file, joined on the file key. The scan keeps a row iff its bit is clear: no extra Spark job.
+  file, joined on the file key. The scan keeps a row iff its bit is clear: no Spark job reads
+  the delete files (the table's broadcast is one small job over its rows).
   Chosen when the bitmaps are small (they travel with the broadcast) and the delete files hold
   few enough rows to read on the driver.
 - `join`: the delete files are read by Spark and the scan anti-joins the deleted positions,
