@@ -32,6 +32,7 @@ import io
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import fastavro
@@ -295,63 +296,32 @@ _LIST_REQUIRED = (500, 501, 502)
 _MANIFEST_CONTENT = {c.value: c for c in ManifestContent}
 
 
+@dataclass(slots=True, eq=False)  # identity, as pyiceberg's models and the entries here
 class PartitionSummary:
     """One partition field's summary in a manifest list entry (pyiceberg's
     `PartitionFieldSummary` attributes: its manifest evaluator accepts it as one)."""
 
-    __slots__ = ("contains_null", "contains_nan", "lower_bound", "upper_bound")
-
-    def __init__(
-        self,
-        contains_null: bool,
-        contains_nan: bool | None,
-        lower_bound: bytes | None,
-        upper_bound: bytes | None,
-    ) -> None:
-        self.contains_null = contains_null
-        self.contains_nan = contains_nan
-        self.lower_bound = lower_bound
-        self.upper_bound = upper_bound
+    contains_null: bool
+    contains_nan: bool | None
+    lower_bound: bytes | None
+    upper_bound: bytes | None
 
 
+@dataclass(slots=True, eq=False)  # identity, as pyiceberg's models and the entries here
 class ListedManifest:
     """A manifest list entry: the attributes planning reads of pyiceberg's `ManifestFile`, under
     the same names, and the manifest's `first_row_id` (v3 row lineage), which pyiceberg's model
     does not carry."""
 
-    __slots__ = (
-        "manifest_path",
-        "manifest_length",
-        "partition_spec_id",
-        "content",
-        "sequence_number",
-        "min_sequence_number",
-        "added_snapshot_id",
-        "partitions",
-        "first_row_id",
-    )
-
-    def __init__(
-        self,
-        manifest_path: str,
-        manifest_length: int,
-        partition_spec_id: int,
-        content: ManifestContent,
-        sequence_number: int,
-        min_sequence_number: int,
-        added_snapshot_id: int | None,
-        partitions: list[PartitionSummary] | None,
-        first_row_id: int | None,
-    ) -> None:
-        self.manifest_path = manifest_path
-        self.manifest_length = manifest_length
-        self.partition_spec_id = partition_spec_id
-        self.content = content
-        self.sequence_number = sequence_number
-        self.min_sequence_number = min_sequence_number
-        self.added_snapshot_id = added_snapshot_id
-        self.partitions = partitions
-        self.first_row_id = first_row_id
+    manifest_path: str
+    manifest_length: int
+    partition_spec_id: int
+    content: ManifestContent
+    sequence_number: int
+    min_sequence_number: int
+    added_snapshot_id: int | None
+    partitions: list[PartitionSummary] | None
+    first_row_id: int | None
 
     def as_pyiceberg(self) -> ManifestFile:
         """pyiceberg's model of this entry, for its manifest reader (the fallback)."""

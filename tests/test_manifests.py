@@ -286,7 +286,8 @@ _LIST_FIELDS = (
 )
 
 
-def _list_theirs(m: Any) -> tuple:
+def _list_entry(m: Any) -> tuple:
+    """A list entry's fields, ours or pyiceberg's: the same attribute names, by design."""
     parts = m.partitions
     return (
         *(getattr(m, n) for n in _LIST_FIELDS),
@@ -296,17 +297,13 @@ def _list_theirs(m: Any) -> tuple:
     )
 
 
-def _list_ours(m: Any) -> tuple:
-    return _list_theirs(m)  # the same attribute names: that is the point
-
-
 def _same_list(file_io: Any, path: str) -> int:
     from pyiceberg.manifest import read_manifest_list
 
-    theirs = [_list_theirs(m) for m in read_manifest_list(file_io.new_input(path))]
+    theirs = [_list_entry(m) for m in read_manifest_list(file_io.new_input(path))]
     with file_io.new_input(path).open() as f:
         ours_raw = manifests.decode_manifest_list(f.read())
-    ours = [_list_ours(m) for m in ours_raw]
+    ours = [_list_entry(m) for m in ours_raw]
     assert ours == theirs, path
     # always the enum (pyiceberg gives a v1 list's default as a bare 0: equal, not the same)
     assert all(isinstance(o[3], ManifestContent) for o in ours)
