@@ -78,7 +78,14 @@ class _Describer:
                     )
                     if compact:
                         self.emit("compact: one row per key and $del_partition with max($del_seq)")
-                side = broadcast_text("keys", node.rows(), eq_relation_bytes(node), self.limit)
+                est = eq_relation_bytes(node)
+                cache = current().delete_cache_bytes
+                if 0 < cache and est <= cache:  # as reuse.cached keeps it
+                    self.emit(
+                        "persist: kept in Spark's cache for later queries of the session "
+                        "(delete_cache_bytes)"
+                    )
+                side = broadcast_text("keys", node.rows(), est, self.limit)
                 return self.emit(f"as {side}")
             case AntiJoin(left=left, right=right):
                 a, b = self.visit(left), self.visit(right)

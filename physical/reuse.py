@@ -9,6 +9,10 @@ DataFrame a program holds: the files are checked against their recorded sizes be
 query (scan.check_files), as for a new read. Keyed by what the DataFrame is made of (schema,
 paths, expressions), least recently used first out beyond `FRAMES` per session. Spark Connect
 builds DataFrames on the client without round trips: nothing is kept there.
+
+`cached` goes further for what is costly to read rather than to build (equality delete
+sides): the DataFrame is persisted in Spark's cache, on classic and Connect sessions alike,
+so later queries read its rows from there instead of the files.
 """
 
 from __future__ import annotations
@@ -78,6 +82,81 @@ def reused(
     return df
 
 
+class _Cached:
+    """One session's persisted DataFrames, least recently used first, with their estimated
+    bytes."""
+
+    def __init__(self) -> None:
+        self.frames: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self.held = 0
+
+
+_cached: weakref.WeakKeyDictionary[Any, _Cached] = weakref.WeakKeyDictionary()
+
+
+def cached(spark: Any, key: Hashable, make: Callable[[], Any], weight: int, limit: int) -> Any:
+    """`make()` kept in Spark's cache (`persist`: memory, spilling to local disk) for later
+    queries of this session, classic or Connect, that read the same files the same way:
+    Spark then reads the cached rows instead of the files. What a session keeps weighs at
+    most `limit` estimated bytes; the least recently used is unpersisted first, and a frame
+    heavier than `limit` alone is made every time, uncached. The files are immutable and
+    checked against their recorded sizes before every query (scan.check_files), so the rows
+    cached are the rows the files hold."""
+    with _lock:
+        kept = _cached.get(spark)
+        hit = kept.frames.get(key) if kept is not None else None
+        if hit is not None and weight <= limit:
+            kept.frames.move_to_end(key)
+            return hit[0]
+        # a lowered limit (0 turns the cache off) drops what it no longer allows, at once
+        gone = _trim(kept, limit) if kept is not None else []
+    for old in gone:
+        _unpersist(old)
+    if weight > limit or limit <= 0:
+        return make()
+    df = make().persist()
+    with _lock:
+        kept = _cached.setdefault(spark, _Cached())
+        if key in kept.frames:  # another thread made it meanwhile: keep theirs
+            gone = [df]
+            df = kept.frames[key][0]
+        else:
+            kept.frames[key] = (df, weight)
+            kept.held += weight
+            gone = _trim(kept, limit)
+    for old in gone:
+        _unpersist(old)
+    return df
+
+
+def _trim(kept: _Cached, limit: int) -> list[Any]:
+    """Takes out the least recently used frames beyond the count and `limit`; returns them."""
+    gone = []
+    while kept.frames and (len(kept.frames) > FRAMES or kept.held > limit or limit <= 0):
+        _, (old, w) = kept.frames.popitem(last=False)
+        kept.held -= w
+        gone.append(old)
+    return gone
+
+
+def _unpersist(df: Any) -> None:
+    """Drop a cached frame's blocks without waiting; a query running over it reads its files
+    again where blocks are gone (Spark recomputes them)."""
+    try:
+        df.unpersist(blocking=False)
+    except Exception:  # noqa: BLE001 - a stopped session holds nothing to drop
+        pass
+
+
+def uncache_all() -> None:
+    """Unpersist and forget every frame `cached` keeps, in every session."""
+    with _lock:
+        frames = [df for kept in _cached.values() for df, _ in kept.frames.values()]
+        _cached.clear()
+    for df in frames:
+        _unpersist(df)
+
+
 def fingerprint(node: Plan) -> Hashable:
     """What a plan node is made of, as a hashable value: two nodes with one fingerprint compile
     to the same DataFrame (nodes are frozen dataclasses; a bound filter counts by its SQL)."""
@@ -104,3 +183,4 @@ def _value(v: Any) -> Hashable:
 def clear() -> None:
     with _lock:
         _by_session.clear()
+    uncache_all()

@@ -28,7 +28,7 @@ from mor.physical.positions import (
     first_line,
     read_positions,
 )
-from mor.physical.reuse import reused
+from mor.physical.reuse import cached, fingerprint, reused
 from mor.physical.strategy import (
     FileKey,
     broadcast_allowed,
@@ -869,9 +869,27 @@ def float_key(c: Column) -> Column:
 
 
 def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) -> DataFrame:
+    check_files(node)
+    # several files' keys are compacted only for a shuffled join (strategy.compacted_keys)
+    compact = compacted_keys(node, broadcast_limit(spark))
+    est = eq_relation_bytes(node)
+    df = cached(
+        spark,
+        ("equality deletes", fingerprint(node), compact),
+        lambda: _eq_delete_rows(spark, node, paths, compact),
+        est,
+        current().delete_cache_bytes,
+    )
+    return _broadcast_if_small(spark, df, node.rows(), est)
+
+
+def _eq_delete_rows(
+    spark: SparkSession, node: EqDeleteScan, paths: SparkPaths, compact: bool
+) -> DataFrame:
+    """The keys of an equality delete scan's files (with $del_seq and $del_partition when a
+    guard needs them), compacted when `compact`."""
     where = f"equality deletes of {node.table}"
     key_names = [k.col.name for k in node.keys]
-    check_files(node)
     fk = file_key(node.files)
     keys = _file_keys(node.files, fk, paths) if fk.is_long else {}
     key_col = _KeyColumn(fk, node.files, keys, paths, where)
@@ -893,13 +911,10 @@ def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) 
     for k in node.keys:
         if k.compared_as_text:  # before compaction: -0.0 and 0.0 are two delete keys
             df = df.withColumn(k.col.name, float_key(F.col(f"`{k.col.name}`")))
-    # several files' keys are compacted only for a shuffled join (strategy.compacted_keys)
-    compact = compacted_keys(node, broadcast_limit(spark))
     if not node.meta:
         # no anti-join reading this checks a guard: the keys alone
         df = df.select(*key_names)
-        df = df.distinct() if compact else df
-        return _broadcast_if_small(spark, df, node.rows(), eq_relation_bytes(node))
+        return df.distinct() if compact else df
     rows = [(keys[f.file_id], f.file_id, f.data_seq, f.partition_id) for f in node.files]
     df = df.join(_file_table(spark, fk, rows, ("$del_file", DEL_SEQ, DEL_PART)), FKEY, "left")
     df = df.select(*key_names, _guard(DEL_SEQ, f"equality deletes of {node.table}"), DEL_PART)
@@ -911,4 +926,4 @@ def scan_eq_deletes(spark: SparkSession, node: EqDeleteScan, paths: SparkPaths) 
             .agg(F.max(DEL_SEQ).alias(DEL_SEQ))
             .select(*key_names, DEL_SEQ, DEL_PART)
         )
-    return _broadcast_if_small(spark, df, node.rows(), eq_relation_bytes(node))
+    return df

@@ -81,6 +81,15 @@ SETTINGS: tuple[Setting, ...] = (
         "larger ones are joined by a shuffle",
     ),
     Setting(
+        "delete_cache_bytes",
+        "MOR_DELETE_CACHE_BYTES",
+        int,
+        256 << 20,
+        "equality delete sides (the keys Spark reads from delete files) are kept in Spark's "
+        "cache across queries of a session, least recently used first out beyond this many "
+        "estimated bytes; 0 keeps none",
+    ),
+    Setting(
         "scan_barrier",
         "MOR_SCAN_BARRIER",
         bool,
@@ -202,6 +211,7 @@ class Settings:
     io_threads: int = 16
     broadcast_rows: int = 20_000_000
     broadcast_bytes: int = 0
+    delete_cache_bytes: int = 256 << 20
     scan_barrier: bool = True
     position_bitmap_bytes: int = 4 << 20
     position_driver_rows: int = 2_000_000

@@ -16,7 +16,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 from mor import mor_sql
 from mor.fixtures import TableWriter
 from mor.physical import reuse
-from mor.physical.reuse import fingerprint, reused
+from mor.physical.reuse import cached, fingerprint, reused
 from mor.planner.errors import DataFileError
 
 SCHEMA = Schema(
@@ -123,3 +123,84 @@ def test_a_reused_scan_sees_new_deletes_and_is_checked_again(catalog: Any, spark
             out.write(saved)
         os.utime(path)
     assert ids() == [1, 3]
+
+
+class Frame:
+    """Stands for a DataFrame: records persist and unpersist."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name, self.log = name, log
+
+    def persist(self) -> Frame:
+        self.log.append(f"persist {self.name}")
+        return self
+
+    def unpersist(self, blocking: bool = False) -> Frame:
+        self.log.append(f"unpersist {self.name}")
+        return self
+
+
+def test_cached_frames_are_persisted_once_and_unpersisted_beyond_their_bound() -> None:
+    log: list[str] = []
+    s = Session()
+
+    def get(k: str, weight: int = 4, limit: int = 10) -> Frame:
+        return cached(s, k, lambda: Frame(k, log), weight, limit)
+
+    a = get("a")
+    assert get("a") is a and log == ["persist a"]  # made and persisted once
+    get("b")
+    get("a")  # a is now the most recently used
+    get("c")  # 12 > 10: b, the least recently used, goes
+    assert log == ["persist a", "persist b", "persist c", "unpersist b"]
+    log.clear()
+    heavy = get("h", weight=11)  # heavier than the bound alone: made, never persisted
+    assert get("h", weight=11) is not heavy and log == []
+    get("a", limit=0)  # the cache turned off: what it kept is dropped at once
+    assert sorted(log) == ["unpersist a", "unpersist c"]
+    assert not reuse._cached[s].frames
+    log.clear()
+    get("a")
+    reuse.uncache_all()  # as clear_position_cache() does
+    assert log == ["persist a", "unpersist a"] and s not in reuse._cached
+
+
+def test_cached_equality_deletes_are_read_once_and_never_outlive_their_files(
+    catalog: Any, spark: Any
+) -> None:
+    """The keys of equality delete files stay in Spark's cache across queries (one read of
+    the files); a newer snapshot's delete files are another entry, and a cached file that
+    changed size is refused as an uncached one is."""
+    w, _ = _table(catalog)
+    w.commit(deletes=[w.equality_delete_file([1], [{1: 2}])])
+    reuse.clear()
+
+    def ids(sql: str = "SELECT id FROM r.t", **settings: Any) -> list[int]:
+        df = mor_sql(sql, catalog=catalog, spark=spark, settings=settings)
+        return sorted(r.id for r in df.collect())
+
+    assert ids() == [1, 3]
+    kept = reuse._cached[spark].frames
+    assert len(kept) == 1
+    ((df, _),) = kept.values()
+    assert df.storageLevel.useMemory  # persisted
+    assert ids("SELECT id FROM r.t WHERE s <> 'x'") == [1, 3]  # another query, same deletes
+    assert len(kept) == 1 and next(iter(kept.values()))[0] is df
+    second = w.equality_delete_file([1], [{1: 3}])
+    w.commit(deletes=[second])
+    assert ids() == [1]  # the new snapshot's second delete file applies
+    assert len(kept) == 2
+    path = second.file_path.removeprefix("file:")
+    saved = open(path, "rb").read()
+    try:
+        with open(path, "wb") as out:
+            out.write(saved + b"\0")
+        with pytest.raises(DataFileError, match="was replaced or truncated"):
+            ids()
+    finally:
+        with open(path, "wb") as out:
+            out.write(saved)
+        os.utime(path)
+    assert ids() == [1]
+    assert ids(delete_cache_bytes=0) == [1]  # read from the files again; the cache dropped
+    assert not kept
