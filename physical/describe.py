@@ -79,12 +79,7 @@ class _Describer:
                     if compact:
                         self.emit("compact: one row per key and $del_partition with max($del_seq)")
                 est = eq_relation_bytes(node)
-                cache = current().delete_cache_bytes
-                if 0 < cache and est <= cache:  # as reuse.cached keeps it
-                    self.emit(
-                        "persist: kept in Spark's cache for later queries of the session "
-                        "(delete_cache_bytes)"
-                    )
+                self._persist(est)
                 side = broadcast_text("keys", node.rows(), est, self.limit)
                 return self.emit(f"as {side}")
             case AntiJoin(left=left, right=right):
@@ -176,6 +171,15 @@ class _Describer:
                 )
         return self.emit(type(node).__name__)
 
+    def _persist(self, est: int) -> None:
+        """The step of a delete side kept in Spark's cache (as reuse.cached keeps it)."""
+        cache = current().delete_cache_bytes
+        if 0 < cache and est <= cache:
+            self.emit(
+                "persist: kept in Spark's cache for later queries of the session "
+                "(delete_cache_bytes)"
+            )
+
     def _scan(self, node: IcebergScan) -> int:
         tasks = node.data_files()
         deletes = node.deletes_by_id()
@@ -237,17 +241,14 @@ class _Describer:
                     "(file_path, pos) joined with broadcast(applicable pairs) on the recorded "
                     "data file path"
                 )
+            est = position_relation_bytes(strategy, fk.is_long)
             if strategy.method != "bitmap":
+                self._persist(est)
                 self.emit(
                     f"join broadcast(recorded row counts) on {key}: a row at or past its file's "
                     "count stops the query"
                 )
-            side = broadcast_text(
-                "deleted positions",
-                strategy.delete_rows,
-                position_relation_bytes(strategy, fk.is_long),
-                self.limit,
-            )
+            side = broadcast_text("deleted positions", strategy.delete_rows, est, self.limit)
             step = self.emit(
                 strategy.describe(key, side) + ": deleted positions removed in the scan"
             )

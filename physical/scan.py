@@ -632,20 +632,30 @@ def scan_data(spark: SparkSession, scan: IcebergScan, paths: SparkPaths) -> Data
             )
             df = df.where(keep)
     elif strategy is not None:
-        positions = _positions(spark, tasks, deletes, paths, fk, keys, scan.table, scan.source_key)
+        shift = strategy.shift
+
+        def deleted() -> DataFrame:
+            found = _positions(spark, tasks, deletes, paths, fk, keys, scan.table, scan.source_key)
+            if shift is None:
+                return found
+            return found.where((F.col(POS) >= 0) & (F.col(POS) < F.lit(1 << shift))).select(
+                _packed(F.col(FKEY), F.col(POS), shift).alias(PKEY)
+            )
+
+        est = position_relation_bytes(strategy, fk.is_long)
+        identity = _positions_identity(tasks, deletes, keys)
+        positions = cached(
+            spark, ("positions", identity, shift), deleted, est, current().delete_cache_bytes
+        )
         on: list[str] = [FKEY, POS]
-        if strategy.shift is not None:
-            df = df.withColumn(PKEY, _packed(F.col(FKEY), F.col(POS), strategy.shift))
-            positions = positions.where(
-                (F.col(POS) >= 0) & (F.col(POS) < F.lit(1 << strategy.shift))
-            ).select(_packed(F.col(FKEY), F.col(POS), strategy.shift).alias(PKEY))
+        if shift is not None:
+            df = df.withColumn(PKEY, _packed(F.col(FKEY), F.col(POS), shift))
             on = [PKEY]
         # as bitmap_keep does for bitmaps: a row past its file's recorded count stops
         counted = [(keys[t.file_id], t.record_count, t.path) for t in tasks if t.pos_deletes]
         types = (T.LongType(), T.StringType())
         df = df.join(_file_table(spark, fk, counted, (COUNT, RECORDED), types), FKEY, "left")
         df = _row_count_check(df, scan.table)
-        est = position_relation_bytes(strategy, fk.is_long)
         positions = _broadcast_if_small(spark, positions, strategy.delete_rows, est)
         df = df.join(positions, on, "left_anti")
     hidden = []
@@ -801,6 +811,30 @@ def _positions(
     for other in parts[1:]:
         out = out.unionByName(other)
     return out
+
+
+def _positions_identity(
+    tasks: Sequence[DataTask], deletes: dict[int, DeleteTask], keys: dict[int, Any]
+) -> Hashable:
+    """What `_positions` reads and makes: each data file with deletes (path read, path
+    recorded, size, its key) with the delete files or vectors that apply to it."""
+    return tuple(
+        (
+            t.read_path,
+            t.path,
+            t.size_bytes,
+            t.record_count,
+            keys[t.file_id],
+            tuple(
+                sorted(
+                    (d.read_path, d.size_bytes, d.dv.offset if d.dv else -1)
+                    for d in (deletes[p] for p in t.pos_deletes)
+                )
+            ),
+        )
+        for t in sorted(tasks, key=lambda t: t.read_path)
+        if t.pos_deletes
+    )
 
 
 def _dv_positions(

@@ -85,9 +85,9 @@ SETTINGS: tuple[Setting, ...] = (
         "MOR_DELETE_CACHE_BYTES",
         int,
         256 << 20,
-        "equality delete sides (the keys Spark reads from delete files) are kept in Spark's "
-        "cache across queries of a session, least recently used first out beyond this many "
-        "estimated bytes; 0 keeps none",
+        "delete sides Spark reads (equality keys, and deleted positions joined rather than "
+        "bitmapped) are kept in Spark's cache across queries of a session, least recently "
+        "used first out beyond this many estimated bytes; 0 keeps none",
     ),
     Setting(
         "scan_barrier",

@@ -13,7 +13,7 @@ import pytest
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
-from mor import mor_sql
+from mor import explain, mor_sql
 from mor.fixtures import TableWriter
 from mor.physical import reuse
 from mor.physical.reuse import cached, fingerprint, reused
@@ -204,3 +204,33 @@ def test_cached_equality_deletes_are_read_once_and_never_outlive_their_files(
     assert ids() == [1]
     assert ids(delete_cache_bytes=0) == [1]  # read from the files again; the cache dropped
     assert not kept
+
+
+def test_cached_deleted_positions_follow_the_snapshot(catalog: Any, spark: Any) -> None:
+    """Deleted positions read by Spark (the anti-join method) are cached like equality keys:
+    read once for repeated queries, another entry when a newer delete file applies."""
+    w, f = _table(catalog)
+    w.commit(deletes=[w.position_delete_file({f.file_path: [0]}, f)])
+    reuse.clear()
+    antijoin = {"position_bitmap_bytes": 0}
+
+    def ids() -> list[int]:
+        df = mor_sql("SELECT id FROM r.t", catalog=catalog, spark=spark, settings=antijoin)
+        return sorted(r.id for r in df.collect())
+
+    assert ids() == [2, 3]
+    assert ids() == [2, 3]
+    kept = reuse._cached[spark].frames
+    assert [k[0] for k in kept] == ["positions"]
+    w.commit(deletes=[w.position_delete_file({f.file_path: [2]}, f)])
+    assert ids() == [2]  # both files apply now: another entry
+    assert [k[0] for k in kept] == ["positions", "positions"]
+    plan = explain("SELECT id FROM r.t", catalog=catalog, physical=True, settings=antijoin)
+    assert "persist: kept in Spark's cache" in plan
+    plan = explain(
+        "SELECT id FROM r.t",
+        catalog=catalog,
+        physical=True,
+        settings={**antijoin, "delete_cache_bytes": 0},
+    )
+    assert "persist" not in plan
