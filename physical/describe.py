@@ -6,6 +6,7 @@ This module does not import pyspark.
 
 from __future__ import annotations
 
+from mor.physical.reuse import keeps
 from mor.physical.strategy import (
     broadcast_text,
     compacted_keys,
@@ -173,8 +174,7 @@ class _Describer:
 
     def _persist(self, est: int) -> None:
         """The step of a delete side kept in Spark's cache (as reuse.cached keeps it)."""
-        cache = current().delete_cache_bytes
-        if 0 < cache and est <= cache:
+        if keeps(est, current().delete_cache_bytes):
             self.emit(
                 "persist: kept in Spark's cache for later queries of the session "
                 "(delete_cache_bytes)"

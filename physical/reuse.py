@@ -10,9 +10,9 @@ query (scan.check_files), as for a new read. Keyed by what the DataFrame is made
 paths, expressions), least recently used first out beyond `FRAMES` per session. Spark Connect
 builds DataFrames on the client without round trips: nothing is kept there.
 
-`cached` goes further for what is costly to read rather than to build (equality delete
-sides): the DataFrame is persisted in Spark's cache, on classic and Connect sessions alike,
-so later queries read its rows from there instead of the files.
+`cached` goes further for what is costly to read rather than to build (equality delete keys,
+deleted positions read by Spark): the DataFrame is persisted in Spark's cache, on classic and
+Connect sessions alike, so later queries read its rows from there instead of the files.
 """
 
 from __future__ import annotations
@@ -31,21 +31,32 @@ FRAMES = 256
 
 
 class _Kept:
-    """One session's DataFrames, least recently used first, with the bytes of bitmap data
-    each holds on the driver (an estimate; 0 for a read)."""
+    """One session's DataFrames, least recently used first, with the bytes each weighs (for
+    `reused`, bitmap data held on the driver, 0 for a read; for `cached`, the estimated rows
+    kept in Spark's cache)."""
 
     def __init__(self) -> None:
         self.frames: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self.held = 0
 
-    def put(self, key: Hashable, df: Any, weight: int, limit: int) -> None:
+    def put(self, key: Hashable, df: Any, weight: int, limit: int) -> list[Any]:
+        """Keeps `df` unless it is kept already or heavier than `limit`; returns the frames
+        that went to make room."""
         if key in self.frames or weight > limit:
-            return
+            return []
         self.frames[key] = (df, weight)
         self.held += weight
-        while len(self.frames) > FRAMES or self.held > limit:
-            _, (_, w) = self.frames.popitem(last=False)
+        return self.trim(limit)
+
+    def trim(self, limit: int) -> list[Any]:
+        """Takes out the least recently used frames beyond `FRAMES` and `limit` bytes; returns
+        them."""
+        gone = []
+        while self.frames and (len(self.frames) > FRAMES or self.held > limit):
+            _, (old, w) = self.frames.popitem(last=False)
             self.held -= w
+            gone.append(old)
+        return gone
 
 
 _lock = threading.Lock()
@@ -82,16 +93,12 @@ def reused(
     return df
 
 
-class _Cached:
-    """One session's persisted DataFrames, least recently used first, with their estimated
-    bytes."""
-
-    def __init__(self) -> None:
-        self.frames: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
-        self.held = 0
+_cached: weakref.WeakKeyDictionary[Any, _Kept] = weakref.WeakKeyDictionary()
 
 
-_cached: weakref.WeakKeyDictionary[Any, _Cached] = weakref.WeakKeyDictionary()
+def keeps(weight: int, limit: int) -> bool:
+    """Whether `cached` keeps a frame of `weight` estimated bytes under `limit` (0: none)."""
+    return 0 < limit and weight <= limit
 
 
 def cached(spark: Any, key: Hashable, make: Callable[[], Any], weight: int, limit: int) -> Any:
@@ -102,41 +109,30 @@ def cached(spark: Any, key: Hashable, make: Callable[[], Any], weight: int, limi
     heavier than `limit` alone is made every time, uncached. The files are immutable and
     checked against their recorded sizes before every query (scan.check_files), so the rows
     cached are the rows the files hold."""
+    bound = limit if limit > 0 else -1  # 0 turns the cache off: nothing weighs below -1
     with _lock:
         kept = _cached.get(spark)
         hit = kept.frames.get(key) if kept is not None else None
-        if hit is not None and weight <= limit:
+        if hit is not None and keeps(weight, limit):
             kept.frames.move_to_end(key)
             return hit[0]
-        # a lowered limit (0 turns the cache off) drops what it no longer allows, at once
-        gone = _trim(kept, limit) if kept is not None else []
+        # a lowered limit drops what it no longer allows, at once
+        gone = kept.trim(bound) if kept is not None else []
     for old in gone:
         _unpersist(old)
-    if weight > limit or limit <= 0:
+    if not keeps(weight, limit):
         return make()
     df = make().persist()
     with _lock:
-        kept = _cached.setdefault(spark, _Cached())
+        kept = _cached.setdefault(spark, _Kept())
         if key in kept.frames:  # another thread made it meanwhile: keep theirs
             gone = [df]
             df = kept.frames[key][0]
         else:
-            kept.frames[key] = (df, weight)
-            kept.held += weight
-            gone = _trim(kept, limit)
+            gone = kept.put(key, df, weight, bound)
     for old in gone:
         _unpersist(old)
     return df
-
-
-def _trim(kept: _Cached, limit: int) -> list[Any]:
-    """Takes out the least recently used frames beyond the count and `limit`; returns them."""
-    gone = []
-    while kept.frames and (len(kept.frames) > FRAMES or kept.held > limit or limit <= 0):
-        _, (old, w) = kept.frames.popitem(last=False)
-        kept.held -= w
-        gone.append(old)
-    return gone
 
 
 def _unpersist(df: Any) -> None:
