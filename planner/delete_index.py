@@ -35,7 +35,7 @@ POS_FILE_PATH_ID = 2147483546
 """Field id of `file_path` in position delete files (its bounds are a path range)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     """A manifest entry as planning sees it: the file, its data sequence number (inherited
     when the entry has none), the spec it was written with and its partition tuple."""

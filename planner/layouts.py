@@ -1,13 +1,24 @@
 """File layouts: how a data or delete file differs from the table's schema.
 
-Most files need nothing special: Spark reads them by Parquet field id with the table's types.
-Two kinds of file do, and only tables that can hold them pay for a footer read per file:
+Spark reads every column by name (never by Parquet field id: that needs a session setting that
+would change how the user's own reads match columns too). Most tables need nothing special:
+when no name in the table's history was ever used by another field id, renamed, or sanitized by
+writers, and no type was promoted, the schema's names and types are every file's, and no footer
+is read. Tables migrated into Iceberg (`add_files`, Hive or Delta migrations) hold files without
+field ids and carry a name mapping (`schema.name-mapping.default`); when the mapping gives each
+field exactly the name the schema does, those files are read by the same names, footer-free too.
 
-- files without field ids (tables migrated into Iceberg, which carry a name mapping in
-  `schema.name-mapping.default`): their columns are read by the mapped names;
+Footers are needed only for what metadata cannot tell (`footer_reason` says which):
+- a name mapping with aliases or without some field: files without field ids are read by the
+  names the mapping accepts and their footer shows;
 - files written before a column was promoted (int -> long, float -> double, a wider decimal):
   Spark 3.5's vectorized reader cannot upcast dictionary-encoded pages, so they are read with
-  their own physical type and cast to the table's.
+  their own physical type and cast to the table's;
+- renamed or reused names: each file's own names, by field id;
+- v3 columns with an initial default: which files predate the column.
+Then only the footers of the files the query reads (after pruning) are read, in parallel
+(setting io_threads), and each file's layout is kept across queries of the process (files are
+immutable; keyed by path, size and the table's schemas).
 """
 
 from __future__ import annotations
@@ -30,12 +41,18 @@ from pyiceberg.types import (
     StructType,
 )
 
+from mor.planner.cache import BoundedCache
 from mor.planner.defaults import defaulted_ids
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import Layout
 from mor.planner.sources import TableSource
 
 NAME_MAPPING = "schema.name-mapping.default"
+
+# A file's layout depends on the file (immutable: its path and size) and the table's schemas and
+# name mapping: kept across queries of the process (planning.py), bounded by the files held.
+LAYOUTS: BoundedCache[Layout] = BoundedCache()
+LAYOUT_CACHE_FILES = 1_000_000
 
 
 def _primitive_ids(struct: StructType, out: dict[int, IcebergType]) -> dict[int, IcebergType]:
@@ -101,13 +118,39 @@ def names_ambiguous(src: TableSource) -> bool:
     return any(len(n) > 1 for n in names.values()) or any(len(o) > 1 for o in owners.values())
 
 
+def footer_reason(src: TableSource) -> str | None:
+    """Why the files of this table must be matched to its schema by their footers (what
+    EXPLAIN VERBOSE could print), or None when every file reads by the schema's names."""
+    if promoted_fields(src):
+        return "a column's type was promoted"
+    if names_ambiguous(src):
+        return "a column was renamed, or a name was used by another column"
+    if defaulted_ids(src.metadata.schemas):
+        return "a column has an initial default"
+    if NAME_MAPPING in src.metadata.properties and not _mapping_is_schema(src):
+        return "the name mapping names a column otherwise than the schema"
+    return None
+
+
 def needs_footers(src: TableSource) -> bool:
-    return (
-        NAME_MAPPING in src.metadata.properties
-        or bool(promoted_fields(src))
-        or names_ambiguous(src)
-        or bool(defaulted_ids(src.metadata.schemas))
-    )
+    return footer_reason(src) is not None
+
+
+def _mapping_is_schema(src: TableSource) -> bool:
+    """The name mapping gives every named field of every schema exactly the one name the schema
+    gives it (names_ambiguous is false, so there is one): files without field ids then hold
+    each field under the name the schema reads. A field missing from the mapping reads as NULL
+    from such files (Iceberg's rule), which reading by name could not promise."""
+    try:
+        mapping = _name_mapping(src)
+    except (ValueError, TypeError, AttributeError):  # malformed: footers say what each file is
+        return False
+    mapped = {key[-1]: names for key, names in mapping.items()}
+    for schema in src.metadata.schemas:
+        for fid, (_, name) in _named_fields(schema.as_struct()).items():
+            if mapped.get(fid) != [name]:
+                return False
+    return True
 
 
 def _name_mapping(src: TableSource) -> dict[tuple[int, ...], list[str]]:

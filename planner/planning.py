@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+
+from pyiceberg.schema import Schema
 
 from mor.planner.defaults import default_sql
 from mor.planner.errors import MetadataError
-from mor.planner.layouts import layout_of, needs_footers
+from mor.planner.layouts import LAYOUT_CACHE_FILES, LAYOUTS, NAME_MAPPING, layout_of, needs_footers
 from mor.planner.nodes import (
     SNAPSHOT_METADATA_TABLES,
     EqField,
@@ -19,6 +22,7 @@ from mor.planner.nodes import (
 )
 from mor.planner.scan_planning import plan_scan
 from mor.planner.schemas import find_field
+from mor.planner.settings import current
 from mor.planner.sources import Resolver, TableSource
 
 
@@ -65,12 +69,32 @@ def planned_scan(node: IcebergScan, src: TableSource) -> IcebergScan:
     return replace(node, files=replace(files, eq_fields=tuple(eq_fields)))
 
 
-def _with_layouts(files: ScanFiles, src: object, schema: object) -> ScanFiles:
-    """Read footers (only for tables that can hold ids-less or promoted files): group by layout."""
+def _with_layouts(files: ScanFiles, src: TableSource, schema: Schema) -> ScanFiles:
+    """Group the scan's files by layout, from their footers (only for tables whose history
+    needs them: layouts.footer_reason). Only the files the query reads are opened, in parallel
+    (setting io_threads: an object store answers slowly), each once per process."""
+    history = (
+        str(src.metadata.table_uuid),
+        len(src.metadata.schemas),
+        schema.schema_id,
+        src.metadata.properties.get(NAME_MAPPING),
+    )
+    wanted = [d for d in files.data] + [d for d in files.deletes if d.kind == "equality"]
+    keys = {d.path: (d.read_path, d.size_bytes, history) for d in wanted}
+    missing = [p for p, k in keys.items() if LAYOUTS.get(k) is None]
+    if missing:
+        workers = max(1, min(len(missing), current().io_threads))
+        with ThreadPoolExecutor(workers, thread_name_prefix="mor-footers") as pool:
+            found = list(pool.map(lambda p: layout_of(src, p, schema), missing))
+        shared: dict[Layout, Layout] = {}
+        for p, lay in zip(missing, found):
+            LAYOUTS.put(keys[p], shared.setdefault(lay, lay), 1, LAYOUT_CACHE_FILES)
     index: dict[Layout, int] = {Layout(): 0}
 
     def idx(path: str) -> int:
-        lay = layout_of(src, path, schema)  # type: ignore[arg-type]
+        lay = LAYOUTS.get(keys[path])
+        if lay is None:  # evicted meanwhile by another scan's footers: read it again
+            lay = layout_of(src, path, schema)
         return index.setdefault(lay, len(index))
 
     data = tuple(replace(d, layout=idx(d.path)) for d in files.data)

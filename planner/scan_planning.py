@@ -50,6 +50,7 @@ from mor.planner.cache import BoundedCache
 from mor.planner.delete_index import DeleteIndex, Entry, InvalidDeletes, is_dv
 from mor.planner.eq_bounds import may_apply, metrics_of
 from mor.planner.errors import MetadataError, UnsupportedError
+from mor.planner.layouts import LAYOUTS
 from mor.planner.manifests import (
     EntryFile,
     ListedManifest,
@@ -163,8 +164,10 @@ _LISTS: BoundedCache[list[ListedManifest]] = BoundedCache()
 
 
 def clear_manifest_cache() -> None:
+    """Forget what planning read of manifests, manifest lists and footers."""
     _CACHE.clear()
     _LISTS.clear()
+    LAYOUTS.clear()
 
 
 def moved_hint(src: TableSource, recorded: str) -> str:
@@ -541,7 +544,13 @@ def _match(
         next_id += 1
 
     tasks = []
+    # one (field id, value) tuple per partition, shared by its files (10^6 files, 10^3 values)
+    pairs: dict[tuple[int, tuple[Any, ...]], tuple[tuple[int, Any], ...]] = {}
     for i, (e, pos, eqs) in enumerate(per_file):
+        key = (e.spec_id, e.part)
+        partition = pairs.get(key)
+        if partition is None:
+            partition = pairs[key] = tuple(zip(field_ids[e.spec_id], e.part))
         tasks.append(
             DataTask(
                 file_id=i,
@@ -552,7 +561,7 @@ def _match(
                 partition_id=part_id(e.spec_id, e.part),
                 record_count=e.file.record_count,
                 size_bytes=e.file.file_size_in_bytes,
-                partition=tuple(zip(field_ids[e.spec_id], e.part)),
+                partition=partition,
                 first_row_id=e.first_row_id,
                 pos_deletes=tuple(sorted(del_ids[delete_key(d)] for d in pos)),
                 eq_sets=tuple(

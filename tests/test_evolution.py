@@ -185,6 +185,89 @@ def test_files_without_field_ids_use_the_name_mapping(
     assert _q(catalog, spark, "SELECT id, v FROM e.nm") == Counter({(1, 10): 1, (3, 30): 1})
 
 
+def _footers_opened(monkeypatch: Any) -> list[str]:
+    """The paths whose Parquet footer planning opens from now on."""
+    from mor.planner import layouts, planning
+
+    layouts.LAYOUTS.clear()
+    opened: list[str] = []
+    real = planning.layout_of
+
+    def counted(src: Any, path: str, schema: Any) -> Any:
+        opened.append(path)
+        return real(src, path, schema)
+
+    monkeypatch.setattr(planning, "layout_of", counted)
+    return opened
+
+
+def test_a_name_mapping_that_names_columns_as_the_schema_opens_no_footer(
+    catalog: Any, spark: Any, tmp_path: Any, monkeypatch: Any
+) -> None:
+    """add_files leaves a mapping with each column's own name: such files read by the schema's
+    names like files with field ids, without a footer read per file (20,000 of them were 20,000
+    requests on an object store before the query started)."""
+    import pyarrow.parquet as pq
+
+    w = TableWriter(catalog, "e.nm_plain", SCHEMA)
+    paths = []
+    for i in range(3):
+        paths.append(str(tmp_path / f"imported{i}.parquet"))
+        pq.write_table(_t([i], ["a"], [10 * i]), paths[-1])  # no field ids
+    w.refresh().add_files(paths)
+    w.append(_t([7], ["b"], [70]))
+    opened = _footers_opened(monkeypatch)
+    got = _q(catalog, spark, "SELECT id, p, v FROM e.nm_plain")
+    assert got == Counter({(0, "a", 0): 1, (1, "a", 10): 1, (2, "a", 20): 1, (7, "b", 70): 1})
+    assert opened == []
+
+
+def test_a_name_mapping_with_an_alias_reads_the_footers_of_the_files_read(
+    catalog: Any, spark: Any, tmp_path: Any, monkeypatch: Any
+) -> None:
+    """A mapping that accepts another name for a column (`ident` for `id`): which name a file
+    holds is in its footer, read for the files the query reads only (partition pruning first),
+    once per process."""
+    import json
+    import os
+
+    import pyarrow.parquet as pq
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "p", StringType(), required=False),
+    )
+    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "p"))
+    w = TableWriter(catalog, "e.nm_alias", schema, spec)
+    mapping = [{"field-id": 1, "names": ["id", "ident"]}, {"field-id": 2, "names": ["p"]}]
+    with w.refresh().transaction() as tx:
+        tx.set_properties({"schema.name-mapping.default": json.dumps(mapping)})
+    old = str(tmp_path / "old.parquet")
+    pq.write_table(pa.table({"ident": pa.array([1, 2], pa.int64()), "p": ["a", "a"]}), old)
+    # add_files checks the file's names against the schema, not the mapping: commit it as a
+    # migration would, with its partition and counts
+    imported = DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=old,
+        file_format=FileFormat.PARQUET,
+        partition=Record("a"),
+        file_size_in_bytes=os.path.getsize(old),
+        record_count=2,
+    )
+    imported.spec_id = 0
+    w.commit(data=[imported])
+    w.append(pa.table({"id": pa.array([3], pa.int64()), "p": ["b"]}))
+    opened = _footers_opened(monkeypatch)
+    assert _q(catalog, spark, "SELECT id FROM e.nm_alias WHERE p = 'a'") == Counter(
+        {(1,): 1, (2,): 1}
+    )
+    assert [p.rsplit("/", 1)[-1] for p in opened] == ["old.parquet"]
+    assert _q(catalog, spark, "SELECT id FROM e.nm_alias") == Counter({(1,): 1, (2,): 1, (3,): 1})
+    assert len(opened) == 2  # the second query opened only the file the first did not
+
+
 def test_column_dropped_and_added_again_under_its_name(catalog: Any, spark: Any) -> None:
     """A new column `v` (another field id) must read NULL from files written before it, even
     though those files hold a column named `v`: files are matched by field id, not by name."""
