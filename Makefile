@@ -49,9 +49,11 @@ demo: java venv
 # pyspark 4.x (classic) and on Spark Connect (a server started on 127.0.0.1), with the suites
 # that need no Iceberg runtime.
 S4_TESTS := tests/test_matrix.py tests/test_realdata.py tests/test_semantics.py \
-	tests/test_evolution.py tests/faults tests/test_sql_shapes.py tests/test_changes.py tests/test_reuse.py
+	tests/test_evolution.py tests/faults tests/test_sql_shapes.py tests/test_changes.py tests/test_reuse.py \
+	tests/test_plan_shape.py
 CONNECT_TESTS := tests/test_realdata.py tests/test_evolution.py tests/faults \
-	tests/test_sql_shapes.py tests/test_cli.py tests/test_changes.py tests/test_reuse.py
+	tests/test_sql_shapes.py tests/test_cli.py tests/test_changes.py tests/test_reuse.py \
+	tests/test_plan_shape.py
 test: java dev spark4
 	$(BIN)/ruff check planner rules physical mor tests bench
 	@echo "== pyspark $(SPARK35), classic =="

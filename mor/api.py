@@ -256,11 +256,9 @@ def _explain(
         from mor.physical.describe import describe
 
         if session is not None:
-            from mor.physical.scan import broadcast_limit, listing_threshold
+            from mor.physical.reads import session_facts
 
-            text += "\n" + describe(
-                planned.optimized, listing_threshold(session), broadcast_limit(session)
-            )
+            text += "\n" + describe(planned.optimized, session_facts(session, packing=True))
         else:
             text += "\n" + describe(planned.optimized)
     if analyze and session is not None:

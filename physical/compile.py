@@ -13,18 +13,14 @@ from pyspark.sql import types as T
 
 from mor.physical import arrow
 from mor.physical.changes import changes_schema, compile_changes
+from mor.physical.columns import float_key
+from mor.physical.eq_deletes import scan_eq_deletes
 from mor.physical.errors import query_error
-from mor.physical.paths import SparkPaths
+from mor.physical.guards import check_files
+from mor.physical.metadata_columns import hidden_type
+from mor.physical.reads import ReadContext, session_facts
 from mor.physical.reuse import fingerprint, reused
-from mor.physical.scan import (
-    broadcast_limit,
-    check_files,
-    float_key,
-    hidden_type,
-    listing_threshold,
-    scan_data,
-    scan_eq_deletes,
-)
+from mor.physical.scan import scan_data
 from mor.physical.session import is_connect
 from mor.physical.strategy import bitmap_weight, named_as_table, needs_barrier, scoped_only
 from mor.physical.types import spark_type
@@ -62,20 +58,20 @@ class Compiler:
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
-        self.paths = SparkPaths()
         self._memo: dict[int, tuple[Plan, DataFrame]] = {}
-        self._context: tuple | None = None
+        self._reads: ReadContext | None = None
+
+    @property
+    def reads(self) -> ReadContext:
+        """What the reads of this query share: the session and its facts (read once)."""
+        if self._reads is None:
+            self._reads = ReadContext(self.spark, session_facts(self.spark))
+        return self._reads
 
     def context(self) -> tuple:
         """What besides the plan decides what a node compiles to: the settings in effect and
-        the session's listing threshold and broadcast limit (read once per query)."""
-        if self._context is None:
-            self._context = (
-                current(),
-                listing_threshold(self.spark),
-                broadcast_limit(self.spark),
-            )
-        return self._context
+        the session's facts (listing threshold, broadcast limit, whether file lists serve)."""
+        return (current(), self.reads.facts)
 
     def compile(self, node: Plan) -> DataFrame:
         hit = self._memo.get(id(node))
@@ -97,21 +93,21 @@ class Compiler:
             make,
             lambda: check_files(node),
             lambda: bitmap_weight(node),
-            lambda: self.context()[2],
+            lambda: self.reads.facts.broadcast_limit,
         )
 
     def _compile(self, node: Plan) -> DataFrame:
         match node:
             case IcebergScan():
-                return scan_data(self.spark, node, self.paths)
+                return scan_data(self.reads, node)
             case EqDeleteScan():
-                return scan_eq_deletes(self.spark, node, self.paths)
+                return scan_eq_deletes(self.reads, node)
             case MetadataTable(data=data) if data is not None:
                 return arrow.to_dataframe(self.spark, data)
             case TableChanges():
                 return compile_changes(self.spark, node, self.compile)
             case AntiJoin(left=left, right=right, keys=keys):
-                # float keys arrive as text from the delete scan (scan.float_key): the data
+                # float keys arrive as text from the delete scan (columns.float_key): the data
                 # side's are made text alike
                 floats = right.text_keys() if isinstance(right, EqDeleteScan) else frozenset()
                 pairs = []
@@ -178,13 +174,12 @@ def to_dataframe(plan: Plan, spark: SparkSession, *, analyse_only: bool = False)
             frames = [_empty(spark, s) for s in plan.scans]
         else:
             compiler = Compiler(spark)
-            limit = listing_threshold(spark)
             frames = []
             for s in plan.scans:
 
                 def make(s: Plan = s) -> DataFrame:
                     df = _user_columns(compiler.compile(s), s)
-                    return barrier(df) if needs_barrier(s, limit) else df
+                    return barrier(df) if needs_barrier(s, compiler.reads.facts) else df
 
                 frames.append(compiler.reused("scan", s, make))
     except MorError:

@@ -6,23 +6,30 @@ This module does not import pyspark.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from mor.physical.reuse import keeps
 from mor.physical.strategy import (
+    Reading,
+    SessionFacts,
     broadcast_text,
     compacted_keys,
     counted_from_metadata,
     default_broadcast_bytes,
     eq_relation_bytes,
-    file_key,
     named_as_table,
     needs_barrier,
     position_relation_bytes,
     position_strategy,
+    reading,
     scoped_only,
+    spark_tasks,
 )
 from mor.planner.nodes import (
     AntiJoin,
     CommitChanges,
+    DataTask,
+    DeleteTask,
     EqDeleteScan,
     IcebergScan,
     MetadataTable,
@@ -35,12 +42,36 @@ from mor.planner.nodes import (
 from mor.planner.settings import current
 
 
+def _files(n: int, what: str) -> str:
+    return f"{n} {what} file{'' if n == 1 else 's'}"
+
+
 class _Describer:
-    def __init__(self, listing: int, limit: int) -> None:
-        self.listing = listing  # the session's listing threshold (scan.listing_threshold)
-        self.limit = limit  # the broadcast limit in bytes (scan.broadcast_limit)
+    def __init__(self, facts: SessionFacts) -> None:
+        self.facts = facts  # the session's (reads.session_facts), or a session of mor's own
+        self.limit = facts.broadcast_limit
         self.lines: list[str] = []
         self.done: dict[int, int] = {}
+
+    def read(
+        self, files: Sequence[DataTask | DeleteTask], what: str, how: Reading, detail: str
+    ) -> str:
+        """How a set of files is read (reads.read_files), as one step: `detail` says what of
+        them (the table, the columns)."""
+        if how.listed:
+            tasks = spark_tasks([f.size_bytes for f in files], self.facts)
+            return (
+                f"read parquet through a file list: {_files(len(files), what)} {detail}"
+                + (f"; {how.reads} layouts, a read each" if how.reads > 1 else "")
+                + f"; ~{tasks} Spark task{'' if tasks == 1 else 's'} "
+                f"({_mib(self.facts.split_bytes)} splits, {_mib(self.facts.open_cost)} open "
+                "cost a file)"
+            )
+        return (
+            f"read parquet by path: {_files(len(files), what)} {detail}; {how.reads} "
+            f"read{'' if how.reads == 1 else 's'} of at most {self.facts.listing} paths, "
+            f"unioned (no file list: {how.why})"
+        )
 
     def emit(self, text: str) -> int:
         self.lines.append(f"{len(self.lines) + 1:>3}. {text}")
@@ -61,11 +92,10 @@ class _Describer:
                 kinds = sorted(
                     {"global" if f.partition_id < 0 else "partition" for f in node.files}
                 )
-                self.emit(
-                    f"read parquet: {len(node.files)} equality delete file(s) of {node.table} "
-                    f"{show_ids(node.eq_set)}, key columns by name: "
-                    + ", ".join(k.col.show() for k in node.keys)
-                )
+                how = reading(node.files, self.facts)
+                keys = ", ".join(k.col.show() for k in node.keys)
+                detail = f"of {node.table} {show_ids(node.eq_set)}, key columns by name: {keys}"
+                self.emit(self.read(node.files, "equality delete", how, detail))
                 if node.pushed:
                     self.emit("where " + " AND ".join(e.text for e in node.pushed))
                 compact = compacted_keys(node, self.limit)
@@ -74,7 +104,7 @@ class _Describer:
                         self.emit("distinct keys")
                 else:
                     self.emit(
-                        f"join broadcast(delete file table) on the file key "
+                        f"join broadcast(delete file table) on {how.key.describe()} "
                         f"-> $del_seq, $del_partition ({', '.join(kinds)})"
                     )
                     if compact:
@@ -157,7 +187,7 @@ class _Describer:
                     fence = (
                         ", where spark_partition_id() >= 0 (a barrier: Spark pushes no join "
                         "into the scan's reads)"
-                        if needs_barrier(scan, self.listing)
+                        if needs_barrier(scan, self.facts)
                         else ""
                     )
                     select = (
@@ -200,22 +230,18 @@ class _Describer:
                 "deletion vectors read on the driver); no column is needed, so no data file "
                 "is read"
             )
-        layouts = sorted({t.layout for t in tasks}) or [0]
         cols = ", ".join(f.col.show() for f in node.fields) or "no columns"
-        step = self.emit(
-            f"read parquet: {len(tasks)} data file(s) of {node.table}"
-            + (f" in {len(layouts)} layouts" if len(layouts) > 1 else "")
-            + f", columns by name: {cols}"
-        )
+        how = reading(tasks, self.facts)
+        step = self.emit(self.read(tasks, "data", how, f"of {node.table}, columns by name: {cols}"))
         if node.pushed:
             step = self.emit(
                 "where "
                 + " AND ".join(e.text for e in node.pushed)
                 + " (pushed into the Parquet scan)"
             )
-        fk = file_key(tasks)
+        fk = how.key
         key = fk.describe()
-        strategy = position_strategy(tasks, deletes, fk.is_long)
+        strategy = position_strategy(tasks, deletes, fk)
         if strategy is not None:
             used = {p for t in tasks for p in t.pos_deletes}
             n_dv = sum(1 for p in used if deletes[p].is_dv)
@@ -236,11 +262,12 @@ class _Describer:
                     "(file_path, pos), rows kept for the applicable (delete, data file) pairs"
                 )
             elif n_files:
-                self.emit(
-                    f"read parquet: {n_files} position delete file(s) "
-                    "(file_path, pos) joined with broadcast(applicable pairs) on the recorded "
-                    "data file path"
+                files = [deletes[p] for p in sorted(used) if not deletes[p].is_dv]
+                detail = (
+                    "(file_path, pos), joined with broadcast(applicable pairs) on the delete "
+                    "file's key and the recorded data file path"
                 )
+                self.emit(self.read(files, "position delete", reading(files, self.facts), detail))
             est = position_relation_bytes(strategy, fk.is_long)
             if strategy.method != "bitmap":
                 self._persist(est)
@@ -264,12 +291,18 @@ class _Describer:
         return step
 
 
-def describe(plan: Plan, listing: int = 32, broadcast_limit: int | None = None) -> str:
-    """EXPLAIN PHYSICAL of `plan`, for a session with this listing threshold and broadcast
-    limit (default: the one mor's own session would have, from the driver_memory setting)."""
-    if broadcast_limit is None:
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):g} MiB"
+
+
+def describe(plan: Plan, facts: SessionFacts | None = None) -> str:
+    """EXPLAIN PHYSICAL of `plan`, for a session of these facts (reads.session_facts; default:
+    a session of mor's own, whose broadcast limit follows the driver_memory setting)."""
+    if facts is None:
         s = current()
-        broadcast_limit = s.broadcast_bytes or default_broadcast_bytes(s.driver_memory, None)
-    d = _Describer(listing, broadcast_limit)
+        limit = s.broadcast_bytes or default_broadcast_bytes(s.driver_memory, None)
+        lists = None if s.file_lists else "setting file_lists is off"
+        facts = SessionFacts(broadcast_limit=limit, lists=lists)
+    d = _Describer(facts)
     d.visit(plan)
     return "== Physical Plan (DataFrame operations) ==\n" + "\n".join(d.lines) + "\n"

@@ -6,7 +6,7 @@ files). What a scan builds from immutable files alone (the read of a group of da
 files with their `_metadata` columns, the table of a scan's bitmaps) is the same in every
 query that reads those files, so it is kept per session and reused, as Spark would reuse a
 DataFrame a program holds: the files are checked against their recorded sizes before every
-query (scan.check_files), as for a new read. Keyed by what the DataFrame is made of (schema,
+query (guards.check_files), as for a new read. Keyed by what the DataFrame is made of (schema,
 paths, expressions), least recently used first out beyond `FRAMES` per session. Spark Connect
 builds DataFrames on the client without round trips: nothing is kept there.
 
@@ -107,7 +107,7 @@ def cached(spark: Any, key: Hashable, make: Callable[[], Any], weight: int, limi
     Spark then reads the cached rows instead of the files. What a session keeps weighs at
     most `limit` estimated bytes; the least recently used is unpersisted first, and a frame
     heavier than `limit` alone is made every time, uncached. The files are immutable and
-    checked against their recorded sizes before every query (scan.check_files), so the rows
+    checked against their recorded sizes before every query (guards.check_files), so the rows
     cached are the rows the files hold."""
     bound = limit if limit > 0 else -1  # 0 turns the cache off: nothing weighs below -1
     with _lock:

@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from mor.physical.file_lists import hidden_name
 from mor.planner.nodes import GLOBAL_PART, DataTask, DeleteTask, EqDeleteScan, IcebergScan, Plan
 from mor.planner.settings import current
 
@@ -70,19 +71,23 @@ def bitmap_bytes(record_count: int) -> int:
     return ((max(record_count, 1) + 63) // 64) * 8
 
 
-def packed_shift(files: Sequence[DataTask]) -> int | None:
+def packed_shift(files: Sequence[DataTask], fk: FileKey) -> int | None:
     """Bits left for row_index after the largest file key, if every file's rows fit in them
-    (keys are sizes, or -1 ... -SHARED_SIZE_FILES for files of shared sizes)."""
-    if not files:
+    (keys are file ids, or sizes and -1 ... -SHARED_SIZE_FILES for files of shared sizes)."""
+    if not files or not fk.is_long:
         return None
-    shift = 63 - max(max(f.size_bytes for f in files), SHARED_SIZE_FILES).bit_length()
+    if fk.kind == "file_id":
+        largest = max(f.file_id for f in files)
+    else:
+        largest = max(max(f.size_bytes for f in files), SHARED_SIZE_FILES)
+    shift = min(62, 63 - largest.bit_length())  # 1 << shift must be a long too
     if shift <= 0 or max(f.record_count for f in files) >= 1 << shift:
         return None
     return shift
 
 
 def position_strategy(
-    tasks: Sequence[DataTask], deletes: Mapping[int, DeleteTask], long_keys: bool
+    tasks: Sequence[DataTask], deletes: Mapping[int, DeleteTask], fk: FileKey
 ) -> PositionStrategy | None:
     """None when no task has position deletes."""
     with_pos = [t for t in tasks if t.pos_deletes]
@@ -94,14 +99,17 @@ def position_strategy(
     max_bytes, max_rows = bitmap_limits()
     if est <= max_bytes and rows <= max_rows:
         return PositionStrategy("bitmap", len(with_pos), len(used), rows, est, None)
-    shift = packed_shift(with_pos) if long_keys else None
-    return PositionStrategy("join", len(with_pos), len(used), rows, est, shift)
+    return PositionStrategy("join", len(with_pos), len(used), rows, est, packed_shift(with_pos, fk))
 
 
 @dataclass(frozen=True, slots=True)
 class FileKey:
     """How rows name their file, one decision for the compiler and EXPLAIN PHYSICAL.
 
+    `file_id`: files read through a file list (physical/file_lists.py) carry the id planning
+    gave them as their modification time in the list: `unix_millis(_metadata.file_modification
+    _time)`, a small long, unique whatever the number of files. The other kinds are those of
+    files read by path (the fallback):
     `file_size`: `_metadata.file_size` when the sizes are unique (a long per file, cheap to
     join on; Iceberg records exact sizes and check_sizes holds files to them).
     `file_size+path`: still a long, the size, except for the few files whose size another file
@@ -118,6 +126,8 @@ class FileKey:
         return self.kind != "file_path"
 
     def describe(self) -> str:
+        if self.kind == "file_id":
+            return "the file id (its modification time in the list)"
         if self.kind == "file_size+path":
             return (
                 f"_metadata.file_size (files of {len(self.shared)} shared size(s) told apart "
@@ -126,7 +136,10 @@ class FileKey:
         return f"_metadata.{self.kind}"
 
 
-def file_key(files: Sequence[DataTask | DeleteTask]) -> FileKey:
+def file_key(files: Sequence[DataTask | DeleteTask], listed: bool = False) -> FileKey:
+    """The key of files read through a file list (`listed`) or by path."""
+    if listed:
+        return FileKey("file_id")
     counts = Counter(f.size_bytes for f in files)
     shared = frozenset(s for s, n in counts.items() if n > 1)
     if not shared:
@@ -155,9 +168,72 @@ def counted_from_metadata(
     return sum(deletes[p].record_count for p in used) <= current().position_driver_rows
 
 
-def needs_barrier(scan: Plan, listing_threshold: int = 32) -> bool:
-    """Whether this scan compiles into more than one Parquet read of data files (groups of at
-    most `listing_threshold` paths per layout, one set per branch), with the setting on.
+@dataclass(frozen=True, slots=True)
+class SessionFacts:
+    """What of the Spark session decides how scans compile, read once per query (reads.py
+    `session_facts`). EXPLAIN PHYSICAL without a session assumes a session of mor's own."""
+
+    listing: int = 32  # spark.sql.sources.parallelPartitionDiscovery.threshold
+    broadcast_limit: int = 128 << 20  # reads.broadcast_limit
+    lists: str | None = None  # why file lists cannot be used here; None: they can
+    split_bytes: int = 128 << 20  # spark.sql.files.maxPartitionBytes
+    open_cost: int = 4 << 20  # spark.sql.files.openCostInBytes
+    min_partitions: int = 2  # spark.sql.files.minPartitionNum, else the default parallelism
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """How one set of files (data files of a scan, or delete files) is read: one decision, that
+    the compiler builds and EXPLAIN PHYSICAL prints."""
+
+    listed: bool  # through file lists: one Parquet read per layout, whatever the file count
+    key: FileKey
+    reads: int  # Parquet reads: one per layout if listed, else per group of `listing` paths
+    why: str | None = None  # why not listed
+
+
+def reading(
+    files: Sequence[DataTask | DeleteTask], facts: SessionFacts, layouts: int | None = None
+) -> Reading:
+    """How `files` are read in a session of `facts` (`layouts`: how many layouts they span,
+    counted here when not given)."""
+    why = facts.lists
+    if why is None:
+        hidden = next((f.read_path for f in files if hidden_name(f.read_path)), None)
+        if hidden is not None:
+            why = f"Spark skips files named like {hidden.rsplit('/', 1)[-1]} in a file list"
+    per_layout = Counter(f.layout for f in files)
+    if why is None:
+        reads = len(per_layout) if layouts is None else layouts
+        return Reading(True, file_key(files, True), reads)
+    reads = sum(-(-n // facts.listing) for n in per_layout.values())
+    return Reading(False, file_key(files), reads, why)
+
+
+def spark_tasks(sizes: Sequence[int], facts: SessionFacts) -> int:
+    """How many tasks Spark's file scan packs files of these sizes into (FilePartition's rules,
+    which Iceberg's split planning shares: a split target and an open cost per file; a file
+    larger than the target is split, Parquet at row groups)."""
+    if not sizes:
+        return 0
+    total = sum(sizes) + facts.open_cost * len(sizes)
+    split = min(facts.split_bytes, max(facts.open_cost, total // max(facts.min_partitions, 1)))
+    pieces = sorted(
+        (min(split, size - off) for size in sizes for off in range(0, max(size, 1), split)),
+        reverse=True,
+    )
+    tasks, current = 0, 0
+    for length in pieces:
+        if current and current + length > split:
+            tasks, current = tasks + 1, 0
+        current += length + facts.open_cost
+    return tasks + (1 if current else 0)
+
+
+def needs_barrier(scan: Plan, facts: SessionFacts = SessionFacts()) -> bool:
+    """Whether this scan compiles into more than one Parquet read of data files (one per
+    layout through file lists, else groups of at most the listing threshold's paths; one set
+    per branch), with the setting on.
 
     Spark pushes a semi or anti join (`IN`/`EXISTS` subqueries, INTERSECT, EXCEPT) through a
     Union into every child, and down through the scan's own joins to each read: a sort-merge
@@ -169,9 +245,8 @@ def needs_barrier(scan: Plan, listing_threshold: int = 32) -> bool:
         return False
     reads = 0
     for node in scan.walk():
-        if isinstance(node, IcebergScan):
-            per_layout = Counter(t.layout for t in node.data_files())
-            reads += sum(-(-n // listing_threshold) for n in per_layout.values())
+        if isinstance(node, IcebergScan) and node.data_files():
+            reads += reading(node.data_files(), facts).reads
     return reads > 1
 
 
@@ -279,7 +354,7 @@ def bitmap_weight(node: Plan) -> int:
     total = 0
     for n in node.walk():
         if isinstance(n, IcebergScan):
-            s = position_strategy(n.data_files(), n.deletes_by_id(), True)
+            s = position_strategy(n.data_files(), n.deletes_by_id(), FileKey("file_id"))
             if s is not None and s.method == "bitmap":
                 total += s.bitmap_bytes
     return total

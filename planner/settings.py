@@ -100,6 +100,31 @@ SETTINGS: tuple[Setting, ...] = (
         "pushdown stops there too (mor pushes the query's filters into the reads itself)",
     ),
     Setting(
+        "file_lists",
+        "MOR_FILE_LISTS",
+        bool,
+        True,
+        "Spark reads each scan's files as one Parquet relation through a file list mor writes "
+        "(no listing, no request per file, a plan whose size does not grow with the files); "
+        "off: by path, in groups of at most Spark's listing threshold, unioned",
+    ),
+    Setting(
+        "file_list_dir",
+        "MOR_FILE_LIST_DIR",
+        str,
+        "",
+        "where file lists are written; Spark's driver must read it (a Spark Connect server on "
+        "another machine: a shared folder); empty: mor-<uid>/file-lists in the temporary folder",
+    ),
+    Setting(
+        "file_list_bytes",
+        "MOR_FILE_LIST_BYTES",
+        int,
+        2 << 30,
+        "file lists kept in file_list_dir for reuse, least recently used removed beyond this "
+        "many bytes (about 150 bytes a file; none used in the last hour)",
+    ),
+    Setting(
         "position_bitmap_bytes",
         "MOR_POSITION_BITMAP_BYTES",
         int,
@@ -213,6 +238,9 @@ class Settings:
     broadcast_bytes: int = 0
     delete_cache_bytes: int = 256 << 20
     scan_barrier: bool = True
+    file_lists: bool = True
+    file_list_dir: str = ""
+    file_list_bytes: int = 2 << 30
     position_bitmap_bytes: int = 4 << 20
     position_driver_rows: int = 2_000_000
     master: str = "local[*]"

@@ -60,5 +60,5 @@ def position_method(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "join-pairs":
         import mor.physical.strategy
 
-        monkeypatch.setattr(mor.physical.strategy, "packed_shift", lambda files: None)
+        monkeypatch.setattr(mor.physical.strategy, "packed_shift", lambda *_: None)
     return request.param

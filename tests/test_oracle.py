@@ -48,6 +48,23 @@ def test_deletion_vector_faults_are_refused_by_name() -> None:
     assert "v3 faults: 0 failures" in proc.stdout
 
 
+def test_many_file_tables_match_iceberg_reader() -> None:
+    """Tables of 1,500 data files (hard links to real Parquet files; manifests written as
+    Iceberg's Java writer writes them, tests/oracle/many_files.py), with and without a name
+    mapping, position deletes on a tenth of the files and equality deletes on a quarter: every
+    query through file lists (bitmaps and the anti-join for positions) and by path."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.oracle.many_files", "--files", "1500"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert " 0 differences" in proc.stdout
+    print(proc.stdout)
+
+
 @pytest.mark.parametrize("suite,count", [("tpch", 22), ("tpcds", 99)])
 def test_tpc_queries_match_iceberg_reader(suite: str, count: int) -> None:
     """TPC-H's 22 and TPC-DS's 99 queries (DuckDB's text and data, scale 0.01) over tables the

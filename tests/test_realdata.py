@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,13 +118,14 @@ def test_table_directory_reads_the_current_snapshot(
 
 
 @pytest.mark.parametrize("name", list(_TABLES))
-def test_files_read_in_groups_below_the_listing_threshold(
-    name: str, realdata: dict, spark: object, position_method: str
+def test_files_read_by_path_in_groups_below_the_listing_threshold(
+    name: str, realdata: dict, spark: object, position_method: str, monkeypatch: Any
 ) -> None:
-    """More files than Spark's listing threshold are read in groups of at most that many, so
-    no listing job runs: with the threshold at 1 every file is a group of its own, and every
-    snapshot reads the same rows, positions and files (each position method)."""
-    from mor.physical.scan import LISTING
+    """Without file lists (the fallback), more files than Spark's listing threshold are read
+    in groups of at most that many, so no listing job runs: with the threshold at 1 every file
+    is a group of its own, and every snapshot reads the same rows, positions and files as
+    through file lists (each position method)."""
+    from mor.physical.reads import LISTING
 
     table, pm = _args(name)
     queries = [f"SELECT * FROM {table}", f"SELECT _file, _pos FROM {table}"]
@@ -134,6 +136,7 @@ def test_files_read_in_groups_below_the_listing_threshold(
         )
 
     want = [bag(q) for q in queries]
+    monkeypatch.setenv("MOR_FILE_LISTS", "off")
     spark.conf.set(LISTING, "1")  # type: ignore[attr-defined]
     try:
         assert [bag(q) for q in queries] == want

@@ -436,13 +436,15 @@ def test_file_paths_with_spaces_and_escapes_name_their_rows(
     assert [(r.id, r._file) for r in got] == [(3, b.file_path)]
 
 
+@pytest.mark.parametrize("lists", ["on", "off"])
 def test_files_of_shared_sizes_are_told_apart(
-    tmp_path_factory: Any, spark: Any, position_method: str
+    tmp_path_factory: Any, spark: Any, position_method: str, lists: str, monkeypatch: Any
 ) -> None:
-    """With hundreds of files some sizes are almost always shared: rows still name their file
-    by its size (a long), and only files of a shared size by their path. Three pairs of
-    identical files (same size) and one of its own, each file with its own deleted position:
-    a position deleted in one file of a pair must not delete its twin's row."""
+    """Three pairs of identical files (same size) and one of its own, each file with its own
+    deleted position: a position deleted in one file of a pair must not delete its twin's row.
+    Through file lists every file is keyed by its id; read by path (the fallback) rows name
+    their file by its size (a long), and only files of a shared size by their path."""
+    monkeypatch.setenv("MOR_FILE_LISTS", lists)
     from mor import explain
     from mor.api import default_catalog
 
@@ -474,9 +476,12 @@ def test_files_of_shared_sizes_are_told_apart(
     )
     assert got == expected
     text = explain("SELECT id, v FROM tw.t", catalog=cat, physical=True)
-    assert (
-        "_metadata.file_size (files of 3 shared size(s) told apart by _metadata.file_path)" in text
+    key = (
+        "the file id (its modification time in the list)"
+        if lists == "on"
+        else "_metadata.file_size (files of 3 shared size(s) told apart by _metadata.file_path)"
     )
+    assert key in text
 
 
 def test_a_scan_is_a_barrier_to_semi_joins(tmp_path_factory: Any, spark: Any, capsys: Any) -> None:

@@ -8,15 +8,20 @@ from helpers import data_file, eq_delete, scan
 from mor.physical.strategy import (
     SHARED_SIZE_FILES,
     FileKey,
+    SessionFacts,
     bitmap_bytes,
     file_key,
     needs_barrier,
     packed_shift,
     position_strategy,
+    reading,
     scoped_only,
+    spark_tasks,
 )
 from mor.planner.errors import ConfigError
 from mor.planner.nodes import DeleteTask, EqDeleteScan, IcebergScan, Plan, ScanFiles, Union
+
+SIZES = FileKey("file_size")  # files read by path, keyed by their size
 
 
 def _pos_delete(fid: int, rows: int) -> DeleteTask:
@@ -36,7 +41,7 @@ def _pos_delete(fid: int, rows: int) -> DeleteTask:
 def test_bitmap_while_small_join_beyond_each_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     tasks = [data_file(i, pos=(100,)) for i in range(3)] + [data_file(9)]
     deletes = {100: _pos_delete(100, 30)}
-    s = position_strategy(tasks, deletes, True)
+    s = position_strategy(tasks, deletes, SIZES)
     assert s is not None and s.method == "bitmap"
     assert (s.data_files, s.delete_files, s.delete_rows) == (3, 1, 30)
     assert s.bitmap_bytes == 3 * bitmap_bytes(100) == 3 * 16
@@ -47,21 +52,32 @@ def test_bitmap_while_small_join_beyond_each_limit(monkeypatch: pytest.MonkeyPat
     ):
         with monkeypatch.context() as m:
             m.setenv(name, value)
-            joined = position_strategy(tasks, deletes, True)
+            joined = position_strategy(tasks, deletes, SIZES)
             assert joined is not None and joined.method == "join", name
-    assert position_strategy([data_file(9)], deletes, True) is None
+    assert position_strategy([data_file(9)], deletes, SIZES) is None
 
 
 def test_packed_key_only_when_size_and_position_fit() -> None:
     small = [data_file(0)]  # 1 byte, 100 rows
     # the key may also be -1 ... -64 (files of shared sizes): 7 bits are kept for it
-    assert packed_shift(small) == 63 - SHARED_SIZE_FILES.bit_length() == 56
+    assert packed_shift(small, SIZES) == 63 - SHARED_SIZE_FILES.bit_length() == 56
     big = [data_file(0)]
     big = [type(big[0])(**{**_fields(big[0]), "size_bytes": (1 << 40) - 1})]
-    assert packed_shift(big) == 23  # 40 bits of size, 23 of position
+    assert packed_shift(big, SIZES) == 23  # 40 bits of size, 23 of position
     many_rows = [type(big[0])(**{**_fields(big[0]), "record_count": 1 << 23})]
-    assert packed_shift(many_rows) is None  # row_index 2^23 would not fit
-    assert packed_shift([]) is None
+    assert packed_shift(many_rows, SIZES) is None  # row_index 2^23 would not fit
+    assert packed_shift([], SIZES) is None
+    assert packed_shift(small, FileKey("file_path")) is None  # a string key packs nothing
+
+
+def test_packed_key_of_listed_files_is_their_id_whatever_their_size() -> None:
+    """Files read through a file list are keyed by their id: a large file leaves as many bits
+    for row_index as a small one, and a million files need 20 bits."""
+    ids = FileKey("file_id")
+    huge = [type(data_file(0))(**{**_fields(data_file(0)), "size_bytes": (1 << 40) - 1})]
+    assert packed_shift(huge, ids) == 62  # 1 << 62 is the largest power of two a long holds
+    many = [data_file(i) for i in (0, 999_999)]
+    assert packed_shift(many, ids) == 63 - (999_999).bit_length() == 43
 
 
 def _fields(t: object) -> dict:
@@ -71,7 +87,7 @@ def _fields(t: object) -> dict:
 def test_join_without_size_keys_uses_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MOR_POSITION_BITMAP_BYTES", "0")
     tasks = [data_file(0, pos=(100,))]
-    s = position_strategy(tasks, {100: _pos_delete(100, 3)}, long_keys=False)
+    s = position_strategy(tasks, {100: _pos_delete(100, 3)}, FileKey("file_path"))
     assert s is not None and s.method == "join" and s.shift is None
     assert "(_metadata.file_path, _metadata.row_index)" in s.describe("_metadata.file_path")
 
@@ -80,7 +96,7 @@ def test_join_without_size_keys_uses_pairs(monkeypatch: pytest.MonkeyPatch) -> N
 def test_a_bad_setting_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv("MOR_POSITION_DRIVER_ROWS", value)
     with pytest.raises(ConfigError, match="MOR_POSITION_DRIVER_ROWS must be"):
-        position_strategy([data_file(0, pos=(100,))], {100: _pos_delete(100, 3)}, True)
+        position_strategy([data_file(0, pos=(100,))], {100: _pos_delete(100, 3)}, SIZES)
 
 
 def test_bitmap_words_round_trip() -> None:
@@ -125,13 +141,32 @@ def _scan_of(n_files: int) -> IcebergScan:
 
 
 def test_barrier_only_for_scans_of_several_reads(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert not needs_barrier(_scan_of(32))  # one read of 32 paths: nothing to copy a join into
-    assert needs_barrier(_scan_of(33))  # two reads, unioned
-    assert not needs_barrier(_scan_of(33), listing_threshold=40)
+    by_path = SessionFacts(lists="off")
+    assert not needs_barrier(_scan_of(32), by_path)  # one read of 32 paths: nothing to copy into
+    assert needs_barrier(_scan_of(33), by_path)  # two reads, unioned
+    assert not needs_barrier(_scan_of(33), SessionFacts(listing=40, lists="off"))
+    # through a file list: one read whatever the number of files
+    assert not needs_barrier(_scan_of(100_000))
     union = Union(inputs=(_scan_of(2), _scan_of(3)), columns=())
     assert needs_barrier(union)  # two branches
     monkeypatch.setenv("MOR_SCAN_BARRIER", "off")
-    assert not needs_barrier(_scan_of(100))
+    assert not needs_barrier(_scan_of(100), by_path)
+
+
+def test_a_file_spark_hides_in_a_list_sends_its_set_of_files_by_path() -> None:
+    files = [_sized(0, 10, "/t/data/a.parquet"), _sized(1, 11, "/t/data/_b.parquet")]
+    how = reading(files, SessionFacts())
+    assert not how.listed and how.key == FileKey("file_size") and "_b.parquet" in str(how.why)
+    assert reading(files[:1], SessionFacts()).listed
+
+
+def test_spark_packs_small_files_as_iceberg_packs_splits() -> None:
+    """Spark's FilePartition rules: 128 MiB splits, a 4 MiB open cost a file (20,000 small
+    files: 625 tasks, as Spark made them in a run); a large file is split."""
+    facts = SessionFacts()
+    assert spark_tasks([1500] * 20_000, facts) == 625
+    assert spark_tasks([1 << 30] * 3, facts) == 24
+    assert spark_tasks([], facts) == 0
 
 
 def test_the_scope_is_a_join_key_only_without_global_deletes() -> None:

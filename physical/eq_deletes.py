@@ -1,0 +1,80 @@
+"""The keys of an equality delete scan: what the anti-joins of its id set match data rows with.
+
+The delete files are read by Spark (reads.py: one read per layout through a file list), their
+key columns by name with the table's types, float and double keys as text (compared as
+Iceberg's Java reader compares them). When a guard of a consumer needs them, each key carries
+its file's data sequence number (`$del_seq`) and partition (`$del_partition`) from a broadcast
+table on the file key. Several files' keys are compacted (one row per key and scope, with the
+newest sequence number) only when the side is too large to broadcast (strategy.compacted_keys).
+The side is kept in Spark's cache across queries of a session (reuse.cached) and broadcast
+when small (strategy.broadcast_allowed).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from mor.physical.columns import column, float_key, read_schema
+from mor.physical.guards import check_files, guard
+from mor.physical.reads import KEY, Group, ReadContext, read_files, where_all
+from mor.physical.reuse import cached, fingerprint
+from mor.physical.strategy import broadcast_allowed, compacted_keys, eq_relation_bytes
+from mor.physical.tables import FKEY, file_table
+from mor.planner.nodes import DEL_PART, DEL_SEQ, EqDeleteScan
+from mor.planner.settings import current
+
+
+def scan_eq_deletes(ctx: ReadContext, node: EqDeleteScan) -> DataFrame:
+    check_files(node)
+    # several files' keys are compacted only for a shuffled join (strategy.compacted_keys)
+    compact = compacted_keys(node, ctx.facts.broadcast_limit)
+    est = eq_relation_bytes(node)
+    df = cached(
+        ctx.spark,
+        ("equality deletes", fingerprint(node), compact),
+        lambda: _rows(ctx, node, compact),
+        est,
+        current().delete_cache_bytes,
+    )
+    if broadcast_allowed(node.rows(), est, ctx.facts.broadcast_limit):
+        return F.broadcast(df)
+    return df
+
+
+def _rows(ctx: ReadContext, node: EqDeleteScan, compact: bool) -> DataFrame:
+    """The keys of an equality delete scan's files (with $del_seq and $del_partition when a
+    guard needs them), compacted when `compact`."""
+    where = f"equality deletes of {node.table}"
+    key_names = [k.col.name for k in node.keys]
+    groups = []
+    for lay_idx in sorted({f.layout for f in node.files}):
+        layout = node.layouts[lay_idx]
+        files = [f for f in node.files if f.layout == lay_idx]
+        cols = [column(k, layout, where) for k in node.keys]
+        groups.append(Group(files, read_schema(node.keys, where, layout), cols))
+    read = read_files(ctx, groups, where, [(FKEY, KEY)])
+    df = read.df
+    if node.pushed:
+        df = where_all(df, node.pushed)
+    for k in node.keys:
+        if k.compared_as_text:  # before compaction: -0.0 and 0.0 are two delete keys
+            df = df.withColumn(k.col.name, float_key(F.col(f"`{k.col.name}`")))
+    if not node.meta:
+        # no anti-join reading this checks a guard: the keys alone
+        df = df.select(*key_names)
+        return df.distinct() if compact else df
+    rows = [(read.keys[f.file_id], f.data_seq, f.partition_id) for f in node.files]
+    per_file = file_table(ctx.spark, read.key, rows, (DEL_SEQ, DEL_PART), (T.LongType(),) * 2)
+    df = df.join(per_file, FKEY, "left")
+    df = df.select(*key_names, guard(DEL_SEQ, f"equality deletes of {node.table}"), DEL_PART)
+    if compact:
+        # one row per key and scope, with the highest sequence number (a key is deleted for
+        # a data file iff some delete of it is newer; the newest decides)
+        df = (
+            df.groupBy(*key_names, DEL_PART)
+            .agg(F.max(DEL_SEQ).alias(DEL_SEQ))
+            .select(*key_names, DEL_SEQ, DEL_PART)
+        )
+    return df

@@ -1,0 +1,74 @@
+"""What stops a query rather than let it return wrong rows: files checked against their
+recorded sizes before Spark reads them, and checks inside Spark's tasks (`raise_error`, which
+physical/errors.py names in the user's terms)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from mor.physical.files import file_sizes
+from mor.physical.reads import unlisted
+from mor.physical.tables import COUNT, RECORDED
+from mor.planner.errors import DataFileError
+from mor.planner.nodes import DataTask, DeleteTask, EqDeleteScan, IcebergScan, Plan
+
+POS = "$pos"
+
+
+def check_sizes(
+    files: Sequence[DataTask | DeleteTask], source_key: str, kind: str, table: str
+) -> None:
+    """Every file must exist with the size its manifest entry records, before Spark reads
+    any: a file replaced by another (truncated, rewritten) would otherwise be read as if it
+    were the committed one (rows lost or added without a word, positions matched to the wrong
+    rows; Spark plans a listed file's splits by its recorded size). Local files by one `stat`
+    each (2 us: 0.2 s for 100,000 files), others through the table's FileIO, on the client. A
+    same-size replacement cannot be seen without checksums (docs/limitations.md)."""
+    sizes = file_sizes(source_key, [t.read_path for t in files])
+    for t in files:
+        size = sizes[t.read_path]
+        if size is None:
+            raise DataFileError(f"{kind} file {t.read_path} of {table} is missing")
+        if size != t.size_bytes:
+            raise DataFileError(
+                f"{kind} file {t.read_path} of {table} is {size} bytes, but the table's "
+                f"metadata records {t.size_bytes}: it was replaced or truncated since it was "
+                "committed; refusing to read it"
+            )
+
+
+def check_files(node: Plan) -> None:
+    """check_sizes for every data and delete file the plan below `node` reads."""
+    for n in node.walk():
+        if isinstance(n, IcebergScan):
+            tasks = n.data_files()
+            deletes = n.deletes_by_id()
+            used = sorted({p for t in tasks for p in t.pos_deletes})
+            check_sizes(tasks, n.source_key, "data", n.table)
+            check_sizes([deletes[i] for i in used], n.source_key, "delete", n.table)
+        elif isinstance(n, EqDeleteScan):
+            check_sizes(n.files, n.source_key, "equality delete", n.table)
+
+
+def row_count_check(df: DataFrame, table: str) -> DataFrame:
+    """Stop the query at a row at or past its file's recorded row count ($count, NULL for a
+    file that is not checked). Positions there were never checked against the delete files
+    (and would not fit a packed key), so such a row cannot be called live: a file replaced by
+    one of the same size but more rows is refused instead of read around."""
+    msg = F.concat(
+        F.lit("mor: data file "),
+        F.col(RECORDED),
+        F.lit(f" of {table} has more rows than its metadata records ("),
+        F.col(COUNT).cast("string"),
+        F.lit(")"),
+    )
+    return df.where(F.when(F.col(POS) >= F.col(COUNT), F.raise_error(msg)).otherwise(True))
+
+
+def guard(c: str, what: str) -> Column:
+    """The column itself, or a query failure when a row came from a file not in the plan."""
+    msg = unlisted(what)
+    return F.coalesce(F.col(f"`{c}`"), F.raise_error(F.lit(msg))).alias(c)

@@ -1,0 +1,243 @@
+"""Position deletes removed inside a scan, by the method strategy.position_strategy chose:
+
+- **bitmap**: the delete files and deletion vectors are read on the driver (positions.py) and
+  each data file with deletes gets one row of a broadcast table (file key, bitmap words,
+  recorded row count, recorded path), joined on the file key; a row is kept iff the bit of its
+  `_metadata.row_index` is clear.
+- **join**: Spark reads the position delete files (deletion vectors are decoded on the driver
+  and sent as rows), keeps the rows of the (delete file, data file) pairs planning matched
+  (on the delete file's key and the data file's path as recorded), and the scan anti-joins
+  these positions, broadcast when small (strategy.broadcast_allowed) and kept in Spark's cache
+  across queries (reuse.cached): on one 64-bit key `file key << shift | row_index` when it
+  fits, else on (file key, row_index). A row at or past its file's recorded row count stops
+  the query here too (a broadcast table of the counts).
+
+Either way the plan grows by table rows (one per data file with deletes), never by a branch or
+a filter per file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from mor.physical.guards import POS, row_count_check
+from mor.physical.positions import bitmap_files, bitmap_keep, read_positions
+from mor.physical.reads import KEY, Group, Read, ReadContext, read_files
+from mor.physical.reuse import cached, reused
+from mor.physical.strategy import (
+    FileKey,
+    PositionStrategy,
+    broadcast_allowed,
+    position_relation_bytes,
+)
+from mor.physical.tables import (
+    BITMAP,
+    COUNT,
+    FKEY,
+    RECORDED,
+    bitmap_table,
+    file_table,
+    key_type,
+    local_table,
+    sql_literal,
+)
+from mor.planner.nodes import DataTask, DeleteTask
+from mor.planner.settings import current
+
+PKEY = "$pkey"  # file key << shift | row_index
+
+
+def remove_deleted(
+    ctx: ReadContext,
+    df: DataFrame,
+    read: Read,
+    tasks: Sequence[DataTask],
+    deletes: dict[int, DeleteTask],
+    strategy: PositionStrategy,
+    table: str,
+    source_key: str,
+) -> DataFrame:
+    """`df` (the scan's rows with $fkey and $pos) without the rows its deletes remove."""
+    if strategy.method == "bitmap":
+        return _by_bitmaps(ctx, df, read, tasks, deletes, strategy, table, source_key)
+    return _by_join(ctx, df, read, tasks, deletes, strategy, table, source_key)
+
+
+def _by_bitmaps(
+    ctx: ReadContext,
+    df: DataFrame,
+    read: Read,
+    tasks: Sequence[DataTask],
+    deletes: dict[int, DeleteTask],
+    strategy: PositionStrategy,
+    table: str,
+    source_key: str,
+) -> DataFrame:
+    found = read_positions(tasks, deletes, table, source_key)
+    if not found:
+        return df
+    spark, fk = ctx.spark, read.key
+    by_id = {t.file_id: t for t in tasks}
+    rows = bitmap_files(found, by_id, read.keys, deletes)
+    bitmaps = reused(
+        spark,
+        ("bitmaps", fk.is_long, tuple(rows)),
+        lambda: bitmap_table(spark, fk, rows),
+        weight=lambda: strategy.bitmap_bytes,
+        limit=lambda: ctx.facts.broadcast_limit,
+    )
+    df = df.join(F.broadcast(bitmaps), FKEY, "left")
+    text = T.StringType()
+    keep = bitmap_keep(POS, BITMAP, COUNT, RECORDED, table, lambda v: sql_literal(v, text))
+    return df.where(keep)
+
+
+def _by_join(
+    ctx: ReadContext,
+    df: DataFrame,
+    read: Read,
+    tasks: Sequence[DataTask],
+    deletes: dict[int, DeleteTask],
+    strategy: PositionStrategy,
+    table: str,
+    source_key: str,
+) -> DataFrame:
+    spark, fk, keys = ctx.spark, read.key, read.keys
+    shift = strategy.shift
+
+    def deleted() -> DataFrame:
+        found = _positions(ctx, tasks, deletes, fk, keys, table, source_key)
+        if shift is None:
+            return found
+        return found.where((F.col(POS) >= 0) & (F.col(POS) < F.lit(1 << shift))).select(
+            packed(F.col(FKEY), F.col(POS), shift).alias(PKEY)
+        )
+
+    est = position_relation_bytes(strategy, fk.is_long)
+    identity = _identity(tasks, deletes, keys)
+    positions = cached(
+        spark, ("positions", identity, shift), deleted, est, current().delete_cache_bytes
+    )
+    on: list[str] = [FKEY, POS]
+    if shift is not None:
+        df = df.withColumn(PKEY, packed(F.col(FKEY), F.col(POS), shift))
+        on = [PKEY]
+    # as bitmap_keep does for bitmaps: a row past its file's recorded count stops
+    counted = [(keys[t.file_id], t.record_count, t.path) for t in tasks if t.pos_deletes]
+    types = (T.LongType(), T.StringType())
+    df = df.join(file_table(spark, fk, counted, (COUNT, RECORDED), types), FKEY, "left")
+    df = row_count_check(df, table)
+    if broadcast_allowed(strategy.delete_rows, est, ctx.facts.broadcast_limit):
+        positions = F.broadcast(positions)
+    return df.join(positions, on, "left_anti")
+
+
+def packed(file_key: Column, pos: Column, shift: int) -> Column:
+    return F.shiftleft(file_key, shift).bitwiseOR(pos)
+
+
+def _positions(
+    ctx: ReadContext,
+    tasks: Sequence[DataTask],
+    deletes: dict[int, DeleteTask],
+    fk: FileKey,
+    keys: dict[int, Any],
+    table: str,
+    source_key: str,
+) -> DataFrame:
+    """($fkey, position) of every deleted row of these data files."""
+    # a data file with a vector has no other position delete (delete_index.py)
+    dv_tasks = [t for t in tasks if any(deletes[p].is_dv for p in t.pos_deletes)]
+    with_dv = {t.file_id for t in dv_tasks}
+    files = [t for t in tasks if t.pos_deletes and t.file_id not in with_dv]
+    parts = []
+    if dv_tasks:
+        parts.append(_dv_positions(ctx.spark, dv_tasks, deletes, fk, keys, table, source_key))
+    if files:
+        parts.append(_file_positions(ctx, files, deletes, fk, keys, table))
+    out = parts[0]
+    for other in parts[1:]:
+        out = out.unionByName(other)
+    return out
+
+
+def _identity(
+    tasks: Sequence[DataTask], deletes: dict[int, DeleteTask], keys: dict[int, Any]
+) -> Hashable:
+    """What `_positions` reads and makes: each data file with deletes (path read, path
+    recorded, size, its key) with the delete files or vectors that apply to it."""
+    return tuple(
+        (
+            t.read_path,
+            t.path,
+            t.size_bytes,
+            t.record_count,
+            keys[t.file_id],
+            tuple(
+                sorted(
+                    (d.read_path, d.size_bytes, d.dv.offset if d.dv else -1)
+                    for d in (deletes[p] for p in t.pos_deletes)
+                )
+            ),
+        )
+        for t in sorted(tasks, key=lambda t: t.read_path)
+        if t.pos_deletes
+    )
+
+
+def _dv_positions(
+    spark: SparkSession,
+    tasks: Sequence[DataTask],
+    deletes: dict[int, DeleteTask],
+    fk: FileKey,
+    keys: dict[int, Any],
+    table: str,
+    source_key: str,
+) -> DataFrame:
+    """($fkey, position) from deletion vectors, decoded on the driver (Spark cannot read a
+    Puffin blob): one row per data file holding its positions as an array, exploded."""
+    found = read_positions(tasks, deletes, table, source_key)
+    schema = T.StructType(
+        [
+            T.StructField(FKEY, key_type(fk), False),
+            T.StructField("$positions", T.ArrayType(T.LongType(), False), False),
+        ]
+    )
+    rows = [(keys[fid], p.to_pylist()) for fid, p in sorted(found.items()) if len(p)]
+    df = spark.createDataFrame(rows, schema)
+    return df.select(F.col(FKEY), F.explode(F.col("`$positions`")).alias(POS))
+
+
+DKEY = "$dkey"
+
+
+def _file_positions(
+    ctx: ReadContext,
+    tasks: Sequence[DataTask],
+    deletes: dict[int, DeleteTask],
+    fk: FileKey,
+    keys: dict[int, Any],
+    table: str,
+) -> DataFrame:
+    """($fkey, position) from position delete files, read by Spark (one read through a file
+    list, whatever their number): each row kept only for a (delete file, data file) pair
+    planning matched, on the delete file's key and the data file's path as recorded."""
+    used = [deletes[i] for i in sorted({p for t in tasks for p in t.pos_deletes})]
+    schema = T.StructType(
+        [T.StructField("file_path", T.StringType()), T.StructField("pos", T.LongType())]
+    )  # no field ids: the spec fixes these names
+    group = Group(used, schema, [F.col("file_path"), F.col("pos")])
+    read = read_files(ctx, [group], f"position deletes of {table}", [(DKEY, KEY)])
+    pairs = [(read.keys[p], t.path, keys[t.file_id]) for t in tasks for p in t.pos_deletes]
+    fields = [(DKEY, key_type(read.key)), ("$recorded", T.StringType()), (FKEY, key_type(fk))]
+    ptab = F.broadcast(local_table(ctx.spark, fields, pairs))
+    pdf = read.df
+    # match on the data file path exactly as recorded, never a mapped one; the delete side is
+    # small next to the data, so its string joins cost little
+    cond = (pdf[DKEY] == ptab[DKEY]) & (pdf["file_path"] == ptab["$recorded"])
+    return pdf.join(ptab, cond, "inner").select(F.col(FKEY), F.col("pos").alias(POS))

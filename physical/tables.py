@@ -1,0 +1,124 @@
+"""Small tables of one row per file (or per partition), broadcast and joined to a scan's rows
+on the file key: per-file sequence numbers and partitions for the equality anti-joins, bitmaps
+and recorded row counts for position deletes, metadata and lineage columns.
+
+How a table reaches Spark depends on its size (measured on classic 3.5 and Connect 4.3): an
+inline `VALUES` relation is a local relation Spark broadcasts without a job, the cheapest for
+a classic session up to about a thousand rows, but Spark parses it as SQL text, which runs the
+driver out of memory at 100,000 rows; `createDataFrame` of Python rows costs ~0.2 s at
+100,000 rows and ~1.7 s at 1,000,000 on classic (a job collects it for the broadcast, ~0.05 s),
+and on Spark Connect is an Arrow local relation, the cheapest at every size. So: `VALUES` for
+small tables of a classic session, `createDataFrame` for the rest. Either way the plan holds
+data, never a filter or a branch per file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from mor.physical.session import is_connect
+from mor.physical.strategy import FileKey
+
+SMALL = 1000  # rows up to which a classic session gets an inline VALUES relation
+FKEY = "$fkey"
+
+
+def key_type(fk: FileKey) -> T.DataType:
+    return T.LongType() if fk.is_long else T.StringType()
+
+
+def sql_literal(v: Any, dtype: T.DataType) -> str:
+    """A Python value as a Spark SQL literal of `dtype` (string, int or bigint; NULL for None)."""
+    if v is None:
+        return f"CAST(NULL AS {dtype.simpleString()})"
+    if isinstance(dtype, T.StringType):
+        return f"CAST(X'{str(v).encode('utf-8').hex()}' AS STRING)"  # any character, unescaped
+    return f"CAST({int(v)} AS {'INT' if isinstance(dtype, T.IntegerType) else 'BIGINT'})"
+
+
+def values(
+    spark: SparkSession, names: Sequence[str], rows: Sequence[Sequence[str]], args: Any = None
+) -> DataFrame:
+    """`SELECT * FROM VALUES ...`: rows of SQL literals (foldable expressions), at least one;
+    `args`: named query parameters the literals use."""
+    text = ", ".join("(" + ", ".join(r) + ")" for r in rows)
+    cols = ", ".join(f"`{n}`" for n in names)
+    return spark.sql(f"SELECT * FROM VALUES {text} AS t({cols})", args=args or None)
+
+
+def _inline(spark: SparkSession, rows: int) -> bool:
+    return 0 < rows <= SMALL and not is_connect(spark)
+
+
+def local_table(
+    spark: SparkSession, fields: Sequence[tuple[str, T.DataType]], rows: Sequence[tuple[Any, ...]]
+) -> DataFrame:
+    """A table of these rows (Python values of string, int and bigint columns)."""
+    if _inline(spark, len(rows)):
+        literals = [[sql_literal(v, t) for v, (_, t) in zip(r, fields)] for r in rows]
+        return values(spark, [n for n, _ in fields], literals)
+    schema = T.StructType([T.StructField(n, t, True) for n, t in fields])
+    return spark.createDataFrame(list(rows), schema)
+
+
+def file_table(
+    spark: SparkSession,
+    fk: FileKey,
+    rows: Sequence[tuple[Any, ...]],
+    names: tuple[str, ...],
+    types: tuple[T.DataType, ...] | None = None,
+) -> DataFrame:
+    """($fkey, *names) per file, broadcast; the first name is an INT, the rest BIGINT unless
+    `types` says otherwise."""
+    types = types or (T.IntegerType(),) + (T.LongType(),) * (len(names) - 1)
+    fields = [(FKEY, key_type(fk)), *zip(names, types)]
+    return F.broadcast(local_table(spark, fields, rows))
+
+
+COUNT = "$count"
+BITMAP = "$bitmap"
+RECORDED = "$recorded_path"
+
+
+def bitmap_table(
+    spark: SparkSession, fk: FileKey, rows: Sequence[tuple[Any, str, int, str]]
+) -> DataFrame:
+    """($fkey, $bitmap array<bigint>, $count, $recorded_path) per data file with deletes, from
+    (key, bitmap words as decimal text, recorded row count, recorded path). Inline, each
+    bitmap's text is a query parameter, so Spark parses no SQL holding it; otherwise a text
+    column. Either way it becomes the array once per table row (on the driver, as the table is
+    broadcast), never per row of the scan."""
+    if _inline(spark, len(rows)):
+        literals, args = [], {}
+        for i, (key, text, count, path) in enumerate(rows):
+            if text:
+                args[f"b{i}"] = text
+                words = f"CAST(split(:b{i}, ',') AS array<bigint>)"
+            else:
+                words = "CAST(array() AS array<bigint>)"
+            literals.append(
+                [
+                    sql_literal(key, key_type(fk)),
+                    words,
+                    sql_literal(count, T.LongType()),
+                    sql_literal(path, T.StringType()),
+                ]
+            )
+        return values(spark, (FKEY, BITMAP, COUNT, RECORDED), literals, args)
+    fields = [
+        (FKEY, key_type(fk)),
+        ("$words", T.StringType()),
+        (COUNT, T.LongType()),
+        (RECORDED, T.StringType()),
+    ]
+    df = local_table(spark, fields, rows)
+    words = F.expr(
+        "CASE WHEN `$words` = '' THEN CAST(array() AS array<bigint>) "
+        "ELSE CAST(split(`$words`, ',') AS array<bigint>) END"
+    )
+    return df.select(FKEY, words.alias(BITMAP), COUNT, RECORDED)
