@@ -73,7 +73,9 @@ def bitmap_bytes(record_count: int) -> int:
 
 def packed_shift(files: Sequence[DataTask], fk: FileKey) -> int | None:
     """Bits left for row_index after the largest file key, if every file's rows fit in them
-    (keys are file ids, or sizes and -1 ... -SHARED_SIZE_FILES for files of shared sizes)."""
+    (keys are file ids, or sizes and -1 ... -SHARED_SIZE_FILES for files of shared sizes).
+    `files`: every file whose rows get the key (all of a scan's), not only files with deletes:
+    a larger key shifted past 63 bits would wrap onto another file's."""
     if not files or not fk.is_long:
         return None
     if fk.kind == "file_id":
@@ -99,7 +101,10 @@ def position_strategy(
     max_bytes, max_rows = bitmap_limits()
     if est <= max_bytes and rows <= max_rows:
         return PositionStrategy("bitmap", len(with_pos), len(used), rows, est, None)
-    return PositionStrategy("join", len(with_pos), len(used), rows, est, packed_shift(with_pos, fk))
+    # every row of the scan gets the packed key, not only rows of files with deletes: the key
+    # and the position of every file must fit, or a file's key wraps onto another's
+    shift = packed_shift(tasks, fk)
+    return PositionStrategy("join", len(with_pos), len(used), rows, est, shift)
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,6 +84,23 @@ def _fields(t: object) -> dict:
     return {f: getattr(t, f) for f in t.__dataclass_fields__}  # type: ignore[attr-defined]
 
 
+def test_the_packed_key_fits_every_file_not_only_those_with_deletes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every row of the scan is keyed `file key << shift | row_index`: sized for the files with
+    deletes alone (id 0 here), file 9's key would wrap onto file 1's at shift 62 and its rows at
+    file 1's deleted positions would vanish (the oracle found it: rows missing)."""
+    monkeypatch.setenv("MOR_POSITION_BITMAP_BYTES", "0")
+    tasks = [data_file(0, pos=(100,))] + [data_file(i) for i in range(1, 10)]
+    s = position_strategy(tasks, {100: _pos_delete(100, 3)}, FileKey("file_id"))
+    assert s is not None and s.shift == 63 - (9).bit_length() == 59
+    big = type(tasks[1])(**{**_fields(tasks[1]), "record_count": 1 << 62})
+    assert (
+        position_strategy([tasks[0], big], {100: _pos_delete(100, 3)}, FileKey("file_id")).shift
+        is None
+    )  # a file without deletes whose positions do not fit: the pair key
+
+
 def test_join_without_size_keys_uses_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MOR_POSITION_BITMAP_BYTES", "0")
     tasks = [data_file(0, pos=(100,))]
