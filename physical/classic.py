@@ -2,8 +2,9 @@
 
 pyspark hands a Python list to the JVM one element per round trip (py4j's list converter: a
 `new ArrayList` and then an `add` per item), and reads a Java array back the same way (a `get`
-per item). mor gives Spark up to 32 paths per read and asks for the paths Spark reads: with many
-files that was a third of the round trips of `mor_sql()` (measured: TPC-H Q6 over 240 streamed
+per item). Reading by path (the fallback of physical/reads.py, when file lists cannot serve),
+mor gives Spark up to 32 paths per read and asks for the paths Spark reads: with many files
+that was a third of the round trips of `mor_sql()` (measured: TPC-H Q6 over 240 streamed
 files, ~1,000 of ~2,150). Here a list travels as one string, split or joined on the JVM with
 NUL as the separator (no path holds it; fewer than 4 paths, or one holding NUL, go the usual
 way).

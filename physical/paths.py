@@ -1,6 +1,8 @@
-"""The path string Spark reports in `_metadata.file_path` for a file it reads.
+"""The path string Spark reports in `_metadata.file_path` for a file it reads by path.
 
-Spark reports a file as its Hadoop URI (`file:/x` for a local `/x` or `file:///x`, escapes such
+Only reads by path need it (the fallback of physical/reads.py, when file lists cannot serve):
+there rows of files whose sizes collide are told apart by that path. Spark reports a file as
+its Hadoop URI (`file:/x` for a local `/x` or `file:///x`, escapes such
 as `%20`), which mor needs when rows name their file by path. It is taken from Spark itself,
 without the JVM: each read DataFrame's `inputFiles()` (one call per read, made only when a path
 is asked for; on a classic session fetched as one string, physical/classic.py), matched to the
