@@ -4,7 +4,7 @@ the query around them into `spark.sql` over uniquely named views of those scans.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -59,6 +59,7 @@ class Compiler:
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
         self._memo: dict[int, tuple[Plan, DataFrame]] = {}
+        self._fingerprints: dict[int, tuple[Plan, Hashable]] = {}
         self._reads: ReadContext | None = None
 
     @property
@@ -87,9 +88,12 @@ class Compiler:
         again; weighed by the bitmaps below it."""
         if not isinstance(node, REUSABLE) or is_connect(self.spark):
             return make()
+        hit = self._fingerprints.get(id(node))
+        if hit is None or hit[0] is not node:
+            hit = self._fingerprints[id(node)] = (node, fingerprint(node))
         return reused(
             self.spark,
-            (kind, fingerprint(node), self.context()),
+            (kind, hit[1], self.context()),
             make,
             lambda: check_files(node),
             lambda: bitmap_weight(node),

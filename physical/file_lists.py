@@ -89,8 +89,9 @@ def uri(path: str) -> str:
         rest = "/" + rest
     else:
         scheme, authority, rest = "file", "", os.path.abspath(path)
-    rest = re.sub(r"/{2,}", "/", rest)
-    if len(rest) > 1:
+    if "//" in rest:
+        rest = re.sub(r"/{2,}", "/", rest)
+    if len(rest) > 1 and rest[-1] == "/":
         rest = rest.rstrip("/")
     if not _PLAIN.fullmatch(rest):
         rest = quote(rest, safe=_SAFE)

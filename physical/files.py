@@ -8,7 +8,6 @@ import os
 import stat
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import urlparse
 
 from pyiceberg.io import FileIO, load_file_io
 
@@ -38,9 +37,20 @@ def read_bytes(source_key: str | None, path: str) -> bytes:
 
 
 def _local_name(path: str) -> str | None:
-    """The local path of a plain, `file:/x` or `file:///x` path (whether it exists or not)."""
-    url = urlparse(path)
-    return url.path if url.scheme in ("", "file") and not url.netloc else None
+    """The local path of a plain, `file:/x` or `file:///x` path (whether it exists or not);
+    None for another scheme or a `file://host/x`. String tests, not urlparse (6 us a path,
+    and it would cut a name at `#` or `?`)."""
+    if path.startswith("file:"):
+        rest = path[5:]
+        if rest.startswith("//"):
+            if not rest.startswith("///"):
+                return None  # file://host/x
+            rest = rest[2:]
+        return rest
+    scheme = path.find("://")
+    if scheme > 0 and path[:scheme].isalnum():
+        return None
+    return path
 
 
 def file_sizes(source_key: str | None, paths: Sequence[str]) -> dict[str, int | None]:

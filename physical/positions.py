@@ -173,20 +173,40 @@ def bitmap_text(positions: pa.Array, key: tuple | None = None) -> str:
         hit = _BITMAPS.get(key)
         if hit is not None:
             return hit
-    words = bitmap_words(positions)
-    values = memoryview(words).cast("q") if sys.byteorder == "little" else None
-    text = (
-        ",".join(map(str, values))
-        if values is not None
-        else ",".join(
-            str(int.from_bytes(words[i : i + 8], "little", signed=True))
-            for i in range(0, len(words), 8)
+    if len(positions) <= FEW:
+        signed = _few_words(positions.to_pylist())
+        text, n_words = ",".join(map(str, signed)), len(signed)
+    else:
+        words = bitmap_words(positions)
+        values = memoryview(words).cast("q") if sys.byteorder == "little" else None
+        text = (
+            ",".join(map(str, values))
+            if values is not None
+            else ",".join(
+                str(int.from_bytes(words[i : i + 8], "little", signed=True))
+                for i in range(0, len(words), 8)
+            )
         )
-    )
+        n_words = len(words) // 8
     if key is not None:
         # a word's text takes ~20 bytes, a cached position 8: a word weighs three positions
-        _BITMAPS.put(key, text, 3 * (len(words) // 8) + 1, current().position_cache_rows)
+        _BITMAPS.put(key, text, 3 * n_words + 1, current().position_cache_rows)
     return text
+
+
+# up to this many positions a file's words are made in Python: pyarrow's kernels cost ~0.3 ms a
+# call whatever the size (10,000 files of two deleted positions: 3.2 s against 0.03 s)
+FEW = 1024
+
+
+def _few_words(positions: list[int]) -> list[int]:
+    """bitmap_words of a few positions, as signed 64-bit integers."""
+    if not positions:
+        return []
+    words = [0] * (max(positions) // 64 + 1)
+    for p in positions:
+        words[p >> 6] |= 1 << (p & 63)
+    return [w - (1 << 64) if w >> 63 else w for w in words]
 
 
 def bitmap_files(

@@ -32,7 +32,7 @@ from mor.physical import file_lists
 from mor.physical.classic import read_parquet
 from mor.physical.paths import SparkPaths
 from mor.physical.positions import first_line
-from mor.physical.reuse import reused
+from mor.physical.reuse import Fingerprint, reused
 from mor.physical.session import is_connect
 from mor.physical.strategy import FileKey, Reading, SessionFacts, default_broadcast_bytes, reading
 from mor.physical.tables import sql_literal
@@ -216,12 +216,15 @@ def _read_group(
     how: Reading,
     key_col: _KeyColumn,
 ) -> DataFrame:
-    """One Parquet read of a group's files through their file list."""
+    """One Parquet read of a group's files through their file list. A classic session reuses
+    the read by its files (frozen values: their paths, sizes and ids), so a repeated query
+    writes no list (0.3 s at 100,000 files); Spark Connect writes it each time (it is found
+    again by its content)."""
     spark = ctx.spark
-    listed = file_lists.write((f.read_path, f.size_bytes, f.file_id) for f in group.files)
     fields = group.schema.json()
 
     def make() -> DataFrame:
+        listed = file_lists.write((f.read_path, f.size_bytes, f.file_id) for f in group.files)
         reader = spark.read.schema(group.schema).option("recursiveFileLookup", "true")
         try:
             df = reader.parquet(listed)
@@ -231,7 +234,8 @@ def _read_group(
             df = df.select("*", *[F.expr(_meta_expr(m, True)).alias(a) for a, m in meta])
         return df
 
-    df = reused(spark, ("listed", fields, listed, tuple(meta)), make)
+    files = Fingerprint(tuple((f.read_path, f.size_bytes, f.file_id) for f in group.files))
+    df = reused(spark, ("listed", fields, files, tuple(meta)), make)
     return df.select(*group.columns, *[a for a, _ in meta])
 
 

@@ -50,9 +50,18 @@ class Entry:
 def bounds_admit(d: EntryFile, path: str) -> bool:
     """Whether `path` lies in the `file_path` bounds of position delete file `d` (inclusive;
     missing bounds admit every path)."""
+    return _within(_path_bounds(d), path.encode("utf-8"))
+
+
+def _path_bounds(d: EntryFile) -> tuple[bytes | None, bytes | None]:
+    """The `file_path` lower and upper bounds of a position delete file, if recorded."""
     lo = (d.lower_bounds or {}).get(POS_FILE_PATH_ID)
     hi = (d.upper_bounds or {}).get(POS_FILE_PATH_ID)
-    raw = path.encode("utf-8")
+    return lo, hi
+
+
+def _within(bounds: tuple[bytes | None, bytes | None], raw: bytes) -> bool:
+    lo, hi = bounds
     return (lo is None or lo <= raw) and (hi is None or raw <= hi)
 
 
@@ -119,12 +128,17 @@ class DeleteIndex:
         self._pos_ref = {k: _Bucket(v) for k, v in pos_ref.items()}
         self._eq_part = {k: _Bucket(v) for k, v in eq_part.items()}
         self._eq_global = _Bucket(eq_global)
+        self.has_equality = bool(eq_part or eq_global)
         self._dvs = dvs
-        # paths are compared only when some position delete file of the partition has bounds
+        # each position delete file's `file_path` bounds, read once (not once per data file);
+        # paths are compared only when some delete file of the partition has bounds
+        self._bounds = {
+            id(x): _path_bounds(x.file) for b in self._pos_part.values() for x in b.entries
+        }
         self._bounded = {
             k
             for k, b in self._pos_part.items()
-            if any(x.file.lower_bounds or x.file.upper_bounds for x in b.entries)
+            if any(self._bounds[id(x)] != (None, None) for x in b.entries)
         }
 
     def position_deletes(self, data: Entry) -> list[Entry]:
@@ -137,7 +151,8 @@ class DeleteIndex:
             return [_one_dv(dv, data)]
         scoped = self._pos_part.get(key, _EMPTY).at_or_after(data.seq)
         if key in self._bounded:
-            scoped = [d for d in scoped if bounds_admit(d.file, path)]
+            raw = path.encode("utf-8")
+            scoped = [d for d in scoped if _within(self._bounds[id(d)], raw)]
         named = self._pos_ref.get(path, _EMPTY).at_or_after(data.seq)
         if not named:
             return scoped

@@ -503,11 +503,13 @@ def _match(
             pos = index.position_deletes(e)
         except InvalidDeletes as err:
             raise MetadataError(f"table {src.name}: {err}") from err
-        eqs = index.equality_deletes(e)
+        eqs = index.equality_deletes(e) if index.has_equality else []
         if eqs:
             mine = metrics_of(e.file, eq_fields, types)
             eqs = [d for d in eqs if may_apply(mine, del_metrics[id(d)])]
-        for d in pos + eqs:
+        for d in pos:
+            used[delete_key(d)] = d
+        for d in eqs:
             used[delete_key(d)] = d
         per_file.append((e, pos, eqs))
 
@@ -563,11 +565,13 @@ def _match(
                 size_bytes=e.file.file_size_in_bytes,
                 partition=partition,
                 first_row_id=e.first_row_id,
-                pos_deletes=tuple(sorted(del_ids[delete_key(d)] for d in pos)),
+                pos_deletes=tuple(sorted(del_ids[delete_key(d)] for d in pos)) if pos else (),
                 eq_sets=tuple(
                     sorted({frozenset(d.file.equality_ids or ()) for d in eqs}, key=sorted)
-                ),
-                eq_deletes=tuple(sorted(del_ids[delete_key(d)] for d in eqs)),
+                )
+                if eqs
+                else (),
+                eq_deletes=tuple(sorted(del_ids[delete_key(d)] for d in eqs)) if eqs else (),
             )
         )
     kept_eq: dict[frozenset[int], int] = defaultdict(int)

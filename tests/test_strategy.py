@@ -122,7 +122,7 @@ def test_bitmap_words_round_trip() -> None:
 
     import pyarrow as pa
 
-    from mor.physical.positions import bitmap_words
+    from mor.physical.positions import _few_words, bitmap_words
 
     rng = random.Random(5)
     for n in (1, 63, 64, 65, 5000):
@@ -131,7 +131,9 @@ def test_bitmap_words_round_trip() -> None:
         words = struct.unpack(f"<{len(data) // 8}Q", data)
         assert len(words) == want[-1] // 64 + 1
         assert [i * 64 + b for i, w in enumerate(words) for b in range(64) if w >> b & 1] == want
-    assert bitmap_words(pa.array([], pa.int64())) == b""
+        # the Python path for few positions gives the same words, as signed integers
+        assert _few_words(want) == list(struct.unpack(f"<{len(data) // 8}q", data))
+    assert bitmap_words(pa.array([], pa.int64())) == b"" and _few_words([]) == []
 
 
 def _sized(file_id: int, size: int, path: str | None = None) -> object:
