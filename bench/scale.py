@@ -7,10 +7,15 @@
 The tables (tests/oracle/many_files.py says how they are made: manifests written with fastavro
 in the schemas Iceberg's Java writer uses, over hard links to a few hundred real Parquet files)
 hold `--files` data files of 100 rows in 100 identity partitions, two position deletes in a
-tenth of the files; per size two tables:
+tenth of the files; per size two tables by default:
 - `ids`: files with Parquet field ids, no equality deletes (pyiceberg can plan it);
 - `mapped`: files without field ids read through a name mapping (as `add_files` and
-  migrations leave tables), and equality deletes on `id` reaching a quarter of the files.
+  migrations leave tables), and equality deletes on `id` reaching a quarter of the files;
+and with `--tables`:
+- `migrated`: the table the issue measured: files without field ids under a name mapping, no
+  deletes (what `add_files` leaves; pyiceberg can plan it);
+- `all-pos`: two position deletes in every data file;
+- `eq10m`: `mapped` with 10,000,000 equality delete keys (100,000 a partition).
 
 Printed per table:
 - planning: mor's `plan_query` cold (its manifest caches cleared) and warm, against pyiceberg's
@@ -57,6 +62,11 @@ def specs(files: int) -> dict[str, ScaleSpec]:
     return {
         "ids": ScaleSpec(files=files, pos_frac=0.1, eq_keys=0),
         "mapped": ScaleSpec(files=files, mapping=True, pos_frac=0.1, eq_keys=10),
+        "migrated": ScaleSpec(files=files, mapping=True, pos_frac=0.0, eq_keys=0),
+        # deletes at scale: two positions deleted in every data file; 100,000 equality delete
+        # keys a partition (10,000,000 in all, most matching no row)
+        "all-pos": ScaleSpec(files=files, pos_frac=1.0, eq_keys=0),
+        "eq10m": ScaleSpec(files=files, mapping=True, pos_frac=0.1, eq_keys=100_000),
     }
 
 
@@ -148,7 +158,13 @@ def _bag(rows: list[Any]) -> list[tuple]:
 
 
 def queries(
-    spark: Any, name: str, location: Path, spec: ScaleSpec, reps: int, chosen: list[str]
+    spark: Any,
+    name: str,
+    location: Path,
+    spec: ScaleSpec,
+    reps: int,
+    chosen: list[str],
+    settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     from mor import mor_sql
 
@@ -165,7 +181,7 @@ def queries(
             for who in order:
                 if who == "ours":
                     t0 = time.perf_counter()
-                    df = mor_sql(sql.format(t=ours_t), spark=spark)
+                    df = mor_sql(sql.format(t=ours_t), spark=spark, settings=settings)
                     t1 = time.perf_counter()
                     rows = df.collect()
                     t2 = time.perf_counter()
@@ -212,7 +228,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", type=int, nargs="*", default=[20_000, 100_000])
-    ap.add_argument("--tables", nargs="*", default=["ids", "mapped"], choices=["ids", "mapped"])
+    ap.add_argument(
+        "--tables",
+        nargs="*",
+        default=["ids", "mapped"],
+        choices=["ids", "mapped", "migrated", "all-pos", "eq10m"],
+    )
+    ap.add_argument(
+        "--settings",
+        type=json.loads,
+        default=None,
+        help="mor settings for the queries, as JSON: '{\"position_bitmap_bytes\": 0}'",
+    )
     ap.add_argument("--queries", nargs="*", default=list(QUERIES), choices=list(QUERIES))
     ap.add_argument("--reps", type=int, default=2, help="repeated calls after the first")
     ap.add_argument("--plan-reps", type=int, default=3)
@@ -232,7 +259,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label} table, {files} files ({spec.name}):", flush=True)
             entry: dict[str, Any] = {"planning": planning(location, spec, args.plan_reps)}
             if not args.plan_only:
-                entry["queries"] = queries(spark, name, location, spec, args.reps, args.queries)
+                entry["queries"] = queries(
+                    spark, name, location, spec, args.reps, args.queries, args.settings
+                )
             results[f"{files}/{label}"] = entry
     results["jvm_peak_mb"] = _jvm_peak_mb(spark)
     print(f"driver JVM peak RSS: {results['jvm_peak_mb']:.0f} MB" if results["jvm_peak_mb"] else "")

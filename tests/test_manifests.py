@@ -431,3 +431,65 @@ def test_a_list_fastavro_cannot_decode_is_planned_through_pyiceberg(
 
     monkeypatch.setattr(scan_planning, "decode_manifest_list", refuse)
     assert files() == fast and refused
+
+
+def _decoded_with(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
+    """(manifest content, whether decoded with metrics) of each manifest decoded from now on."""
+    from mor.planner import scan_planning
+
+    scan_planning.clear_manifest_cache()
+    seen: list[tuple[str, bool]] = []
+    real = scan_planning.decode_manifest
+
+    def decode(raw: bytes, manifest: Any, io: Any, metrics: bool = True) -> Any:
+        seen.append((manifest.content.name.lower(), metrics))
+        return real(raw, manifest, io, metrics)
+
+    monkeypatch.setattr(scan_planning, "decode_manifest", decode)
+    return seen
+
+
+def test_data_manifests_are_decoded_without_metrics_when_no_filter_needs_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan reads column metrics only for a filter that partition values do not answer
+    exactly, or for equality deletes' key bounds; otherwise data manifests are decoded without
+    them (a third faster), and keep the same files. Delete manifests always have theirs."""
+    import pyarrow as pa
+
+    from mor.api import default_catalog, plan_query
+    from mor.fixtures import TableWriter
+    from mor.planner.nodes import IcebergScan
+
+    cat = default_catalog(str(tmp_path / "wh"))
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "p", StringType(), required=False),
+    )
+    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "p"))
+    w = TableWriter(cat, "m.t", schema, spec)
+    for p in "abc":
+        w.append(pa.table({"id": pa.array([1, 2, 3], pa.int64()), "p": [p] * 3}))
+    first = w.refresh().scan().plan_files()[0].file
+    w.commit(deletes=[w.position_delete_file({first.file_path: [0]}, first)])
+
+    def planned(where: str) -> list[Any]:
+        plan = plan_query(f"SELECT * FROM m.t {where}", catalog=cat).optimized
+        return [s.files.data for s in plan.walk() if isinstance(s, IcebergScan) and s.files]
+
+    cases = {"": False, "WHERE p = 'b'": False, "WHERE p IN ('a', 'c')": False}
+    cases |= {"WHERE id > 2": True, "WHERE p = 'b' AND id > 2": True}
+    for where, with_metrics in cases.items():
+        seen = _decoded_with(monkeypatch)
+        lite = planned(where)
+        assert {m for c, m in seen if c == "data"} == {with_metrics}, where
+        assert {m for c, m in seen if c == "deletes"} <= {True}
+        monkeypatch.undo()
+        seen = _decoded_with(monkeypatch)
+        planned("WHERE id > 2")  # fully decoded now: the plan below reads the cache
+        assert planned(where) == lite and len(seen) == 4, where
+        monkeypatch.undo()
+    w.commit(deletes=[w.equality_delete_file([1], [{1: 3}], partition=Record("a"))])
+    seen = _decoded_with(monkeypatch)
+    planned("")
+    assert {m for c, m in seen if c == "data"} == {True}  # equality deletes' key bounds

@@ -189,7 +189,10 @@ def build(spark: Any, warehouse: Path, spec: ScaleSpec) -> tuple[str, Path]:
     if hint.exists() and hint.read_text().strip() == "2":
         return name, location
     if spec.version != 2:
-        raise SystemExit("bench/scale_tables.py writes format version 2 tables only")
+        raise SystemExit(
+            "tests/oracle/many_files.py writes format version 2 tables only "
+            "(its v3 metadata lacks row lineage)"
+        )
     t0 = time.time()
     template = _template(spark, warehouse)
     spark.sql(f"DROP TABLE IF EXISTS {name}")
