@@ -161,12 +161,16 @@ def _list_error(src: TableSource, snap: Snapshot, e: Exception) -> MetadataError
 _CACHE: BoundedCache[list[ManifestEntry]] = BoundedCache()
 # manifest lists likewise, keyed by path and length, bounded by the entries held
 _LISTS: BoundedCache[list[ListedManifest]] = BoundedCache()
+# planned scans, weighed by their files, within the same limit (_plan_key says by what)
+_PLANS: BoundedCache[ScanFiles] = BoundedCache()
 
 
 def clear_manifest_cache() -> None:
-    """Forget what planning read of manifests, manifest lists and footers."""
+    """Forget what planning read of manifests, manifest lists and footers, and the scans it
+    planned from them."""
     _CACHE.clear()
     _LISTS.clear()
+    _PLANS.clear()
     LAYOUTS.clear()
 
 
@@ -280,11 +284,65 @@ def _plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles
             partitions=(),
             partition_fields=partition_fields(src),
         )
-    names = {f.col.name: schema.find_column_name(f.field_id) or "" for f in scan.fields}
     preds = pushed_preds(scan.pushed)
-    filt = _bindable(row_filter(preds, names), schema)
-
     manifests = _manifests(src, snap)
+    key = _plan_key(scan, src, schema, snap, manifests, preds)
+    planned = _PLANS.get(key) if key is not None else None
+    if planned is None:
+        planned = _plan_manifests(scan, src, schema, snap, manifests, preds)
+        if key is not None:
+            weight = len(planned.data) + len(planned.deletes) + 1
+            _PLANS.put(key, planned, weight, current().manifest_cache_entries)
+    return planned
+
+
+def _plan_key(
+    scan: IcebergScan,
+    src: TableSource,
+    schema: Schema,
+    snap: Snapshot,
+    manifests: list[ListedManifest],
+    preds: list[Pred],
+) -> tuple[Any, ...] | None:
+    """What a planned scan is a function of: the table's metadata file (written once: its
+    schemas and specs), the manifests read (by path, length and sequence number, as their
+    entries are cached), the snapshot, the schema, the columns and pushed predicates, and how
+    paths are read. A repeated query of a snapshot then costs nothing per file here. None
+    (planned each time) for a table source without a metadata file, or a predicate's value
+    that cannot be hashed."""
+    if not src.metadata_location:
+        return None
+    key = (
+        src.metadata_location,
+        src.name,
+        str(src.metadata.table_uuid),
+        src.metadata.last_updated_ms,
+        src.metadata.format_version,
+        src.path_map,
+        snap.snapshot_id,
+        snap.sequence_number,
+        schema.schema_id,
+        tuple((f.col.name, f.field_id) for f in scan.fields),
+        tuple(preds),
+        tuple(_cache_key(src, m) for m in manifests),
+    )
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _plan_manifests(
+    scan: IcebergScan,
+    src: TableSource,
+    schema: Schema,
+    snap: Snapshot,
+    manifests: list[ListedManifest],
+    preds: list[Pred],
+) -> ScanFiles:
+    names = {f.col.name: schema.find_column_name(f.field_id) or "" for f in scan.fields}
+    filt = _bindable(row_filter(preds, names), schema)
     n_data_m = sum(1 for m in manifests if m.content == ManifestContent.DATA)
     n_del_m = len(manifests) - n_data_m
     part_eval: dict[int, Callable[[EntryFile], bool]] = {}

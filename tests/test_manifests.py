@@ -493,3 +493,56 @@ def test_data_manifests_are_decoded_without_metrics_when_no_filter_needs_them(
     seen = _decoded_with(monkeypatch)
     planned("")
     assert {m for c, m in seen if c == "data"} == {True}  # equality deletes' key bounds
+
+
+def test_a_repeated_scan_reuses_its_plan_and_nothing_else_does(tmp_path: Path) -> None:
+    """A scan planned again over the same metadata, snapshot, columns and predicates gets the
+    files planned before without visiting a manifest entry; a new commit, another snapshot,
+    another predicate or another column list is planned anew and sees its own files."""
+    import pyarrow as pa
+
+    from mor.api import default_catalog, plan_query
+    from mor.fixtures import TableWriter
+    from mor.planner import scan_planning
+    from mor.planner.nodes import IcebergScan
+
+    cat = default_catalog(str(tmp_path / "wh"))
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "p", StringType(), required=False),
+    )
+    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "p"))
+    w = TableWriter(cat, "m.t", schema, spec)
+    for p in "ab":
+        w.append(pa.table({"id": pa.array([1, 2, 3], pa.int64()), "p": [p] * 3}))
+    old = w.refresh().metadata.current_snapshot_id
+    scan_planning.clear_manifest_cache()
+    visits: list[int] = []
+    real = scan_planning._plan_manifests
+
+    def counted(*args: Any) -> Any:
+        visits.append(1)
+        return real(*args)
+
+    def files(sql: str) -> tuple[Any, ...]:
+        plan = plan_query(sql, catalog=cat).optimized
+        scans = [s for s in plan.walk() if isinstance(s, IcebergScan) and s.files]
+        return tuple(t.path for s in scans for t in s.files.data) + tuple(
+            d.path for s in scans for d in s.files.deletes
+        )
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(scan_planning, "_plan_manifests", counted)
+        full = files("SELECT * FROM m.t")
+        assert files("SELECT * FROM m.t") == full and len(visits) == 1
+        assert len(files("SELECT * FROM m.t WHERE p = 'a'")) == 1 and len(visits) == 2
+        assert files("SELECT id FROM m.t") == full and len(visits) == 3
+        first = w.refresh().scan().plan_files()[0].file
+        w.commit(deletes=[w.position_delete_file({first.file_path: [0]}, first)])
+        w.append(pa.table({"id": pa.array([4], pa.int64()), "p": ["c"]}))
+        now = files("SELECT * FROM m.t")
+        assert len(visits) == 4 and len(now) == len(full) + 2  # a data and a delete file
+        assert files(f"SELECT * FROM m.t VERSION AS OF {old}") == full and len(visits) == 5
+        assert files("SELECT * FROM m.t") == now and len(visits) == 5
+        scan_planning.clear_manifest_cache()
+        assert files("SELECT * FROM m.t") == now and len(visits) == 6
