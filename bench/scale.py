@@ -71,6 +71,14 @@ def specs(files: int) -> dict[str, ScaleSpec]:
 
 
 def _rss_mb() -> float:
+    """This process's peak RSS. Linux's VmHWM: getrusage's ru_maxrss survives exec, so a child
+    started from a large parent would report the parent's size at the fork."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

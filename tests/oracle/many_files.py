@@ -88,7 +88,7 @@ class ScaleSpec:
 
     def has_pos(self, i: int) -> bool:
         step = round(1 / self.pos_frac) if self.pos_frac else 0
-        return bool(step) and i % step == 1
+        return bool(step) and i % step == 1 % step  # step 1: every file
 
     def first_id(self, p: int, variant: int) -> int:
         return (p * self.variants + variant) * self.rows
