@@ -70,16 +70,22 @@ def specs(files: int) -> dict[str, ScaleSpec]:
     }
 
 
-def _rss_mb() -> float:
-    """This process's peak RSS. Linux's VmHWM: getrusage's ru_maxrss survives exec, so a child
-    started from a large parent would report the parent's size at the fork."""
+def _peak_mb(pid: int | str = "self") -> float | None:
+    """A process's peak RSS (Linux's VmHWM), None where /proc cannot tell."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        return None
+    return None
+
+
+def _rss_mb() -> float:
+    """This process's peak RSS. VmHWM first: getrusage's ru_maxrss survives exec, so a child
+    started from a large parent would report the parent's size at the fork."""
+    peak = _peak_mb()
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def plan_child(location: str, who: str, where: str) -> None:
@@ -235,12 +241,9 @@ def queries(
 def _jvm_peak_mb(spark: Any) -> float | None:
     try:
         pid = spark.sparkContext._jvm.ProcessHandle.current().pid()
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except Exception:  # noqa: BLE001 - not Linux, or no JVM here: not reported
+    except Exception:  # noqa: BLE001 - no JVM here (Connect): not reported
         return None
-    return None
+    return _peak_mb(pid)
 
 
 def main(argv: list[str] | None = None) -> int:

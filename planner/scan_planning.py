@@ -305,22 +305,20 @@ def _plan_key(
     preds: list[Pred],
 ) -> tuple[Any, ...] | None:
     """What a planned scan is a function of: the table's metadata file (written once: its
-    schemas and specs), the manifests read (by path, length and sequence number, as their
-    entries are cached), the snapshot, the schema, the columns and pushed predicates, and how
-    paths are read. A repeated query of a snapshot then costs nothing per file here. None
-    (planned each time) for a table source without a metadata file, or a predicate's value
-    that cannot be hashed."""
+    schemas and specs; with the table's uuid and last update, as a table re-created where
+    another was can write a file of the same name), the manifests read (by path, length and
+    sequence number, as their entries are cached), the snapshot, the schema, the columns and
+    pushed predicates, and how paths are read. A repeated query of a snapshot then costs
+    nothing per file here. None (planned each time) for a table source without a metadata
+    file, or a predicate's value that cannot be hashed."""
     if not src.metadata_location:
         return None
     key = (
         src.metadata_location,
-        src.name,
         str(src.metadata.table_uuid),
         src.metadata.last_updated_ms,
-        src.metadata.format_version,
         src.path_map,
         snap.snapshot_id,
-        snap.sequence_number,
         schema.schema_id,
         tuple((f.col.name, f.field_id) for f in scan.fields),
         tuple(preds),

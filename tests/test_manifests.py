@@ -449,17 +449,13 @@ def _decoded_with(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
     return seen
 
 
-def test_data_manifests_are_decoded_without_metrics_when_no_filter_needs_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A plan reads column metrics only for a filter that partition values do not answer
-    exactly, or for equality deletes' key bounds; otherwise data manifests are decoded without
-    them (a third faster), and keep the same files. Delete manifests always have theirs."""
+def _partitioned_by_p(tmp_path: Path, parts: str) -> tuple[Any, Any]:
+    """Table m.t (id long, p string) partitioned by identity(p): a commit of ids 1-3 per
+    value of `parts`. Its catalog and its writer."""
     import pyarrow as pa
 
-    from mor.api import default_catalog, plan_query
+    from mor.api import default_catalog
     from mor.fixtures import TableWriter
-    from mor.planner.nodes import IcebergScan
 
     cat = default_catalog(str(tmp_path / "wh"))
     schema = Schema(
@@ -468,8 +464,21 @@ def test_data_manifests_are_decoded_without_metrics_when_no_filter_needs_them(
     )
     spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "p"))
     w = TableWriter(cat, "m.t", schema, spec)
-    for p in "abc":
+    for p in parts:
         w.append(pa.table({"id": pa.array([1, 2, 3], pa.int64()), "p": [p] * 3}))
+    return cat, w
+
+
+def test_data_manifests_are_decoded_without_metrics_when_no_filter_needs_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan reads column metrics only for a filter that partition values do not answer
+    exactly, or for equality deletes' key bounds; otherwise data manifests are decoded without
+    them (a third faster), and keep the same files. Delete manifests always have theirs."""
+    from mor.api import plan_query
+    from mor.planner.nodes import IcebergScan
+
+    cat, w = _partitioned_by_p(tmp_path, "abc")
     first = w.refresh().scan().plan_files()[0].file
     w.commit(deletes=[w.position_delete_file({first.file_path: [0]}, first)])
 
@@ -501,20 +510,11 @@ def test_a_repeated_scan_reuses_its_plan_and_nothing_else_does(tmp_path: Path) -
     another predicate or another column list is planned anew and sees its own files."""
     import pyarrow as pa
 
-    from mor.api import default_catalog, plan_query
-    from mor.fixtures import TableWriter
+    from mor.api import plan_query
     from mor.planner import scan_planning
     from mor.planner.nodes import IcebergScan
 
-    cat = default_catalog(str(tmp_path / "wh"))
-    schema = Schema(
-        NestedField(1, "id", LongType(), required=False),
-        NestedField(2, "p", StringType(), required=False),
-    )
-    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "p"))
-    w = TableWriter(cat, "m.t", schema, spec)
-    for p in "ab":
-        w.append(pa.table({"id": pa.array([1, 2, 3], pa.int64()), "p": [p] * 3}))
+    cat, w = _partitioned_by_p(tmp_path, "ab")
     old = w.refresh().metadata.current_snapshot_id
     scan_planning.clear_manifest_cache()
     visits: list[int] = []
