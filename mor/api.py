@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 from weakref import WeakKeyDictionary
 
 from pyiceberg.catalog import Catalog, load_catalog
 
-from mor.planner.errors import MorError, TableNotFoundError
+from mor.planner.errors import ArgumentError, MorError, TableNotFoundError
 from mor.planner.explain import explain_text
 from mor.planner.metrics import MorMetrics, static_metrics
 from mor.planner.metrics import render as render_metrics
 from mor.planner.nodes import Plan
 from mor.planner.planning import attach_files
+from mor.planner.requests import REQUESTS, since
 from mor.planner.settings import Settings, applied, user_config
 from mor.planner.sources import PathMap, Resolver, is_table_path
 from mor.planner.sql import Statement, bind, one_statement
@@ -28,6 +31,89 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 DEFAULT_CATALOG_NAME = "mor"
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _kind(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60] + '...' if len(text) > 60 else text}"
+
+
+def _mapping_of_text(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and isinstance(v, (str, int, float, bool)) for k, v in value.items()
+    )
+
+
+# what each argument of the public functions must be, and how to say so
+_ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "sql": (
+        lambda v: (isinstance(v, str) and v.strip() != "") or isinstance(v, Statement),
+        "a SQL text (one SELECT)",
+    ),
+    "name": (lambda v: isinstance(v, str) and v.strip() != "", "a table name or path"),
+    "table": (lambda v: isinstance(v, str) and v.strip() != "", "a table name or path"),
+    "catalog": (
+        lambda v: v is None or isinstance(v, (Catalog, str)),
+        "a pyiceberg Catalog, a catalog name or None",
+    ),
+    "spark": (
+        lambda v: v is None or (hasattr(v, "createDataFrame") and hasattr(v, "sql")),
+        "a SparkSession (classic or Spark Connect) or None",
+    ),
+    "path_map": (
+        lambda v: (
+            v is None or (_mapping_of_text(v) and all(isinstance(x, str) for x in v.values()))
+        ),
+        "a dict of recorded prefix -> actual prefix, or None",
+    ),
+    "io_properties": (
+        lambda v: v is None or _mapping_of_text(v),
+        "a dict of FileIO properties (str -> str), or None",
+    ),
+    "settings": (
+        lambda v: v is None or isinstance(v, (Settings, Mapping)),
+        "a dict of settings, a Settings or None",
+    ),
+    "warehouse": (lambda v: v is None or isinstance(v, (str, os.PathLike)), "a folder or None"),
+    "snapshot_id": (
+        lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
+        "a snapshot id (int) or None",
+    ),
+    "where": (lambda v: v is None or isinstance(v, str), "a Spark SQL condition or None"),
+    "columns": (
+        lambda v: (
+            v is None or (isinstance(v, (list, tuple)) and all(isinstance(c, str) for c in v))
+        ),
+        "a list of column names or None",
+    ),
+}
+
+
+def checked(fn: _F) -> _F:
+    """Check the arguments of a public function before anything runs: a wrong kind is one
+    ArgumentError naming the function and the argument (`explain(None)`), not an
+    AttributeError from deep inside."""
+    sig = inspect.signature(fn)
+    names = [n for n in sig.parameters if n in _ARGS]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise ArgumentError(f"{fn.__name__}(): {e}") from None
+        for n in names:
+            if n in bound.arguments:
+                ok, what = _ARGS[n]
+                value = bound.arguments[n]
+                if not ok(value):
+                    raise ArgumentError(f"{fn.__name__}(): {n} must be {what}, not {_kind(value)}")
+        return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
 SettingsArg = Settings | Mapping[str, Any] | None
 
 
@@ -114,11 +200,13 @@ class Planned:
         return static_metrics(self.optimized, self.planning_seconds)
 
 
+@checked
 def plan_query(
     sql: str | Statement,
     *,
     catalog: Catalog | str | None = None,
     path_map: dict[str, str] | None = None,
+    io_properties: dict[str, str] | None = None,
     warehouse: str | None = None,
     settings: SettingsArg = None,
 ) -> Planned:
@@ -126,20 +214,23 @@ def plan_query(
     its table references and what each needs), plan each scan's files, apply the merge-on-read
     rules. `sql`: one statement's text, or a Statement from `planner.sql.split_statements`."""
     with applied(settings):
-        return _plan(sql, catalog, path_map, warehouse)
+        return _plan(sql, catalog, path_map, io_properties, warehouse)
 
 
 def _plan(
     sql: str | Statement,
     catalog: Catalog | str | None,
     path_map: dict[str, str] | None,
+    io_properties: dict[str, str] | None,
     warehouse: str | None,
 ) -> Planned:
     if isinstance(catalog, str):
         catalog = resolve_catalog(catalog)  # an unknown catalog name fails even for iceberg_scan
     # the embedded catalog is created only when a query names a table
     resolver = Resolver(
-        lambda: resolve_catalog(catalog, warehouse), PathMap.of(effective_path_map(path_map))
+        lambda: resolve_catalog(catalog, warehouse),
+        PathMap.of(effective_path_map(path_map)),
+        io_properties,
     )
     started = time.perf_counter()
     stmt = one_statement(sql) if isinstance(sql, str) else sql
@@ -151,12 +242,14 @@ def _plan(
     return Planned(logical, optimized, tuple(trace + rule_steps), time.perf_counter() - started)
 
 
+@checked
 def mor_sql(
     sql: str,
     *,
     catalog: Catalog | str | None = None,
     spark: SparkSession | None = None,
     path_map: dict[str, str] | None = None,
+    io_properties: dict[str, str] | None = None,
     settings: SettingsArg = None,
 ) -> DataFrame:
     """Run one SELECT over Iceberg tables; returns a lazy DataFrame of exactly the live rows.
@@ -167,7 +260,7 @@ def mor_sql(
     from mor.physical import local_session, prepare_session, to_dataframe
 
     with applied(settings):
-        planned = plan_query(sql, catalog=catalog, path_map=path_map)
+        planned = plan_query(sql, catalog=catalog, path_map=path_map, io_properties=io_properties)
         session = prepare_session(spark) if spark is not None else local_session()
         df = to_dataframe(planned.optimized, session)
     _PLANS[df] = planned.optimized
@@ -204,11 +297,13 @@ def mor_errors(df: DataFrame | None = None) -> Iterator[None]:
         raise found from e
 
 
+@checked
 def explain(
     sql: str | Statement,
     *,
     catalog: Catalog | str | None = None,
     path_map: dict[str, str] | None = None,
+    io_properties: dict[str, str] | None = None,
     verbose: bool = False,
     physical: bool = False,
     analyze: bool = False,
@@ -227,13 +322,25 @@ def explain(
     on Spark, the rows each kind of delete removed.
     """
     with applied(settings):
-        return _explain(sql, catalog, path_map, verbose, physical, analyze, spark, check, warehouse)
+        return _explain(
+            sql,
+            catalog,
+            path_map,
+            io_properties,
+            verbose,
+            physical,
+            analyze,
+            spark,
+            check,
+            warehouse,
+        )
 
 
 def _explain(
     sql: str | Statement,
     catalog: Catalog | str | None,
     path_map: dict[str, str] | None,
+    io_properties: dict[str, str] | None,
     verbose: bool,
     physical: bool,
     analyze: bool,
@@ -241,7 +348,10 @@ def _explain(
     check: bool,
     warehouse: str | None,
 ) -> str:
-    planned = plan_query(sql, catalog=catalog, path_map=path_map, warehouse=warehouse)
+    before = REQUESTS.snapshot()
+    planned = plan_query(
+        sql, catalog=catalog, path_map=path_map, io_properties=io_properties, warehouse=warehouse
+    )
     output = None
     session = None
     if check or analyze:
@@ -264,27 +374,39 @@ def _explain(
     if analyze and session is not None:
         from mor.physical.analyze import count_removed
 
-        text += "\n" + render_metrics(count_removed(planned.metrics(), planned.optimized, session))
+        m = count_removed(planned.metrics(), planned.optimized, session)
+        m.store_requests = since(before)  # planning, and building what the counts ran
+        text += "\n" + render_metrics(m)
     return text
 
 
+@checked
 def metrics(
     sql: str,
     *,
     catalog: Catalog | str | None = None,
     path_map: dict[str, str] | None = None,
+    io_properties: dict[str, str] | None = None,
     settings: SettingsArg = None,
 ) -> MorMetrics:
-    """Merge-on-read metrics of `sql` known from planning: delete files, bytes, planning time."""
-    return plan_query(sql, catalog=catalog, path_map=path_map, settings=settings).metrics()
+    """Merge-on-read metrics of `sql` known from planning: delete files, bytes, planning time,
+    the object-store requests planning made from the driver."""
+    before = REQUESTS.snapshot()
+    m = plan_query(
+        sql, catalog=catalog, path_map=path_map, io_properties=io_properties, settings=settings
+    ).metrics()
+    m.store_requests = since(before)
+    return m
 
 
+@checked
 def table(
     name: str,
     *,
     catalog: Catalog | str | None = None,
     spark: SparkSession | None = None,
     path_map: dict[str, str] | None = None,
+    io_properties: dict[str, str] | None = None,
     snapshot_id: int | None = None,
     columns: list[str] | tuple[str, ...] | None = None,
     where: str | None = None,
@@ -301,7 +423,14 @@ def table(
         ref += f" VERSION AS OF {int(snapshot_id)}"
     cols = ", ".join(f"`{c.replace('`', '``')}`" for c in columns) if columns else "*"
     sql = f"SELECT {cols} FROM {ref}" + (f" WHERE {where}" if where else "")
-    return mor_sql(sql, catalog=catalog, spark=spark, path_map=path_map, settings=settings)
+    return mor_sql(
+        sql,
+        catalog=catalog,
+        spark=spark,
+        path_map=path_map,
+        io_properties=io_properties,
+        settings=settings,
+    )
 
 
 def _table_literal(name: str) -> str:
@@ -341,6 +470,7 @@ def _bound(snapshot_id: int | None, timestamp: Any, what: str) -> str:
     return _table_literal(when.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds"))
 
 
+@checked
 def changes(
     table: str,
     *,
@@ -351,6 +481,7 @@ def changes(
     catalog: Catalog | str | None = None,
     spark: SparkSession | None = None,
     path_map: dict[str, str] | None = None,
+    io_properties: dict[str, str] | None = None,
     settings: SettingsArg = None,
 ) -> DataFrame:
     """The rows each commit after the start (exclusive; default: the table's first commit) up
@@ -365,15 +496,24 @@ def changes(
         f"{_bound(start_snapshot_id, start_timestamp, 'start')}, "
         f"{_bound(end_snapshot_id, end_timestamp, 'end')})"
     )
-    return mor_sql(sql, catalog=catalog, spark=spark, path_map=path_map, settings=settings)
+    return mor_sql(
+        sql,
+        catalog=catalog,
+        spark=spark,
+        path_map=path_map,
+        io_properties=io_properties,
+        settings=settings,
+    )
 
 
+@checked
 def health(
     table: str,
     *,
     catalog: Catalog | str | None = None,
     warehouse: str | None = None,
     path_map: dict[str, str] | None = None,
+    io_properties: dict[str, str] | None = None,
     snapshot_id: int | None = None,
     exact: bool = False,
     spark: SparkSession | None = None,
@@ -390,7 +530,8 @@ def health(
 
     # the catalog is loaded once (a path needs none): planning and the exact count share it
     cat = None if is_table_path(table) else resolve_catalog(catalog, warehouse)
-    src = Resolver(lambda: cat, PathMap.of(effective_path_map(path_map))).by_text(table)
+    resolver = Resolver(lambda: cat, PathMap.of(effective_path_map(path_map)), io_properties)
+    src = resolver.by_text(table)
     ref = _table_ref(table)
 
     def live_rows(sid: int) -> dict[str, int]:
@@ -399,6 +540,7 @@ def health(
             catalog=cat,
             spark=spark,
             path_map=path_map,
+            io_properties=io_properties,
         )
         with mor_errors(df):
             return {r[0]: r[1] for r in df.collect()}

@@ -41,6 +41,14 @@ def _parser() -> argparse.ArgumentParser:
             metavar="OLD=NEW",
             help="read files recorded under OLD from NEW (repeatable)",
         )
+        sp.add_argument(
+            "--io",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="a pyiceberg FileIO property for tables named by path, e.g. "
+            "s3.endpoint=http://host:port (repeatable; also over a catalog's)",
+        )
         sp.add_argument("--debug", action="store_true", help="show Python tracebacks")
         sp.add_argument("--master", help="Spark master URL (default: setting master, local[*])")
         sp.add_argument(
@@ -100,6 +108,9 @@ def _parser() -> argparse.ArgumentParser:
     describe.add_argument(
         "--path-map", action="append", default=[], metavar="OLD=NEW", help="as for run"
     )
+    describe.add_argument(
+        "--io", action="append", default=[], metavar="KEY=VALUE", help="as for run"
+    )
     hp = sub.add_parser(
         "health", help="delete files, delete ratio and read cost per partition; what to compact"
     )
@@ -108,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     hp.add_argument("--catalog", help="a catalog name from pyiceberg's configuration")
     hp.add_argument("--warehouse", help="warehouse of the embedded catalog")
     hp.add_argument("--path-map", action="append", default=[], metavar="OLD=NEW", help="as for run")
+    hp.add_argument("--io", action="append", default=[], metavar="KEY=VALUE", help="as for run")
     hp.add_argument("--snapshot", type=int, help="report on this snapshot (default: the current)")
     hp.add_argument(
         "--exact",
@@ -216,6 +228,10 @@ def _path_map(items: list[str]) -> dict[str, str]:
     return _pairs(items, "--path-map", "OLD=NEW")
 
 
+def _io(args: argparse.Namespace) -> dict[str, str]:
+    return _pairs(getattr(args, "io", None) or [], "--io", "KEY=VALUE")
+
+
 def _catalog(args: argparse.Namespace) -> Any:
     """A named catalog is loaded now (an unknown name fails at once); the embedded one only
     when a statement names a table (a query of iceberg_scan(...) alone needs none)."""
@@ -236,6 +252,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             s,
             catalog=cat,
             path_map=pm,
+            io_properties=_io(args),
             verbose=args.verbose,
             physical=args.physical,
             analyze=args.analyze,
@@ -259,10 +276,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--limit needs a number of rows, 0 or more, not {args.limit}")
     targets = _targets(args, len(stmts))  # checked before any query runs
     cat = _catalog(args)
-    pm = _path_map(args.path_map)
+    pm, io = _path_map(args.path_map), _io(args)
     progress.note("planning ...")
     planned = [  # all planned before any output
-        plan_query(s, catalog=cat, path_map=pm, warehouse=args.warehouse) for s in stmts
+        plan_query(s, catalog=cat, path_map=pm, io_properties=io, warehouse=args.warehouse)
+        for s in stmts
     ]
     progress.note("starting Spark ...")
     from mor.physical import to_dataframe
@@ -409,6 +427,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
     resolver = Resolver(
         lambda: resolve_catalog(catalog, args.warehouse),
         PathMap.of(effective_path_map(_path_map(args.path_map))),
+        _io(args),
     )
     sys.stdout.write(describe(resolver.by_text(args.table)))
     return 0
@@ -427,6 +446,7 @@ def cmd_health(args: argparse.Namespace) -> int:
         catalog=args.catalog,
         warehouse=args.warehouse,
         path_map=_path_map(args.path_map),
+        io_properties=_io(args),
         snapshot_id=args.snapshot,
         exact=args.exact,
         spark=_spark(args) if args.exact else None,
@@ -478,6 +498,17 @@ def cmd_config(args: argparse.Namespace) -> int:
     ]
     rows += [("spark", f"{k} = {v} (config file)") for k, v in sorted(cfg.spark.items())]
     rows += [("path-map", f"{k} = {v} (config file)") for k, v in sorted(cfg.path_map.items())]
+    from mor.planner.sources import io_defaults
+
+    secret = ("secret", "token", "password", "credential")
+    rows += [
+        (
+            "file-io",
+            f"{k} = {'***' if any(w in k for w in secret) else v} "
+            f"({'config file' if k in cfg.file_io else 'environment'})",
+        )
+        for k, v in sorted(io_defaults().items())
+    ]
     sys.stdout.write("".join(f"{k:<12} {v}\n" for k, v in rows))
     return 0
 

@@ -1,6 +1,8 @@
 """Files read on the client (the Python process), never through the JVM: delete files for the
 bitmap method, and the sizes of files the size check cannot `stat`. Local files are opened
-directly; others through the table's own FileIO (pyiceberg's), as its metadata was."""
+directly; others through the table's own FileIO (pyiceberg's), as its metadata was, and their
+requests tallied (planner/requests.py). Remote sizes come from listing the folders that hold
+many of the files, else from one request per file."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from pyiceberg.io import FileIO, load_file_io
 
+from mor.planner.requests import REQUESTS, CountingFileIO
 from mor.planner.settings import current
 from mor.planner.sources import file_io
 
@@ -23,7 +26,12 @@ def local_path(path: str) -> str | None:
 
 def _io(source_key: str | None, path: str) -> FileIO:
     io = file_io(source_key) if source_key else None
-    return io if io is not None else load_file_io({}, path)
+    return io if io is not None else CountingFileIO(load_file_io({}, path))
+
+
+# a folder holding at least this many of the remote files to size is listed (one request per
+# 1,000 objects in it) rather than each file asked for its size (one request each)
+LIST_FROM = 16
 
 
 def read_bytes(source_key: str | None, path: str) -> bytes:
@@ -71,6 +79,8 @@ def file_sizes(source_key: str | None, paths: Sequence[str]) -> dict[str, int | 
             out[p] = None
     if remote:
         io = _io(source_key, remote[0])
+        listed, rest = _listed_sizes(io, remote)
+        out.update(listed)
 
         def size(p: str) -> int | None:
             try:
@@ -79,8 +89,40 @@ def file_sizes(source_key: str | None, paths: Sequence[str]) -> dict[str, int | 
                 return None
 
         with ThreadPoolExecutor(current().io_threads) as pool:
-            out.update(zip(remote, pool.map(size, remote)))
+            out.update(zip(rest, pool.map(size, rest)))
     return out
+
+
+def _listed_sizes(io: FileIO, paths: Sequence[str]) -> tuple[dict[str, int | None], list[str]]:
+    """Sizes of the files in folders that hold at least LIST_FROM of `paths`, from one listing
+    of each folder (in parallel): on an object store 20,000 data files in a few folders are
+    tens of LIST requests, not 20,000 HEADs. Returns them and the paths left to size one by
+    one (a FileIO other than pyiceberg's pyarrow one lists nothing)."""
+    inner = getattr(io, "inner", io)
+    if not hasattr(inner, "fs_by_scheme") or not hasattr(inner, "parse_location"):
+        return {}, list(paths)
+    folders: dict[str, list[str]] = {}
+    for p in paths:
+        folders.setdefault(p.rsplit("/", 1)[0], []).append(p)
+    big = [d for d, ps in folders.items() if len(ps) >= LIST_FROM]
+    rest = [p for d, ps in folders.items() if len(ps) < LIST_FROM for p in ps]
+    if not big:
+        return {}, rest
+    from pyarrow.fs import FileSelector, FileType
+
+    def listing(folder: str) -> dict[str, int]:
+        scheme, netloc, path = inner.parse_location(folder + "/", inner.properties)
+        fs = inner.fs_by_scheme(scheme, netloc)
+        infos = fs.get_file_info(FileSelector(path.rstrip("/"), allow_not_found=True))
+        REQUESTS.add("LIST", max(1, -(-len(infos) // 1000)))
+        return {i.base_name: i.size for i in infos if i.type == FileType.File}
+
+    out: dict[str, int | None] = {}
+    with ThreadPoolExecutor(current().io_threads) as pool:
+        for folder, sizes in zip(big, pool.map(listing, big)):
+            for p in folders[folder]:
+                out[p] = sizes.get(p.rsplit("/", 1)[1])
+    return out, rest
 
 
 def read_range(source_key: str | None, path: str, offset: int, length: int) -> bytes:

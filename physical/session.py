@@ -81,6 +81,22 @@ def _reachable(url: str, timeout: float = 10.0) -> None:
         ) from e
 
 
+def s3a_from_environment() -> dict[str, str]:
+    """Settings for Hadoop's s3a connector from the AWS SDKs' environment, for a session mor
+    starts (a user's own session is never changed): the endpoint s3a's SDK does not read from
+    `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`, path-style requests as pyarrow makes them to
+    an endpoint given so, plain HTTP for an http:// one. Keys, session token and region s3a
+    takes from the environment itself."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if not endpoint:
+        return {}
+    return {
+        "spark.hadoop.fs.s3a.endpoint": endpoint,
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": str(endpoint.startswith("https:")).lower(),
+    }
+
+
 def local_session(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
     """The active session if there is one, else a local session with quiet, sensible defaults.
 
@@ -101,7 +117,7 @@ def local_session(master: str | None = None, conf: dict[str, str] | None = None)
     config = user_config()  # for a session mor starts; an active one is the user's own
     settings = current()
     master = master or settings.master
-    conf = {**config.spark, **(conf or {})}
+    conf = {**s3a_from_environment(), **config.spark, **(conf or {})}
     log_conf = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
     builder = (
         SparkSession.builder.master(master)

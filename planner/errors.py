@@ -45,6 +45,11 @@ class ConfigError(MorError):
     """A setting (an environment variable) has a value mor cannot use."""
 
 
+class ArgumentError(MorError, TypeError):
+    """A public function was called with an argument of the wrong kind: names the function,
+    the argument and what it must be (a TypeError too, as Python's own would be)."""
+
+
 class QueryError(MorError):
     """Spark refused the query around the scans (an unknown function or column, a type
     mismatch): Spark's reason, at the line and column of the user's text."""

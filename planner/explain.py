@@ -14,6 +14,7 @@ from mor.planner.nodes import (
     Union,
     show_ids,
 )
+from mor.planner.sources import prefix_rewrite
 
 
 def _n(x: int) -> str:
@@ -139,6 +140,12 @@ def _scan_details(n: int, scan: IcebergScan) -> list[str]:
             f"{' -> position filter' if pos or dvs else ''} | eq-delete {sum(eqs.values())}"
             f"{' (' + eq_text + ')' if eq_text else ''}"
         )
+        moved = next(
+            (prefix_rewrite(t.path, t.read_path) for t in (*f.data, *f.deletes)),
+            None,
+        )
+        if moved is not None:
+            out.append(f"   paths     {moved[0]}/... read as {moved[1]}/...")
     pushed = " AND ".join(e.text for e in scan.pushed) or "none"
     out.append(f"   pushed    {pushed}")
     cols = ", ".join([fl.col.show() for fl in scan.fields] + list(scan.hidden))

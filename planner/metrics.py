@@ -22,6 +22,9 @@ class MorMetrics:
     eq_delete_files: dict[str, int] = field(default_factory=dict)  # "{1,3}" -> files
     eq_delete_bytes: dict[str, int] = field(default_factory=dict)
     eq_delete_rows: dict[str, int] = field(default_factory=dict)
+    # object-store requests on the driver (GET, HEAD, LIST: planner/requests.py) while the
+    # call planned (metrics()) or planned and built the DataFrame (EXPLAIN ANALYZE)
+    store_requests: dict[str, int] = field(default_factory=dict)
     # filled by EXPLAIN ANALYZE, which runs counts
     rows_removed_by_position: int | None = None
     rows_removed_by_equality: dict[str, int] | None = None
@@ -78,6 +81,13 @@ def render(m: MorMetrics) -> str:
         lines.append(
             f"eq deletes    {k}: {m.eq_delete_files[k]} files, {m.eq_delete_bytes[k]} bytes,"
             f" {m.eq_delete_rows[k]} keys"
+        )
+    if any(m.store_requests.values()):
+        r = m.store_requests
+        lines.append(
+            f"requests      {sum(r.values())} to the object store from the driver ("
+            + ", ".join(f"{k} {v}" for k, v in r.items())
+            + ")"
         )
     if m.rows_live is not None:
         kind = "position deletes" + (" and deletion vectors" if m.deletion_vectors else "")

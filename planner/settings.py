@@ -125,6 +125,14 @@ SETTINGS: tuple[Setting, ...] = (
         "many bytes (about 150 bytes a file; none used in the last hour)",
     ),
     Setting(
+        "s3a_paths",
+        "MOR_S3A_PATHS",
+        bool,
+        True,
+        "files recorded as s3:// or s3n:// (what Iceberg's writers write) are read as s3a://, "
+        "Hadoop's S3 connector; off where the cluster serves s3:// itself (EMRFS)",
+    ),
+    Setting(
         "position_bitmap_bytes",
         "MOR_POSITION_BITMAP_BYTES",
         int,
@@ -241,6 +249,7 @@ class Settings:
     file_lists: bool = True
     file_list_dir: str = ""
     file_list_bytes: int = 2 << 30
+    s3a_paths: bool = True
     position_bitmap_bytes: int = 4 << 20
     position_driver_rows: int = 2_000_000
     master: str = "local[*]"
@@ -330,6 +339,7 @@ CONFIG_KEYS = {
     "catalog": "a pyiceberg catalog name to read from instead of the embedded one",
     "spark": "a table of Spark settings for sessions mor starts, as --conf KEY=VALUE",
     "path-map": "a table of recorded path prefix = actual prefix, as --path-map",
+    "file-io": "a table of pyiceberg FileIO properties (s3.endpoint, ...), as --io KEY=VALUE",
     **{s.name: s.doc for s in SETTINGS},
 }
 
@@ -345,6 +355,7 @@ class UserConfig:
     catalog: str | None = None
     spark: dict[str, str] = field(default_factory=dict)
     path_map: dict[str, str] = field(default_factory=dict)
+    file_io: dict[str, str] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)  # tuning settings, checked
 
 
@@ -406,5 +417,6 @@ def user_config() -> UserConfig:
         catalog=raw.get("catalog") or None,
         spark=_table_of_strings(path, "spark", raw.get("spark", {})),
         path_map=_table_of_strings(path, "path-map", raw.get("path-map", {})),
+        file_io=_table_of_strings(path, "file-io", raw.get("file-io", {})),
         settings=settings,
     )

@@ -1,7 +1,14 @@
 """Where tables come from: a pyiceberg catalog, or a metadata file named in `iceberg_scan(...)`.
 
 Every file the reader opens goes through `PathMap`, so copied or moved tables read where they
-lie; matching and bounds checks keep using the paths as recorded in the metadata.
+lie; matching and bounds checks keep using the paths as recorded in the metadata. `s3://` and
+`s3n://` paths (what Iceberg's writers record) are read as `s3a://`, the scheme of Hadoop's S3
+connector, unless the `s3a_paths` setting is off.
+
+Files are opened with pyiceberg's FileIO, whose properties (`s3.endpoint`, keys, region, ...)
+come, later ones winning: from the environment the AWS SDKs read (`io_defaults`), the config
+file's `[file-io]` table, the catalog and the table's own configuration (vended credentials),
+and the caller (`io_properties=`, `--io KEY=VALUE`).
 """
 
 from __future__ import annotations
@@ -20,22 +27,37 @@ from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.metadata import TableMetadata
 
 from mor.planner.errors import MetadataError, MorError, TableNotFoundError
+from mor.planner.requests import CountingFileIO
 
 
 @dataclass(frozen=True, slots=True)
 class PathMap:
-    """Prefix substitutions `{recorded: actual}`; the longest matching prefix wins."""
+    """Prefix substitutions `{recorded: actual}`; the longest matching prefix wins. Then, with
+    `s3a`, an `s3://` or `s3n://` path is given the `s3a://` scheme (the same bucket and key:
+    Spark's Hadoop has no `s3` file system unless the cluster adds one)."""
 
     pairs: tuple[tuple[str, str], ...] = ()
+    s3a: bool = False
 
     @staticmethod
-    def of(mapping: dict[str, str] | None) -> PathMap:
+    def of(mapping: dict[str, str] | None, s3a: bool | None = None) -> PathMap:
         """Prefixes are whole path segments: a trailing `/` on either side is dropped, so
-        `/a/b/=/c` and `/a/b=/c/` map `/a/b/x` to `/c/x` alike (never `/cx`)."""
+        `/a/b/=/c` and `/a/b=/c/` map `/a/b/x` to `/c/x` alike (never `/cx`). `s3a`: None
+        takes the `s3a_paths` setting."""
         pairs = [(_trim(str(k)), _trim(str(v))) for k, v in (mapping or {}).items()]
-        return PathMap(tuple(sorted(pairs, key=lambda kv: -len(kv[0]))))
+        if s3a is None:
+            from mor.planner.settings import current
+
+            s3a = current().s3a_paths
+        return PathMap(tuple(sorted(pairs, key=lambda kv: -len(kv[0]))), s3a)
 
     def __call__(self, path: str) -> str:
+        mapped = self._prefix(path)
+        if self.s3a and mapped[:5] in ("s3://", "s3n:/"):
+            return "s3a://" + mapped[len("s3n://") if mapped[2] == "n" else len("s3://") :]
+        return mapped
+
+    def _prefix(self, path: str) -> str:
         local = _local_form(path)
         for old, new in self.pairs:
             if _under(path, old):
@@ -45,6 +67,57 @@ class PathMap:
             if local is not None and old_local is not None and _under(local, old_local):
                 return new + local[len(old_local) :]
         return path
+
+
+def prefix_rewrite(recorded: str, actual: str) -> tuple[str, str] | None:
+    """(recorded prefix, read prefix) of a file read elsewhere than recorded, for EXPLAIN:
+    where the two paths differ, plus the next path segment (`s3://whs -> s3a://whs`,
+    `/old/wh -> /new/wh`), so a table shows one line, not one per file."""
+    if recorded == actual:
+        return None
+    n = 0
+    while n < min(len(recorded), len(actual)) and recorded[-1 - n] == actual[-1 - n]:
+        n += 1
+    tail = recorded[len(recorded) - n :]
+    i = 0
+    while i < len(tail) and tail[i] in ":/":
+        i += 1
+    j = tail.find("/", i)
+    ext = tail[:j] if j >= 0 else tail[:i]
+    return recorded[: len(recorded) - n] + ext, actual[: len(actual) - n] + ext
+
+
+# FileIO properties the AWS SDKs' environment variables stand for (pyiceberg's FileIO reads
+# none of them but the keys: an endpoint or region given only there would be ignored, and
+# without a region pyiceberg asks AWS where the bucket is, which fails off AWS)
+_AWS_ENV = (
+    ("s3.endpoint", ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")),
+    ("s3.region", ("AWS_REGION", "AWS_DEFAULT_REGION")),
+    ("s3.access-key-id", ("AWS_ACCESS_KEY_ID",)),
+    ("s3.secret-access-key", ("AWS_SECRET_ACCESS_KEY",)),
+    ("s3.session-token", ("AWS_SESSION_TOKEN",)),
+    ("s3.profile-name", ("AWS_PROFILE",)),
+)
+
+
+def io_defaults() -> dict[str, str]:
+    """FileIO properties from the AWS SDKs' environment, then the config file's `[file-io]`."""
+    from mor.planner.settings import user_config
+
+    out = {}
+    for prop, names in _AWS_ENV:
+        value = next((os.environ[n] for n in names if os.environ.get(n)), None)
+        if value is not None:
+            out[prop] = value
+    return {**out, **user_config().file_io}
+
+
+def with_region(props: dict[str, str]) -> dict[str, str]:
+    """An endpoint without a region is an S3-compatible store (or a proxy): give the SDK's
+    default region rather than let pyiceberg ask AWS which region the bucket is in."""
+    if props.get("s3.endpoint") and not (props.get("s3.region") or props.get("client.region")):
+        return {**props, "s3.region": "us-east-1"}
+    return props
 
 
 def _trim(prefix: str) -> str:
@@ -72,12 +145,13 @@ class MappedFileIO(FileIO):
 
     def __init__(self, inner: FileIO, path_map: PathMap) -> None:
         super().__init__(properties=inner.properties)
-        self._inner = inner
+        self._inner = inner if isinstance(inner, CountingFileIO) else CountingFileIO(inner)
         self._map = path_map
 
     @property
-    def inner(self) -> FileIO:
-        """The FileIO itself, for paths already mapped (a task's read_path)."""
+    def inner(self) -> CountingFileIO:
+        """The FileIO itself, for paths already mapped (a task's read_path); its remote
+        requests are tallied (planner/requests.py)."""
         return self._inner
 
     def new_input(self, location: str) -> InputFile:
@@ -170,6 +244,10 @@ def _newest_by_content(meta: str, names: list[str]) -> str:
     )
 
 
+def _is_metadata(path: str) -> bool:
+    return path.endswith(".json") or path.endswith(".json.gz")
+
+
 def is_table_path(name: str) -> bool:
     """A table given by its directory or metadata file rather than by name."""
     return "/" in name or name.endswith(".json")
@@ -178,11 +256,32 @@ def is_table_path(name: str) -> bool:
 class Resolver:
     """Loads tables by name (through a catalog) or by metadata path, each once per query."""
 
-    def __init__(self, catalog: Catalog | Callable[[], Catalog] | None, path_map: PathMap) -> None:
-        """`catalog` may be a factory: it is then called only when a table is named."""
+    def __init__(
+        self,
+        catalog: Catalog | Callable[[], Catalog] | None,
+        path_map: PathMap,
+        io_properties: dict[str, str] | None = None,
+    ) -> None:
+        """`catalog` may be a factory: it is then called only when a table is named.
+        `io_properties`: the caller's FileIO properties, over every other source."""
         self._catalog = catalog
         self._map = path_map
+        self._io_explicit = {str(k): str(v) for k, v in (io_properties or {}).items()}
+        self._io_defaults = io_defaults()
         self._cache: dict[str, TableSource] = {}
+
+    def _path_io(self, location: str) -> FileIO:
+        """The FileIO of a table named by path: the defaults and the caller's properties."""
+        return load_file_io(with_region({**self._io_defaults, **self._io_explicit}), location)
+
+    def _catalog_io(self, table: Any) -> FileIO:
+        """The FileIO a catalog gave the table (with its vended credentials), rebuilt only
+        when the environment, the config file or the caller adds a property it lacks."""
+        have = dict(table.io.properties)
+        props = with_region({**self._io_defaults, **have, **self._io_explicit})
+        if props == have:
+            return table.io
+        return load_file_io(props, table.metadata_location)
 
     @property
     def sources(self) -> dict[str, TableSource]:
@@ -192,20 +291,54 @@ class Resolver:
         actual = self._map(path)
         if os.path.isdir(actual):
             location = _metadata_file_in(actual)
+        elif "://" in actual and not actual.startswith("file:") and not _is_metadata(actual):
+            location = self._remote_metadata_file(actual)
         elif os.path.exists(actual) or "://" in actual:
             location = actual
         else:
             raise TableNotFoundError(f"iceberg_scan: no table or metadata file at {path}")
         if location in self._cache:
             return self._cache[location]
-        io = MappedFileIO(load_file_io({}, location), self._map)
+        io = MappedFileIO(self._path_io(location), self._map)
         try:
             metadata = FromInputFile.table_metadata(io.new_input(location))
         except Exception as e:  # noqa: BLE001 - any parse failure is the user's file
-            raise MetadataError(f"cannot read table metadata {location}: {_short(e)}") from e
+            where = path if path == location else f"{path} (read as {location})"
+            raise MetadataError(f"cannot read table metadata {where}: {_short(e)}") from e
         src = TableSource(location, path, metadata, io, self._map, location)
         self._cache[location] = src
         return src
+
+    def _remote_metadata_file(self, directory: str) -> str:
+        """The current metadata file of a table directory on an object store: as Iceberg's
+        Hadoop tables record it, in `metadata/version-hint.text` (one read; an object store
+        cannot be listed through FileIO)."""
+        base = directory.rstrip("/")
+        hint = f"{base}/metadata/version-hint.text"
+        io = CountingFileIO(self._path_io(hint))
+        try:
+            with io.new_input(hint).open() as f:
+                v = f.read().decode().strip()
+        except FileNotFoundError:
+            raise TableNotFoundError(
+                f"iceberg_scan: {base} has no metadata/version-hint.text: name the table's "
+                "metadata file (.../metadata/<version>.metadata.json) instead"
+            ) from None
+        except Exception as e:  # noqa: BLE001 - the store's error, in one line
+            raise MetadataError(f"cannot read {hint}: {_short(e)}") from e
+        for cand in (f"v{v}.metadata.json", f"{v}.metadata.json"):
+            location = f"{base}/metadata/{cand}"
+            try:
+                if len(io.new_input(location)) >= 0:
+                    return location
+            except FileNotFoundError:
+                continue
+            except Exception as e:  # noqa: BLE001 - the store's error, in one line
+                raise MetadataError(f"cannot read {location}: {_short(e)}") from e
+        raise TableNotFoundError(
+            f"iceberg_scan: {hint} names version {v!r}, but neither v{v}.metadata.json nor "
+            f"{v}.metadata.json exists in {base}/metadata"
+        )
 
     def by_text(self, name: str) -> TableSource:
         """A table named as users write it: its path (is_table_path) or `ns.t` / `cat.ns.t`."""
@@ -241,7 +374,7 @@ class Resolver:
                 f"table {'.'.join(parts)} in catalog {catalog.name!r}: its metadata cannot be "
                 f"read: {_metadata_fault(e)}"
             ) from e
-        io = MappedFileIO(table.io, self._map)
+        io = MappedFileIO(self._catalog_io(table), self._map)
         src = TableSource(
             key, ".".join(parts), table.metadata, io, self._map, table.metadata_location
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -193,3 +194,29 @@ def test_columns_differing_only_in_case_are_refused_by_name(catalog: object) -> 
     w.append(pa.table({"a": pa.array([1], pa.int64()), "A": pa.array([2], pa.int64())}))
     with pytest.raises(UnsupportedError, match="columns 'a' and 'A'.*differ only in case"):
         explain("SELECT A FROM c.t", catalog=catalog, check=False)
+
+
+@pytest.mark.parametrize(
+    "call, says",
+    [
+        (lambda m: m.explain(None), "explain(): sql must be a SQL text (one SELECT), not NoneType"),
+        (lambda m: m.mor_sql("  "), "mor_sql(): sql must be a SQL text"),
+        (lambda m: m.mor_sql("SELECT 1", spark="local"), "mor_sql(): spark must be a SparkSession"),
+        (lambda m: m.mor_sql("SELECT 1", path_map=["/a"]), "mor_sql(): path_map must be a dict"),
+        (lambda m: m.explain("SELECT 1", io_properties={"k": None}), "io_properties must be"),
+        (lambda m: m.table(3), "table(): name must be a table name or path, not int 3"),
+        (lambda m: m.table("ns.t", columns="a"), "table(): columns must be a list"),
+        (lambda m: m.health("ns.t", snapshot_id="1"), "health(): snapshot_id must be"),
+        (lambda m: m.changes("ns.t", catalog=1), "changes(): catalog must be a pyiceberg Catalog"),
+        (lambda m: m.metrics("SELECT 1", bogus=1), "metrics(): got an unexpected keyword"),
+    ],
+)
+def test_public_functions_name_a_wrong_argument(call: Any, says: str) -> None:
+    """One line naming the function and the argument, before anything is planned or started
+    (explain(None) was an AttributeError from inside the planner); a TypeError as well."""
+    import mor
+
+    with pytest.raises(mor.ArgumentError) as e:
+        call(mor)
+    assert says in str(e.value) and "\n" not in str(e.value)
+    assert isinstance(e.value, TypeError)

@@ -31,7 +31,7 @@ ARROW = {"bigint": pa.int64(), "int": pa.int32(), "string": pa.string(), "double
 @dataclass
 class History:
     name: str  # local.db.<name>
-    location: Path
+    location: str  # the table's folder: a local path, or s3a://bucket/... (tests/oracle/on_s3.py)
     layout: str
     seed: int
     snapshots: list[int] = field(default_factory=list)
@@ -48,14 +48,17 @@ class History:
 
 
 class Writer:
-    def __init__(self, spark: Any, warehouse: Path, seed: int) -> None:
+    def __init__(self, spark: Any, warehouse: Path | str, seed: int, fs: Any = None) -> None:
+        """`warehouse`: the Hadoop catalog's folder; on an object store (`s3a://...`) `fs` is
+        the pyarrow file system the equality delete files are written with."""
         self.spark = spark
+        self.fs = fs
         self.rng = random.Random(seed)
         self.jvm = spark._jvm
         self.next_id = 0
         layout = self.rng.choice(["unpartitioned", "identity", "bucket"])
         name = f"h{seed}"
-        self.h = History(name, warehouse / "db" / name, layout, seed)
+        self.h = History(name, f"{str(warehouse).rstrip('/')}/db/{name}", layout, seed)
         self.h.columns = {
             "id": "bigint",
             "k": "int",
@@ -362,8 +365,11 @@ class Writer:
             {fields[i].name: pa.array([k[i] for k in keys], fields[i].type) for i in order},
             schema=pa.schema([fields[i] for i in order]),
         )
-        path = str(self.h.location / "data" / f"eqdel-{uuid.uuid4()}.parquet")
-        pq.write_table(table, path)
+        path = f"{self.h.location}/data/eqdel-{uuid.uuid4()}.parquet"
+        if self.fs is None:
+            pq.write_table(table, path)
+        else:  # s3a://bucket/key -> bucket/key on the store
+            pq.write_table(table, path.split("://", 1)[1], filesystem=self.fs)
         return path
 
     def run(self, steps: int) -> History:
@@ -419,13 +425,12 @@ def eq_delete_file(
     arr = spark.sparkContext._gateway.new_array(jvm.int, len(ids))
     for i, v in enumerate(ids):
         arr[i] = v
-    local = path[len("file:") :] if path.startswith("file:") else path
     b = (
         iceberg.FileMetadata.deleteFileBuilder(spec)
         .ofEqualityDeletes(arr)
         .withPath(path)
         .withFormat("parquet")
-        .withFileSizeInBytes(Path(local).stat().st_size)
+        .withFileSizeInBytes(table.io().newInputFile(path).getLength())
         .withRecordCount(rows)
     )
     if partition is not None:

@@ -352,6 +352,60 @@ def _columns(spark: Any, h: History, sid: int) -> list[str]:
     return list(spark.sql(f"SELECT * FROM {h.table} VERSION AS OF {sid} LIMIT 0").columns)
 
 
+def check_history(
+    spark: Any, h: History, rng: Any, coverage: Counter, oracle_failed: Counter
+) -> tuple[int, list[str]]:
+    """Every query of one written history through mor and Iceberg's reader, then its changes
+    and its health report: (queries run, differences)."""
+    seed = h.seed
+    n_queries = 0
+    diffs: list[str] = []
+    coverage.update(h.coverage)
+    coverage[f"snapshots {min(len(h.snapshots), 10)}{'+' if len(h.snapshots) >= 10 else ''}"] += 1
+    qs = [(q, None) for q in queries(h, lambda xs, k: rng.sample(xs, min(k, len(xs))))]
+    qs += [("SELECT * FROM {t}", JOIN), ("SELECT id, _pos FROM {t}", JOIN)]
+    view = ""
+    if h.v3:
+        try:
+            view, corrected = lineage_view(spark, h)
+            coverage["lineage rows read per spec (iceberg#17039)"] += corrected
+        except OracleFailed as e:
+            oracle_failed["lineage: " + str(e)[:140]] += 1
+            qs = [(q, st) for q, st in qs if "{lineage}" not in q]
+    for q, settings in qs:
+        n_queries += 1
+        try:
+            d = compare(spark, h, q, settings, view)
+        except OracleFailed as e:
+            oracle_failed[str(e)[:160]] += 1
+            d = None
+        except Exception as e:  # noqa: BLE001 - an error from mor is a difference
+            d = f"seed {seed} ({h.layout}): {q}\n  error: {str(e).splitlines()[0][:300]}"
+        if d:
+            diffs.append(d + "\n  history:\n    " + "\n    ".join(h.log))
+    n_queries += 1
+    try:
+        found = check_changes(spark, h, rng)
+    except OracleFailed as e:
+        oracle_failed["table_changes: " + str(e)[:140]] += 1
+        found = []
+    except Exception as e:  # noqa: BLE001 - an error from mor is a difference
+        found = [
+            f"seed {seed} ({h.layout}): table_changes\n  error: {str(e).splitlines()[0][:300]}"
+        ]
+    coverage["table_changes commits"] += len(h.snapshots)
+    n_queries += 1
+    try:
+        found += check_health(spark, h)
+    except OracleFailed as e:
+        oracle_failed["health: " + str(e)[:140]] += 1
+    except Exception as e:  # noqa: BLE001 - an error from mor is a difference
+        found.append(f"seed {seed} ({h.layout}): health\n  error: {str(e).splitlines()[0][:300]}")
+    for d in found:
+        diffs.append(d + "\n  history:\n    " + "\n    ".join(h.log))
+    return n_queries, diffs
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--histories", type=int, default=6)
@@ -382,53 +436,9 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:  # noqa: BLE001 - a writer failure is the harness's bug: report it
             diffs.append(f"seed {seed}: the history could not be written\n{traceback.format_exc()}")
             continue
-        coverage.update(h.coverage)
-        coverage[
-            f"snapshots {min(len(h.snapshots), 10)}{'+' if len(h.snapshots) >= 10 else ''}"
-        ] += 1
-        qs = [(q, None) for q in queries(h, lambda xs, k: rng.sample(xs, min(k, len(xs))))]
-        qs += [("SELECT * FROM {t}", JOIN), ("SELECT id, _pos FROM {t}", JOIN)]
-        view = ""
-        if h.v3:
-            try:
-                view, corrected = lineage_view(spark, h)
-                coverage["lineage rows read per spec (iceberg#17039)"] += corrected
-            except OracleFailed as e:
-                oracle_failed["lineage: " + str(e)[:140]] += 1
-                qs = [(q, st) for q, st in qs if "{lineage}" not in q]
-        for q, settings in qs:
-            n_queries += 1
-            try:
-                d = compare(spark, h, q, settings, view)
-            except OracleFailed as e:
-                oracle_failed[str(e)[:160]] += 1
-                d = None
-            except Exception as e:  # noqa: BLE001 - an error from mor is a difference
-                d = f"seed {seed} ({h.layout}): {q}\n  error: {str(e).splitlines()[0][:300]}"
-            if d:
-                diffs.append(d + "\n  history:\n    " + "\n    ".join(h.log))
-        n_queries += 1
-        try:
-            found = check_changes(spark, h, rng)
-        except OracleFailed as e:
-            oracle_failed["table_changes: " + str(e)[:140]] += 1
-            found = []
-        except Exception as e:  # noqa: BLE001 - an error from mor is a difference
-            found = [
-                f"seed {seed} ({h.layout}): table_changes\n  error: {str(e).splitlines()[0][:300]}"
-            ]
-        coverage["table_changes commits"] += len(h.snapshots)
-        n_queries += 1
-        try:
-            found += check_health(spark, h)
-        except OracleFailed as e:
-            oracle_failed["health: " + str(e)[:140]] += 1
-        except Exception as e:  # noqa: BLE001 - an error from mor is a difference
-            found.append(
-                f"seed {seed} ({h.layout}): health\n  error: {str(e).splitlines()[0][:300]}"
-            )
-        for d in found:
-            diffs.append(d + "\n  history:\n    " + "\n    ".join(h.log))
+        n, found = check_history(spark, h, rng, coverage, oracle_failed)
+        n_queries += n
+        diffs += found
     spark.stop()
     if not args.keep:
         shutil.rmtree(warehouse, ignore_errors=True)

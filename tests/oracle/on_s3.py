@@ -1,0 +1,293 @@
+"""The object-store leg: tables on S3 (SeaweedFS on 127.0.0.1, tests/objectstore.py), read by
+mor and by Iceberg's own reader, through s3a on Spark and pyiceberg's FileIO on the driver.
+
+1. Random merge-on-read histories written by Iceberg's Java writer into a Hadoop catalog on
+   `s3a://whs/wh` (position deletes, deletion vectors, equality deletes through RowDelta, as
+   tests/oracle/histories.py writes them), every query of the local oracle through mor (the
+   table by path: its `version-hint.text` read from the store) and Iceberg's reader; mor's
+   driver reaches the store through the AWS SDK environment (`AWS_ENDPOINT_URL`, keys).
+2. The real tables of tests/realdata copied to `s3://whs/realdata/...` and read by path,
+   recorded paths mapped to `s3://` (which mor reads as `s3a://`), against expected results.
+3. A table written by pyiceberg through SeaweedFS's Iceberg REST catalog (S3 Tables bucket
+   `lake`: `s3://` paths, a name mapping), read by name with the catalog, against pyiceberg's
+   own scan; the CLI (`run`, `explain`, `health`) against that catalog named in a
+   `.pyiceberg.yaml`, and `run --io` for a table by path with no AWS environment at all.
+
+Prints `on S3: ... N differences`; exit 1 on any difference, 2 when the store or the Iceberg
+runtime cannot be set up (the reason printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.objectstore import KEY, SECRET, SeaweedFS, StoreUnavailable  # noqa: E402
+from tests.oracle.histories import Writer  # noqa: E402
+from tests.oracle.run import check_history  # noqa: E402
+from tests.oracle.runtime import RuntimeUnavailable, iceberg_session  # noqa: E402
+
+REALDATA = ROOT / "tests" / "realdata"
+
+
+def _bag(rows: list[Any]) -> Counter:
+    return Counter(tuple(str(v) for v in r) for r in rows)
+
+
+def histories(spark: Any, store: SeaweedFS, seeds: list[int], steps: int) -> tuple[int, list[str]]:
+    coverage: Counter = Counter()
+    oracle_failed: Counter = Counter()
+    diffs: list[str] = []
+    n = 0
+    for seed in seeds:
+        try:
+            h = Writer(spark, "s3a://whs/wh", seed, fs=store.arrow_fs()).run(steps)
+        except Exception:  # noqa: BLE001 - a writer failure is the harness's bug: report it
+            diffs.append(f"seed {seed}: the history could not be written\n{traceback.format_exc()}")
+            continue
+        q, found = check_history(spark, h, random.Random(seed * 7919), coverage, oracle_failed)
+        n += q
+        diffs += found
+    print("  coverage: " + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items())))
+    for cause, k in oracle_failed.most_common():
+        print(f"  Iceberg's reader could not answer {k} x: {cause}")
+    # the leg exists to read every delete kind from the store: a seed range that writes none
+    # of one kind is the harness's fault, not a pass
+    need = {
+        "row-level deletes": sum(coverage[f"sql {k}"] for k in ("DELETE", "UPDATE", "MERGE")),
+        "deletion vectors": coverage["deletion vectors (live)"]
+        + coverage["deletion vectors replaced"],
+        "equality deletes": sum(v for k, v in coverage.items() if k.startswith("eq {")),
+    }
+    for kind, count in need.items():
+        if not count:
+            diffs.append(f"histories of seeds {seeds} wrote no {kind}: choose other seeds")
+    print(f"  histories: {len(seeds)} (seeds {seeds}), {n} queries, {need}")
+    return n, diffs
+
+
+def realdata(spark: Any, store: SeaweedFS) -> tuple[int, list[str]]:
+    """Each real table uploaded under s3://whs/realdata/<folder>, every snapshot by path."""
+    from mor import mor_sql
+    from mor.planner.errors import MetadataError
+
+    tables = json.loads((REALDATA / "tables.json").read_text())
+    expected = json.loads((REALDATA / "expected_results.json").read_text())
+    uploaded: set[str] = set()
+    diffs, n = [], 0
+    for name, t in tables.items():
+        top = t["maps_to"].split("/")[0]
+        if top not in uploaded:
+            store.upload_tree(REALDATA / top, "whs", f"realdata/{top}")
+            uploaded.add(top)
+        where = f"s3://whs/realdata/{t['maps_to']}"
+        pm = {t["prefix_in_files"]: where}
+        at = f"iceberg_scan('s3://whs/realdata/{t['metadata']}')"
+        for snap in expected[name]["snapshots"]:
+            n += 1
+            sql = f"SELECT * FROM {at} VERSION AS OF {snap['snapshot_id']}"
+            try:
+                rows = mor_sql(sql, path_map=pm, spark=spark).collect()
+            except MetadataError as e:
+                if "unreadable" not in snap:
+                    diffs.append(f"realdata {name} @ {snap['snapshot_id']}: {e}")
+                continue
+            if "unreadable" in snap:
+                diffs.append(f"realdata {name} @ {snap['snapshot_id']}: read an unreadable one")
+                continue
+            if "sorted_keys_field_1" in snap:
+                got = sorted(r[0] for r in rows)
+                ok = got == snap["sorted_keys_field_1"]
+            else:
+                ok = _bag(rows) == Counter(tuple(r) for r in snap["rows_by_field_id"])
+            if not ok or len(rows) != snap["row_count"]:
+                diffs.append(f"realdata {name} @ {snap['snapshot_id']}: {len(rows)} rows differ")
+    print(f"  real tables: {len(tables)} tables, {n} snapshots by path on s3://")
+    return n, diffs
+
+
+def rest_catalog(spark: Any, store: SeaweedFS, tmp: Path) -> tuple[int, list[str]]:
+    """A pyiceberg table through the REST catalog, by name; the CLI against that catalog."""
+    import pyarrow as pa
+
+    from mor import explain, mor_sql
+
+    cat = store.rest_catalog("sw", "s3://lake")
+    cat.create_namespace("ns")
+    schema = pa.schema([("id", pa.int64()), ("p", pa.string()), ("v", pa.float64())])
+    t = cat.create_table("ns.t", schema=schema)
+    with t.update_spec() as spec:
+        spec.add_identity("p")
+    for k in range(3):
+        ids = list(range(k * 100, k * 100 + 100))
+        t.append(
+            pa.table(
+                {"id": ids, "p": [f"p{i % 3}" for i in ids], "v": [i / 7 for i in ids]},
+                schema=schema,
+            )
+        )
+    t.delete(f"id in ({', '.join(str(i) for i in range(0, 300, 5))})")  # copy-on-write
+    t = cat.load_table("ns.t")
+    theirs = t.scan().to_arrow()
+    diffs, n = [], 0
+    queries = {
+        "SELECT id, p, v FROM ns.t": [tuple(r.values()) for r in theirs.to_pylist()],
+        "SELECT count(*) FROM ns.t": [(theirs.num_rows,)],
+        "SELECT p, count(*) FROM ns.t GROUP BY p": list(
+            Counter(r["p"] for r in theirs.to_pylist()).items()
+        ),
+        "SELECT id FROM ns.t WHERE p = 'p1' AND id > 150": [
+            (r["id"],) for r in theirs.to_pylist() if r["p"] == "p1" and r["id"] > 150
+        ],
+    }
+    for sql, want in queries.items():
+        n += 1
+        got = mor_sql(sql, catalog=cat, spark=spark).collect()
+        if _bag(got) != _bag(want):
+            diffs.append(f"REST ns.t: {sql}: {len(got)} rows, pyiceberg {len(want)}")
+    text = explain("SELECT count(*) FROM ns.t", catalog=cat, check=False)
+    if "paths     s3://lake/... read as s3a://lake/..." not in text:
+        diffs.append("REST ns.t: EXPLAIN does not show s3:// read as s3a://\n" + text)
+
+    # the CLI, the catalog named in a .pyiceberg.yaml, Spark's s3a set in mor's config file
+    home = tmp / "pyiceberg-home"
+    home.mkdir()
+    (home / ".pyiceberg.yaml").write_text(
+        "catalog:\n  sw:\n    type: rest\n"
+        f"    uri: {store.rest_uri}\n    warehouse: s3://lake\n    credential: {KEY}:{SECRET}\n"
+        + "".join(f"    {k}: {v}\n" for k, v in store.io_properties().items())
+    )
+    conf = tmp / "mor.toml"
+    conf.write_text(
+        "[spark]\n"
+        + "".join(f'"{k}" = "{v}"\n' for k, v in store.spark_conf().items())
+        + '"spark.sql.shuffle.partitions" = "2"\n'
+    )
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env = {**bare, "PYICEBERG_HOME": str(home), "MOR_CONFIG": str(conf)}
+
+    def cli(*args: str, env: dict = env) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "mor.cli", *args],
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    live = theirs.num_rows
+    total = sum(theirs.column("id").to_pylist())
+    checks = [
+        (
+            cli(
+                "run",
+                "--catalog",
+                "sw",
+                "-e",
+                "SELECT count(*), sum(id) FROM ns.t",
+                "--format",
+                "csv",
+            ),
+            f"{live},{total}",
+        ),
+        (
+            cli("explain", "--catalog", "sw", "--no-check", "-e", "SELECT * FROM ns.t"),
+            "read as s3a://lake/",
+        ),
+        (cli("health", "ns.t", "--catalog", "sw", "--format", "json"), '"data_files"'),
+    ]
+    # a table by path with no AWS environment: FileIO properties from --io only
+    path = t.metadata_location
+    io = [f"--io={k}={v}" for k, v in store.io_properties().items()]
+    checks.append(
+        (
+            cli(
+                "run", *io, "-e", f"SELECT count(*) FROM iceberg_scan('{path}')", "--format", "csv"
+            ),
+            str(live),
+        )
+    )
+    # without them, one line naming what could not be read, within seconds
+    started = time.monotonic()
+    bad = cli(
+        "run",
+        "-e",
+        f"SELECT count(*) FROM iceberg_scan('{path}')",
+        "--io=s3.endpoint=http://127.0.0.1:9",
+        "--io=s3.connect-timeout=2",
+    )
+    waited = time.monotonic() - started
+    for proc, want in checks:
+        n += 1
+        if proc.returncode != 0 or want not in proc.stdout:
+            diffs.append(
+                f"CLI {proc.args[3:]}: exit {proc.returncode}, want {want!r} in\n"
+                f"{proc.stdout[-800:]}{proc.stderr[-800:]}"
+            )
+    n += 1
+    err = bad.stderr.strip().splitlines()
+    if bad.returncode == 0 or len(err) != 1 or path not in err[0] or waited > 60:
+        diffs.append(
+            f"CLI with an unreachable endpoint: exit {bad.returncode} after {waited:.0f}s, "
+            f"stderr {bad.stderr[-800:]!r}"
+        )
+    print(f"  REST catalog: {n} checks (API, CLI run/explain/health, --io by path)")
+    return n, diffs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, nargs="*", default=[3, 4, 5])
+    ap.add_argument("--steps", type=int, default=10, help="operations per history")
+    args = ap.parse_args(argv)
+    started = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix="mor-on-s3-"))
+    try:
+        with SeaweedFS(buckets=("whs",), table_buckets=("lake",)) as store:
+            print(f"SeaweedFS up: S3 {store.endpoint}, REST {store.rest_uri}")
+            # mor's driver side reaches the store as any AWS SDK would: from the environment
+            os.environ.update(
+                AWS_ENDPOINT_URL=store.endpoint,
+                AWS_ACCESS_KEY_ID=KEY,
+                AWS_SECRET_ACCESS_KEY=SECRET,
+            )
+            spark = iceberg_session(
+                "s3a://whs/wh", ROOT / ".venv" / "mor-oracle", True, store.spark_conf()
+            )
+            n1, d1 = histories(spark, store, args.seeds, args.steps)
+            n2, d2 = realdata(spark, store)
+            n3, d3 = rest_catalog(spark, store, tmp)
+            spark.stop()
+    except (StoreUnavailable, RuntimeUnavailable) as e:
+        print(f"on S3: cannot be set up here: {e}")
+        return 2
+    finally:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    diffs = d1 + d2 + d3
+    print(
+        f"on S3: {n1 + n2 + n3} queries and checks, {len(diffs)} differences, "
+        f"{time.monotonic() - started:.0f}s"
+    )
+    for d in diffs:
+        print("DIFFERENCE " + d)
+    return 1 if diffs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
