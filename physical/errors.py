@@ -12,7 +12,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mor.planner.errors import DataFileError, InternalError, MorError, QueryError
+from mor.planner.errors import (
+    ConfigError,
+    DataFileError,
+    InternalError,
+    MorError,
+    QueryError,
+)
 from mor.planner.nodes import SparkQuery
 
 _WHERE = re.compile(r"\s*[;.]?\s*\(?line (\d+),? pos (\d+)\)?;?")
@@ -71,6 +77,9 @@ def recognised(e: BaseException, plan: Any = None) -> MorError | None:
             if needle in message:
                 return kind(message)
         return MorError(message)
+    found = _object_store(text)
+    if found is not None:
+        return found
     m = re.search(r"ChecksumException: Checksum error: (\S+)", text)
     if m:
         return DataFileError(
@@ -94,6 +103,50 @@ def recognised(e: BaseException, plan: Any = None) -> MorError | None:
         mismatch = column_type_mismatch(plan)
         if mismatch:
             return DataFileError(mismatch)
+    return None
+
+
+_S3A_HINT = "docs/configuration.md, Object storage"
+
+
+def _object_store(text: str) -> MorError | None:
+    """Spark's s3a failures, in one line naming the bucket and what to set in the session:
+    no connector, access refused, no such bucket, an endpoint it cannot reach."""
+    m = re.search(r'No FileSystem for scheme "?(s3a?|s3n|gs|abfss?|wasbs?)"?', text)
+    if m:
+        return ConfigError(
+            f"Spark cannot read {m.group(1)}:// paths: its Hadoop has no connector for them "
+            "(for s3a: hadoop-aws of Spark's Hadoop version and its AWS SDK bundle in "
+            f"spark.jars; {_S3A_HINT})"
+        )
+    path = re.search(r"(s3a://[^\s:]+)", text)
+    where = path.group(1) if path else "s3a://"
+    bucket = where.split("/")[2] if where.count("/") >= 2 and len(where) > 6 else "?"
+    if path and re.search(
+        r"AccessDenied|403 Forbidden|Status Code: 403|InvalidAccessKeyId|"
+        r"SignatureDoesNotMatch",
+        text,
+    ):
+        return DataFileError(
+            f"Spark has no access to {where} (403): give the session credentials for bucket "
+            f"{bucket} (spark.hadoop.fs.s3a.access.key / secret.key, or "
+            f"fs.s3a.bucket.{bucket}.* / a credentials provider; {_S3A_HINT})"
+        )
+    if path and re.search(r"UnknownStoreException|NoSuchBucket|bucket does not exist", text):
+        return DataFileError(
+            f"bucket {bucket} does not exist where Spark looks for it ({where}): check the "
+            f"session's spark.hadoop.fs.s3a.endpoint (or fs.s3a.bucket.{bucket}.endpoint)"
+        )
+    if path and re.search(
+        r"Unable to execute HTTP request|Connection refused|UnknownHostException|"
+        r"ConnectTimeoutException|connect timed out",
+        text,
+    ):
+        return DataFileError(
+            f"Spark cannot reach the object store for {where}: set the session's "
+            f"spark.hadoop.fs.s3a.endpoint (or fs.s3a.bucket.{bucket}.endpoint) to a store it "
+            f"can reach ({_S3A_HINT})"
+        )
     return None
 
 

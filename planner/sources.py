@@ -244,6 +244,24 @@ def _newest_by_content(meta: str, names: list[str]) -> str:
     )
 
 
+def _missing_bucket(io: FileIO, location: str) -> str | None:
+    """`bucket X does not exist (endpoint)` when the bucket of `location` is not there (one
+    request), so a typo in the bucket is not reported as a missing file; else None."""
+    if not hasattr(io, "fs_by_scheme") or not hasattr(io, "parse_location"):
+        return None
+    try:
+        scheme, netloc, _ = io.parse_location(location, io.properties)
+        from pyarrow.fs import FileType
+
+        info = io.fs_by_scheme(scheme, netloc).get_file_info(netloc)
+    except Exception:  # noqa: BLE001 - the probe only refines a message
+        return None
+    if info.type != FileType.NotFound:
+        return None
+    endpoint = io.properties.get("s3.endpoint") or "AWS"
+    return f"bucket {netloc!r} does not exist (at {endpoint}): {location}"
+
+
 def _is_metadata(path: str) -> bool:
     return path.endswith(".json") or path.endswith(".json.gz")
 
@@ -320,6 +338,9 @@ class Resolver:
             with io.new_input(hint).open() as f:
                 v = f.read().decode().strip()
         except FileNotFoundError:
+            missing = _missing_bucket(io.inner, base)
+            if missing:
+                raise TableNotFoundError(f"iceberg_scan: {missing}") from None
             raise TableNotFoundError(
                 f"iceberg_scan: {base} has no metadata/version-hint.text: name the table's "
                 "metadata file (.../metadata/<version>.metadata.json) instead"

@@ -249,15 +249,127 @@ def rest_catalog(spark: Any, store: SeaweedFS, tmp: Path) -> tuple[int, list[str
     return n, diffs
 
 
+def sizes(store: SeaweedFS) -> tuple[int, list[str]]:
+    """The size check's requests: a folder holding many of the files is listed once, the
+    others are asked one by one; a missing file is None either way."""
+    from pyiceberg.io import load_file_io
+
+    from mor.physical.files import LIST_FROM, file_sizes
+    from mor.planner.requests import REQUESTS, CountingFileIO, since
+
+    fs = store.arrow_fs()
+    many = [f"whs/sizes/many/f{i:03d}" for i in range(LIST_FROM + 4)]
+    few = [f"whs/sizes/few/g{i}" for i in range(3)]
+    for i, key in enumerate(many + few):
+        with fs.open_output_stream(key) as out:
+            out.write(b"x" * (i + 1))
+    paths = [f"s3a://{k}" for k in many + few] + ["s3a://whs/sizes/many/gone", "s3a://whs/no/x"]
+    want = {p: i + 1 for i, p in enumerate(paths[: len(many) + len(few)])}
+    want.update({paths[-2]: None, paths[-1]: None})
+    io = CountingFileIO(load_file_io(store.io_properties(), paths[0]))
+    from mor.planner import sources
+
+    sources._FILE_IOS["sizes-check"] = io
+    before = REQUESTS.snapshot()
+    got = file_sizes("sizes-check", paths)
+    used = since(before)
+    diffs = []
+    if got != want:
+        diffs.append(f"sizes: {got} != {want}")
+    if used != {"GET": 0, "HEAD": 3 + 1, "LIST": 1}:  # few/ and no/ one by one, many/ listed
+        diffs.append(f"sizes: requests {used}, want HEAD 4 and LIST 1")
+    print(f"  size check: {len(paths)} files, requests {used}")
+    return 2, diffs
+
+
+def errors(spark: Any, store: SeaweedFS) -> tuple[int, list[str]]:
+    """Every store failure is one line naming the bucket or object, within seconds: on the
+    driver (a wrong key, a missing bucket, a missing metadata file) and in Spark (a bucket its
+    session has a wrong key for, one whose endpoint it cannot reach)."""
+    from mor import explain, mor_errors, mor_sql
+
+    tables = json.loads((REALDATA / "tables.json").read_text())
+    t = next(iter(tables.values()))
+    top = t["maps_to"].split("/")[0]
+    for bucket in ("denied", "far"):
+        store.upload_tree(REALDATA / top, bucket, top)
+    at = f"s3://{{b}}/{t['metadata']}"
+    pm = {t["prefix_in_files"]: f"s3://{{b}}/{t['maps_to']}"}
+
+    def pmap(b: str) -> dict[str, str]:
+        return {k: v.format(b=b) for k, v in pm.items()}
+
+    wrong = {"s3.secret-access-key": "wrong"}
+    driver = [
+        (
+            "a wrong key",
+            lambda: explain(
+                f"SELECT * FROM iceberg_scan('{at.format(b='whs')}')",
+                check=False,
+                path_map=pmap("whs"),
+                io_properties=wrong,
+            ),
+            "ACCESS_DENIED",
+        ),
+        (
+            "a missing bucket",
+            lambda: explain("SELECT * FROM iceberg_scan('s3://nobucket/t')", check=False),
+            "bucket 'nobucket' does not exist",
+        ),
+        (
+            "a missing metadata file",
+            lambda: explain(
+                "SELECT * FROM iceberg_scan('s3://whs/none/v1.metadata.json')", check=False
+            ),
+            "s3://whs/none/v1.metadata.json",
+        ),
+    ]
+
+    def spark_read(b: str) -> None:
+        df = mor_sql(
+            f"SELECT * FROM iceberg_scan('{at.format(b=b)}')", path_map=pmap(b), spark=spark
+        )
+        with mor_errors(df):
+            df.collect()
+
+    in_spark = [
+        (
+            "Spark's wrong key for a bucket",
+            lambda: spark_read("denied"),
+            "Spark has no access to s3a://denied/",
+        ),
+        (
+            "an endpoint Spark cannot reach",
+            lambda: spark_read("far"),
+            "Spark cannot reach the object store for s3a://far/",
+        ),
+    ]
+    diffs = []
+    for what, call, want in driver + in_spark:
+        started = time.monotonic()
+        try:
+            call()
+            diffs.append(f"errors: {what}: no error")
+            continue
+        except Exception as e:  # noqa: BLE001 - what is raised is what is checked
+            text, kind = str(e), type(e).__name__
+        took = time.monotonic() - started
+        ok = want in text and "\n" not in text and took < 10 and kind.endswith("Error")
+        print(f"  error, {what}: {kind} in {took:.1f}s: {text[:160]}")
+        if not ok:
+            diffs.append(f"errors: {what}: {kind} after {took:.1f}s, want {want!r}: {text[:600]}")
+    return len(driver) + len(in_spark), diffs
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, nargs="*", default=[3, 4, 5])
+    ap.add_argument("--seeds", type=int, nargs="*", default=[3, 4, 6])
     ap.add_argument("--steps", type=int, default=10, help="operations per history")
     args = ap.parse_args(argv)
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="mor-on-s3-"))
     try:
-        with SeaweedFS(buckets=("whs",), table_buckets=("lake",)) as store:
+        with SeaweedFS(buckets=("whs", "denied", "far"), table_buckets=("lake",)) as store:
             print(f"SeaweedFS up: S3 {store.endpoint}, REST {store.rest_uri}")
             # mor's driver side reaches the store as any AWS SDK would: from the environment
             os.environ.update(
@@ -265,12 +377,19 @@ def main(argv: list[str] | None = None) -> int:
                 AWS_ACCESS_KEY_ID=KEY,
                 AWS_SECRET_ACCESS_KEY=SECRET,
             )
-            spark = iceberg_session(
-                "s3a://whs/wh", ROOT / ".venv" / "mor-oracle", True, store.spark_conf()
-            )
+            conf = {
+                **store.spark_conf(),
+                # buckets Spark cannot read (the errors part): a wrong key, no endpoint
+                "spark.hadoop.fs.s3a.bucket.denied.secret.key": "wrong",
+                "spark.hadoop.fs.s3a.bucket.far.endpoint": "http://127.0.0.1:9",
+            }
+            spark = iceberg_session("s3a://whs/wh", ROOT / ".venv" / "mor-oracle", True, conf)
             n1, d1 = histories(spark, store, args.seeds, args.steps)
             n2, d2 = realdata(spark, store)
             n3, d3 = rest_catalog(spark, store, tmp)
+            n4, d4 = sizes(store)
+            n5, d5 = errors(spark, store)
+            n3, d3 = n3 + n4 + n5, d3 + d4 + d5
             spark.stop()
     except (StoreUnavailable, RuntimeUnavailable) as e:
         print(f"on S3: cannot be set up here: {e}")
