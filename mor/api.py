@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 from weakref import WeakKeyDictionary
 
-from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.catalog import Catalog
 
 from mor.planner.errors import ArgumentError, MorError, TableNotFoundError
 from mor.planner.explain import explain_text
@@ -23,7 +23,7 @@ from mor.planner.nodes import Plan
 from mor.planner.planning import attach_files
 from mor.planner.requests import REQUESTS, since
 from mor.planner.settings import Settings, applied, user_config
-from mor.planner.sources import PathMap, Resolver, is_table_path
+from mor.planner.sources import PathMap, Resolver, is_table_path, load_named_catalog
 from mor.planner.sql import Statement, bind, one_statement
 from mor.rules import MOR_RULES, TraceStep, optimize
 
@@ -176,7 +176,9 @@ def resolve_catalog(catalog: Catalog | str | None, warehouse: str | None = None)
         return default_catalog(warehouse)
     if isinstance(catalog, str):
         try:
-            return load_catalog(catalog)
+            return load_named_catalog(catalog)
+        except MorError:
+            raise
         except Exception as e:  # noqa: BLE001 - pyiceberg raises several kinds here
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise TableNotFoundError(f"unknown catalog {catalog!r}: {first}") from e

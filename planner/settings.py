@@ -340,6 +340,8 @@ CONFIG_KEYS = {
     "spark": "a table of Spark settings for sessions mor starts, as --conf KEY=VALUE",
     "path-map": "a table of recorded path prefix = actual prefix, as --path-map",
     "file-io": "a table of pyiceberg FileIO properties (s3.endpoint, ...), as --io KEY=VALUE",
+    "catalogs": "tables [catalogs.NAME] of pyiceberg catalog properties (type, uri, ...), "
+    "over ~/.pyiceberg.yaml's for the same name",
     **{s.name: s.doc for s in SETTINGS},
 }
 
@@ -356,6 +358,7 @@ class UserConfig:
     spark: dict[str, str] = field(default_factory=dict)
     path_map: dict[str, str] = field(default_factory=dict)
     file_io: dict[str, str] = field(default_factory=dict)
+    catalogs: dict[str, dict[str, str]] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)  # tuning settings, checked
 
 
@@ -379,6 +382,12 @@ def _table_of_strings(path: str, key: str, value: object) -> dict[str, str]:
             raise ConfigError(f"{path}: `{key}.{k}` must be a string or a number")
         out[str(k)] = str(v)
     return out
+
+
+def _catalogs(path: str, value: object) -> dict[str, dict[str, str]]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: `catalogs` must hold tables [catalogs.NAME]")
+    return {str(k): _table_of_strings(path, f"catalogs.{k}", v) for k, v in value.items()}
 
 
 def user_config() -> UserConfig:
@@ -418,5 +427,6 @@ def user_config() -> UserConfig:
         spark=_table_of_strings(path, "spark", raw.get("spark", {})),
         path_map=_table_of_strings(path, "path-map", raw.get("path-map", {})),
         file_io=_table_of_strings(path, "file-io", raw.get("file-io", {})),
+        catalogs=_catalogs(path, raw.get("catalogs", {})),
         settings=settings,
     )

@@ -403,9 +403,20 @@ class Resolver:
         return src
 
 
+def load_named_catalog(name: str) -> Catalog:
+    """A catalog by name: pyiceberg's configuration (~/.pyiceberg.yaml, PYICEBERG_CATALOG__*),
+    with the properties of the config file's [catalogs.NAME] over it."""
+    from mor.planner.settings import user_config
+
+    props = user_config().catalogs.get(name, {})
+    return load_catalog(name, **props)
+
+
 def _load_named_catalog(name: str) -> Catalog:
     try:
-        return load_catalog(name)
+        return load_named_catalog(name)
+    except MorError:
+        raise
     except Exception as e:  # noqa: BLE001 - pyiceberg raises several kinds here
         raise TableNotFoundError(f"unknown catalog {name!r}: {_short(e)}") from e
 

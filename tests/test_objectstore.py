@@ -145,3 +145,24 @@ def test_a_session_mor_starts_takes_s3a_from_the_environment(
         "spark.hadoop.fs.s3a.path.style.access": "true",
         "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
     }
+
+
+def test_catalogs_from_the_config_file(aws_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """[catalogs.NAME] in mor's config file: a catalog by name without ~/.pyiceberg.yaml."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from mor.api import resolve_catalog
+
+    SqlCatalog("mine", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}")
+    (tmp_path / "mor.toml").write_text(
+        f'[catalogs.mine]\ntype = "sql"\nuri = "sqlite:///{tmp_path}/c.db"\n'
+        f'warehouse = "file://{tmp_path}"\n'
+    )
+    aws_env.setenv("PYICEBERG_HOME", str(tmp_path))  # no .pyiceberg.yaml there
+    cat = resolve_catalog("mine")
+    assert cat.name == "mine" and cat.properties["uri"].endswith("/c.db")
+    (tmp_path / "mor.toml").write_text("[catalogs]\nmine = 3\n")
+    from mor.planner.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="catalogs.mine"):
+        resolve_catalog("mine")

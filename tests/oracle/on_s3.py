@@ -175,6 +175,11 @@ def rest_catalog(spark: Any, store: SeaweedFS, tmp: Path) -> tuple[int, list[str
         "[spark]\n"
         + "".join(f'"{k}" = "{v}"\n' for k, v in store.spark_conf().items())
         + '"spark.sql.shuffle.partitions" = "2"\n'
+        # the same catalog under another name, from mor's own config file
+        + "[catalogs.sw2]\n"
+        + f'type = "rest"\nuri = "{store.rest_uri}"\nwarehouse = "s3://lake"\n'
+        + f'credential = "{KEY}:{SECRET}"\n'
+        + "".join(f'"{k}" = "{v}"\n' for k, v in store.io_properties().items())
     )
     bare = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env = {**bare, "PYICEBERG_HOME": str(home), "MOR_CONFIG": str(conf)}
@@ -209,6 +214,10 @@ def rest_catalog(spark: Any, store: SeaweedFS, tmp: Path) -> tuple[int, list[str
             "read as s3a://lake/",
         ),
         (cli("health", "ns.t", "--catalog", "sw", "--format", "json"), '"data_files"'),
+        (
+            cli("run", "--catalog", "sw2", "-e", "SELECT count(*) FROM ns.t", "--format", "csv"),
+            str(live),
+        ),
     ]
     # a table by path with no AWS environment: FileIO properties from --io only
     path = t.metadata_location
