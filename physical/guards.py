@@ -18,6 +18,9 @@ from mor.planner.nodes import DataTask, DeleteTask, EqDeleteScan, IcebergScan, P
 POS = "$pos"
 
 
+Checked = tuple[Sequence[DataTask | DeleteTask], str, str, str]  # files, source, kind, table
+
+
 def check_sizes(
     files: Sequence[DataTask | DeleteTask], source_key: str, kind: str, table: str
 ) -> None:
@@ -27,30 +30,44 @@ def check_sizes(
     rows; Spark plans a listed file's splits by its recorded size). Local files by one `stat`
     each (2 us: 0.2 s for 100,000 files), others through the table's FileIO, on the client. A
     same-size replacement cannot be seen without checksums (docs/limitations.md)."""
-    sizes = file_sizes(source_key, [t.read_path for t in files])
-    for t in files:
-        size = sizes[t.read_path]
-        if size is None:
-            raise DataFileError(f"{kind} file {t.read_path} of {table} is missing")
-        if size != t.size_bytes:
-            raise DataFileError(
-                f"{kind} file {t.read_path} of {table} is {size} bytes, but the table's "
-                f"metadata records {t.size_bytes}: it was replaced or truncated since it was "
-                "committed; refusing to read it"
-            )
+    check_all([(files, source_key, kind, table)])
+
+
+def check_all(groups: Sequence[Checked]) -> None:
+    """check_sizes for several groups of files at once: the files of one table are sized in
+    one call, so a folder that holds data files and their delete files together is listed
+    once for all of them (physical/files.py) rather than once per kind, or its few delete
+    files asked for one by one."""
+    by_source: dict[str, list[str]] = {}
+    for files, source_key, _, _ in groups:
+        by_source.setdefault(source_key, []).extend(t.read_path for t in files)
+    sizes = {src: file_sizes(src, list(dict.fromkeys(ps))) for src, ps in by_source.items()}
+    for files, source_key, kind, table in groups:
+        for t in files:
+            size = sizes[source_key][t.read_path]
+            if size is None:
+                raise DataFileError(f"{kind} file {t.read_path} of {table} is missing")
+            if size != t.size_bytes:
+                raise DataFileError(
+                    f"{kind} file {t.read_path} of {table} is {size} bytes, but the table's "
+                    f"metadata records {t.size_bytes}: it was replaced or truncated since it "
+                    "was committed; refusing to read it"
+                )
 
 
 def check_files(node: Plan) -> None:
-    """check_sizes for every data and delete file the plan below `node` reads."""
+    """check_sizes for every data and delete file the plan below `node` reads, in one call."""
+    groups: list[Checked] = []
     for n in node.walk():
         if isinstance(n, IcebergScan):
             tasks = n.data_files()
             deletes = n.deletes_by_id()
             used = sorted({p for t in tasks for p in t.pos_deletes})
-            check_sizes(tasks, n.source_key, "data", n.table)
-            check_sizes([deletes[i] for i in used], n.source_key, "delete", n.table)
+            groups.append((tasks, n.source_key, "data", n.table))
+            groups.append(([deletes[i] for i in used], n.source_key, "delete", n.table))
         elif isinstance(n, EqDeleteScan):
-            check_sizes(n.files, n.source_key, "equality delete", n.table)
+            groups.append((n.files, n.source_key, "equality delete", n.table))
+    check_all(groups)
 
 
 def row_count_check(df: DataFrame, table: str) -> DataFrame:
