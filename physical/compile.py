@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Hashable
+from dataclasses import replace
 from functools import reduce
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -15,10 +17,11 @@ from mor.physical import arrow
 from mor.physical.changes import changes_schema, compile_changes
 from mor.physical.columns import float_key
 from mor.physical.eq_deletes import scan_eq_deletes
-from mor.physical.errors import query_error
+from mor.physical.errors import query_error, spark_failure
 from mor.physical.guards import check_files
 from mor.physical.metadata_columns import hidden_type
 from mor.physical.reads import ReadContext, session_facts
+from mor.physical.resolution import chain_of, decide, key_fields, resolved_scan, store
 from mor.physical.reuse import fingerprint, reused
 from mor.physical.scan import scan_data
 from mor.physical.session import is_connect
@@ -32,6 +35,7 @@ from mor.planner.nodes import (
     GLOBAL_PART,
     PART,
     AntiJoin,
+    DataTask,
     EqDeleteScan,
     IcebergScan,
     MetadataTable,
@@ -49,6 +53,30 @@ REUSABLE = (IcebergScan, EqDeleteScan, AntiJoin, Union)
 
 def _c(name: str) -> Column:
     return F.col(f"`{name}`")
+
+
+def join_condition(node: AntiJoin) -> Column:
+    """What a left row matching a delete row means: the keys equal (null-safe unless the
+    manifests rule NULL out), the delete newer than the row's file, and in its partition
+    unless global, as the anti-join's guards say."""
+    right = node.right
+    # float keys arrive as text from the delete scan (columns.float_key): the data side's
+    # are made text alike
+    floats = right.text_keys() if isinstance(right, EqDeleteScan) else frozenset()
+    pairs = []
+    for lk, rk in node.keys:
+        lc = float_key(_c(lk)) if rk in floats else _c(lk)
+        pairs.append(lc.eqNullSafe(_c(rk)) if node.null_safe else lc == _c(rk))
+    cond = reduce(lambda a, b: a & b, pairs)
+    if node.seq_guard:
+        cond = cond & (_c(DATA_SEQ) < _c(DEL_SEQ))
+    if node.part_guard and scoped_only(right):
+        # no global delete: the scope is a join key (one hash entry per key and partition
+        # probed, not every partition's entry tested in turn)
+        cond = cond & (_c(PART) == _c(DEL_PART))
+    elif node.part_guard:
+        cond = cond & ((_c(DEL_PART) == F.lit(GLOBAL_PART)) | (_c(PART) == _c(DEL_PART)))
+    return cond
 
 
 class Compiler:
@@ -100,6 +128,54 @@ class Compiler:
             lambda: self.reads.facts.broadcast_limit,
         )
 
+    def _resolved(
+        self, chain: tuple[IcebergScan, tuple[AntiJoin, ...]], needed: frozenset[str] | None
+    ) -> IcebergScan | None:
+        """The branch as a plain scan over resolved positions (physical/resolution.py),
+        resolving first the files no earlier query did; None when it joins instead."""
+        base, joins = chain
+        res = decide(base, joins)
+        if res.method != "positions":
+            return None
+        found = None
+        if res.missing:
+            found = self._resolve(base, joins, res.missing)
+            store(res, found)
+        return resolved_scan(base, res, needed, found)
+
+    def _resolve(
+        self, base: IcebergScan, joins: tuple[AntiJoin, ...], missing: tuple[DataTask, ...]
+    ) -> dict[str, pa.Array]:
+        """The positions the equality deletes of `joins` remove from each of `missing`, by
+        recorded path: one Spark job reading their key columns (every row: no filter of the
+        query, no position delete applied) semi-joined with each delete side, unfiltered, on
+        the anti-joins' own conditions; (_file, _pos) of the matches collected per file."""
+        assert base.files is not None
+        files = replace(
+            base.files,
+            data=tuple(replace(t, pos_deletes=()) for t in missing),
+            deletes=tuple(d for d in base.files.deletes if d.kind == "equality"),
+        )
+        left = replace(
+            base, fields=key_fields(base, joins), pushed=(), hidden=("_file", "_pos"), files=files
+        )
+        ldf = self.compile(left)
+        matched = [
+            ldf.join(self.compile(replace(j.right, pushed=())), join_condition(j), "left_semi")
+            for j in joins
+        ]
+        rows = reduce(lambda a, b: a.unionAll(b), [m.select("_file", "_pos") for m in matched])
+        per_file = rows.groupBy("_file").agg(F.collect_list("_pos").alias("p"))
+        try:
+            got = per_file.collect()
+        except Exception as e:  # noqa: BLE001 - a Spark failure, as the query's would be
+            raise spark_failure(e) from e
+        found = {}
+        for r in got:
+            positions = pa.array(sorted(set(r["p"])), pa.int64())
+            found[r["_file"]] = positions
+        return found
+
     def _compile(self, node: Plan) -> DataFrame:
         match node:
             case IcebergScan():
@@ -110,29 +186,21 @@ class Compiler:
                 return arrow.to_dataframe(self.spark, data)
             case TableChanges():
                 return compile_changes(self.spark, node, self.compile)
-            case AntiJoin(left=left, right=right, keys=keys):
-                # float keys arrive as text from the delete scan (columns.float_key): the data
-                # side's are made text alike
-                floats = right.text_keys() if isinstance(right, EqDeleteScan) else frozenset()
-                pairs = []
-                for lk, rk in keys:
-                    lc = float_key(_c(lk)) if rk in floats else _c(lk)
-                    pairs.append(lc.eqNullSafe(_c(rk)) if node.null_safe else lc == _c(rk))
-                cond = reduce(lambda a, b: a & b, pairs)
-                if node.seq_guard:
-                    cond = cond & (_c(DATA_SEQ) < _c(DEL_SEQ))
-                if node.part_guard and scoped_only(right):
-                    # no global delete: the scope is a join key (one hash entry per key and
-                    # partition probed, not every partition's entry tested in turn)
-                    cond = cond & (_c(PART) == _c(DEL_PART))
-                elif node.part_guard:
-                    cond = cond & (
-                        (_c(DEL_PART) == F.lit(GLOBAL_PART)) | (_c(PART) == _c(DEL_PART))
-                    )
+            case AntiJoin(left=left, right=right):
+                chain = chain_of(node)
+                resolved = self._resolved(chain, None) if chain is not None else None
+                if resolved is not None:
+                    return self.compile(resolved)
+                cond = join_condition(node)
                 return self.compile(left).join(self.compile(right), cond, "left_anti")
             case Union(inputs=inputs, columns=cols):
                 names = [_c(c.name) for c in cols]
-                parts = [self.compile(p).select(*names) for p in inputs]
+                needed = frozenset(c.name for c in cols)
+                parts = []
+                for p in inputs:
+                    chain = chain_of(p) if isinstance(p, AntiJoin) else None
+                    resolved = self._resolved(chain, needed) if chain is not None else None
+                    parts.append(self.compile(resolved or p).select(*names))
                 return reduce(lambda a, b: a.unionAll(b), parts)
         raise InternalError(f"no physical operator for {type(node).__name__}")
 

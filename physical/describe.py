@@ -7,7 +7,10 @@ This module does not import pyspark.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
+from mor.physical.resolution import chain_of, decide, resolved_scan
+from mor.physical.resolution import describe as explain_line
 from mor.physical.reuse import keeps
 from mor.physical.strategy import (
     Reading,
@@ -26,6 +29,7 @@ from mor.physical.strategy import (
     spark_tasks,
 )
 from mor.planner.nodes import (
+    RESOLVED,
     AntiJoin,
     CommitChanges,
     DataTask,
@@ -52,6 +56,10 @@ class _Describer:
         self.limit = facts.broadcast_limit
         self.lines: list[str] = []
         self.done: dict[int, int] = {}
+        self.needed: dict[int, frozenset[str]] = {}  # a union's columns, by input
+        self.inner: set[int] = set()  # anti-joins under another one
+        self.kept: list[Plan] = []  # nodes made here, kept alive so that no id is reused
+        self.unfiltered: dict[int, Plan] = {}  # delete sides for resolution, by side
 
     def read(
         self, files: Sequence[DataTask | DeleteTask], what: str, how: Reading, detail: str
@@ -113,7 +121,10 @@ class _Describer:
                 self._persist(est)
                 side = broadcast_text("keys", node.rows(), est, self.limit)
                 return self.emit(f"as {side}")
+            case AntiJoin() if (step := self._resolved(node)) is not None:
+                return step
             case AntiJoin(left=left, right=right):
+                self.inner.add(id(left))
                 a, b = self.visit(left), self.visit(right)
                 op = "<=>" if node.null_safe else "="
                 texts = right.text_keys() if isinstance(right, EqDeleteScan) else frozenset()
@@ -128,7 +139,10 @@ class _Describer:
                 elif node.part_guard:
                     cond.append("($del_partition = -1 OR $partition = $del_partition)")
                 return self.emit(f"left_anti join [{a}] with [{b}] on " + " AND ".join(cond))
-            case Union(inputs=inputs):
+            case Union(inputs=inputs, columns=cols):
+                needed = frozenset(c.name for c in cols)
+                for i in inputs:
+                    self.needed[id(i)] = needed
                 steps = [self.visit(i) for i in inputs]
                 return self.emit(
                     "unionAll "
@@ -202,6 +216,35 @@ class _Describer:
                 )
         return self.emit(type(node).__name__)
 
+    def _resolved(self, node: AntiJoin) -> int | None:
+        """The steps of a branch whose equality deletes are resolved (compile.py _resolved),
+        its last step's number; None when it joins."""
+        chain = chain_of(node)
+        if chain is None or id(node) in self.inner:
+            return None
+        base, joins = chain
+        res = decide(base, joins)
+        if res.method != "positions":
+            n = len(base.data_files())
+            self.emit(f"branch of {n} data file(s): " + explain_line(res, base))
+            return None
+        needed = self.needed.get(id(node))
+        if res.missing:
+            sides = [self.visit(self._unfiltered(j.right)) for j in joins]
+            self.emit(explain_line(res, base, ", ".join(f"[{s}]" for s in sides)))
+        else:
+            self.emit(explain_line(res, base))
+        scan = resolved_scan(base, res, needed, preview=True)
+        self.kept.append(scan)
+        return self.visit(scan)
+
+    def _unfiltered(self, side: Plan) -> Plan:
+        """A delete side without the query's filters, one per side (as the compiler's
+        reuse makes one DataFrame of it), kept alive while described: steps are found by id."""
+        if id(side) not in self.unfiltered:
+            self.unfiltered[id(side)] = replace(side, pushed=())
+        return self.unfiltered[id(side)]
+
     def _persist(self, est: int) -> None:
         """The step of a delete side kept in Spark's cache (as reuse.cached keeps it)."""
         if keeps(est, current().delete_cache_bytes):
@@ -245,7 +288,18 @@ class _Describer:
         if strategy is not None:
             used = {p for t in tasks for p in t.pos_deletes}
             n_dv = sum(1 for p in used if deletes[p].is_dv)
-            n_files = len(used) - n_dv
+            n_res = sum(1 for p in used if deletes[p].kind == RESOLVED)
+            n_files = len(used) - n_dv - n_res
+            if n_res:
+                self.emit(
+                    f"resolved equality-delete positions of {n_res} data file(s), held on the "
+                    "driver, as position deletes"
+                    + (
+                        ", one row of positions per data file, exploded"
+                        if strategy.method != "bitmap"
+                        else ""
+                    )
+                )
             if n_dv:
                 self.emit(
                     f"read on the driver: {n_dv} deletion vector(s) (Puffin blobs read by "
@@ -262,7 +316,11 @@ class _Describer:
                     "(file_path, pos), rows kept for the applicable (delete, data file) pairs"
                 )
             elif n_files:
-                files = [deletes[p] for p in sorted(used) if not deletes[p].is_dv]
+                files = [
+                    deletes[p]
+                    for p in sorted(used)
+                    if not deletes[p].is_dv and deletes[p].kind != RESOLVED
+                ]
                 detail = (
                     "(file_path, pos), joined with broadcast(applicable pairs) on the delete "
                     "file's key and the recorded data file path"

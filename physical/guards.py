@@ -13,7 +13,7 @@ from mor.physical.files import file_sizes
 from mor.physical.reads import unlisted
 from mor.physical.tables import COUNT, RECORDED
 from mor.planner.errors import DataFileError
-from mor.planner.nodes import DataTask, DeleteTask, EqDeleteScan, IcebergScan, Plan
+from mor.planner.nodes import RESOLVED, DataTask, DeleteTask, EqDeleteScan, IcebergScan, Plan
 
 POS = "$pos"
 
@@ -64,7 +64,9 @@ def check_files(node: Plan) -> None:
             deletes = n.deletes_by_id()
             used = sorted({p for t in tasks for p in t.pos_deletes})
             groups.append((tasks, n.source_key, "data", n.table))
-            groups.append(([deletes[i] for i in used], n.source_key, "delete", n.table))
+            # a resolved equality delete is no file: its positions are in memory
+            files = [deletes[i] for i in used if deletes[i].kind != RESOLVED]
+            groups.append((files, n.source_key, "delete", n.table))
         elif isinstance(n, EqDeleteScan):
             groups.append((n.files, n.source_key, "equality delete", n.table))
     check_all(groups)

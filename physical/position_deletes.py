@@ -19,6 +19,7 @@ a filter per file.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -46,7 +47,7 @@ from mor.physical.tables import (
     local_table,
     sql_literal,
 )
-from mor.planner.nodes import DataTask, DeleteTask
+from mor.planner.nodes import RESOLVED, DataTask, DeleteTask
 from mor.planner.settings import current
 
 PKEY = "$pkey"  # file key << shift | row_index
@@ -151,10 +152,17 @@ def _positions(
     source_key: str,
 ) -> DataFrame:
     """($fkey, position) of every deleted row of these data files."""
-    # a data file with a vector has no other position delete (delete_index.py)
-    dv_tasks = [t for t in tasks if any(deletes[p].is_dv for p in t.pos_deletes)]
-    with_dv = {t.file_id for t in dv_tasks}
-    files = [t for t in tasks if t.pos_deletes and t.file_id not in with_dv]
+    # deletion vectors and resolved equality deletes are positions the driver holds; position
+    # delete files are read by Spark (a data file may have both kinds: their union is deleted)
+    on_driver, in_files = [], []
+    for t in tasks:
+        mine = [p for p in t.pos_deletes if deletes[p].is_dv or deletes[p].kind == RESOLVED]
+        if mine:
+            on_driver.append(replace(t, pos_deletes=tuple(mine)))
+        rest = tuple(p for p in t.pos_deletes if p not in mine)
+        if rest:
+            in_files.append(replace(t, pos_deletes=rest))
+    dv_tasks, files = on_driver, in_files
     parts = []
     if dv_tasks:
         parts.append(_dv_positions(ctx.spark, dv_tasks, deletes, fk, keys, table, source_key))

@@ -31,7 +31,7 @@ from mor.physical.dv import decode
 from mor.physical.files import read_bytes, read_range
 from mor.planner.cache import BoundedCache
 from mor.planner.errors import DataFileError
-from mor.planner.nodes import DataTask, DeleteTask
+from mor.planner.nodes import RESOLVED, DataTask, DeleteTask
 from mor.planner.settings import current
 
 
@@ -57,7 +57,10 @@ def clear_position_cache() -> None:
 
 def _delete_file(source_key: str, d: DeleteTask, table: str, limit: int) -> dict[str, pa.Array]:
     """One position delete file or deletion vector as {data file path as recorded: positions
-    (int64)}."""
+    (int64)}; for a resolved equality delete, the positions it carries."""
+    if d.kind == RESOLVED:
+        path, positions = d.positions
+        return {path: positions}
     key = (d.read_path, d.size_bytes, d.dv.offset if d.dv else -1)
     hit = _POSITIONS.get(key)
     if hit is not None:

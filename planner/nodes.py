@@ -23,6 +23,9 @@ PART = "$partition"  # small integer id of the (spec id, partition tuple) of tha
 DEL_SEQ = "$del_seq"  # data sequence number of the equality delete file a key came from
 DEL_PART = "$del_partition"  # partition id of that delete file, GLOBAL_PART when global
 GLOBAL_PART = -1
+# DeleteTask.kind of an equality delete's positions in one data file, resolved by an earlier
+# read (physical/resolution.py): no file, the positions carried in memory
+RESOLVED = "resolved"
 # metadata columns of every scan, read only when the query names them
 HIDDEN_COLUMNS = (
     "_file",
@@ -171,10 +174,12 @@ class DataTask:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeleteTask:
-    """One delete file. `partition_id` is GLOBAL_PART for a global equality delete."""
+    """One delete file (`kind` "position" or "equality"), or the positions equality deletes
+    remove from one data file, resolved (RESOLVED). `partition_id` is GLOBAL_PART for a global
+    equality delete."""
 
     file_id: int
-    kind: str  # "position" or "equality"
+    kind: str  # "position", "equality" or RESOLVED
     path: str
     read_path: str
     data_seq: int
@@ -189,6 +194,10 @@ class DeleteTask:
     # a deletion vector (Iceberg v3): its blob's place in the Puffin file `path` and the one
     # data file it names; None for a Parquet delete file
     dv: DvBlob | None = None
+    # a resolved equality delete (kind RESOLVED): (data file path as recorded, its deleted
+    # positions); its path names the key the positions were resolved under, so equality and
+    # hashing (which leave this out) still tell two apart
+    positions: Any = field(default=None, compare=False, hash=False, repr=False)
 
     @property
     def is_dv(self) -> bool:

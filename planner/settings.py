@@ -90,6 +90,24 @@ SETTINGS: tuple[Setting, ...] = (
         "used first out beyond this many estimated bytes; 0 keeps none",
     ),
     Setting(
+        "resolve_equality_deletes",
+        "MOR_RESOLVE_EQUALITY_DELETES",
+        bool,
+        True,
+        "the positions equality deletes remove from each data file are resolved by the first "
+        "query that reads it (a job reading its key columns) and kept: later queries read the "
+        "file as one with position deletes, without the anti-join; off: every query joins",
+    ),
+    Setting(
+        "resolved_cache_rows",
+        "MOR_RESOLVED_CACHE_ROWS",
+        int,
+        20_000_000,
+        "resolved equality-delete positions kept across queries of one process (8 bytes each), "
+        "least recently used out first; a branch whose files could lose more rows than this "
+        "is joined, not resolved",
+    ),
+    Setting(
         "scan_barrier",
         "MOR_SCAN_BARRIER",
         bool,
@@ -245,6 +263,8 @@ class Settings:
     broadcast_rows: int = 20_000_000
     broadcast_bytes: int = 0
     delete_cache_bytes: int = 256 << 20
+    resolve_equality_deletes: bool = True
+    resolved_cache_rows: int = 20_000_000
     scan_barrier: bool = True
     file_lists: bool = True
     file_list_dir: str = ""

@@ -1,0 +1,254 @@
+"""Equality deletes resolved once: the positions they remove from each data file, kept and
+applied later as position deletes.
+
+Which rows of a data file its equality deletes remove is a pure function of immutable things:
+the data file (its content, sequence number, partition and how its columns are read), and the
+equality delete files that apply to it (their content, sequence numbers, id sets, and how their
+columns are read). The anti-join of a branch (compile.py) recomputes that answer on every
+query, a hash probe of every row. Here it is computed once, by a Spark job that reads only the
+key columns of the branch's files and semi-joins them with the same delete sides and guards,
+and the deleted positions (`_file`, `_pos`) come back to the driver, one sorted array per data
+file. From then on, in this process, the branch is a plain scan: each data file with resolved
+positions gets one more position delete (`kind="resolved"`, its positions carried in memory),
+applied by the bitmap or join method like any other (position_deletes.py), no key column read
+unless the query selects it, no join with the delete side.
+
+The key of a data file's positions (`file_key`) holds all the answer depends on: the data file
+(path as recorded and as read, size, row count, sequence number, spec and partition, layout),
+the key fields (field ids, types, defaults), and every equality delete file that applies to it
+(path, size, row count, sequence number, id set, scope, layout). Scan planning lists exactly
+those deletes per data file (`DataTask.eq_deletes`: by sequence number and partition scope,
+less those whose key bounds exclude the file, which match none of its rows), so a new delete
+file, a replaced file (another size), another sequence number or another snapshot makes another
+key: an answer is never reused where it could differ. Files are checked against their recorded
+sizes before every query, resolved or not (guards.check_files).
+
+Kept per process, least recently used out beyond setting `resolved_cache_rows` positions
+(8 bytes each); a branch whose positions could exceed it (estimated from the row counts of its
+files and of its delete files) is not resolved: it joins as before. Setting
+`resolve_equality_deletes` turns it off. EXPLAIN PHYSICAL shows per branch which files read
+resolved positions and which are resolved by the query.
+
+This module does not import pyspark (EXPLAIN PHYSICAL uses it); compile.py runs the job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import pyarrow as pa
+
+from mor.planner.cache import BoundedCache
+from mor.planner.nodes import (
+    GLOBAL_PART,
+    RESOLVED,
+    AntiJoin,
+    DataTask,
+    DeleteTask,
+    EqDeleteScan,
+    IcebergScan,
+    Plan,
+    ReadField,
+)
+from mor.planner.settings import current
+
+_CACHE: BoundedCache[pa.Array] = BoundedCache()
+
+
+def clear_resolved() -> None:
+    """Forget every resolved position: the next query joins (and resolves) again."""
+    _CACHE.clear()
+
+
+def held() -> tuple[int, int]:
+    """(data files, positions) held."""
+    return len(_CACHE), _CACHE.held
+
+
+def chain_of(node: AntiJoin) -> tuple[IcebergScan, tuple[AntiJoin, ...]] | None:
+    """The branch scan under a chain of anti-joins and the anti-joins, innermost first; None
+    when the chain does not end in a planned scan of equality-deleted files."""
+    joins = []
+    base: Plan = node
+    while isinstance(base, AntiJoin):
+        if not isinstance(base.right, EqDeleteScan):
+            return None
+        joins.append(base)
+        base = base.left
+    if not isinstance(base, IcebergScan) or base.files is None or not base.data_files():
+        return None
+    return base, tuple(reversed(joins))
+
+
+def key_fields(scan: IcebergScan, joins: Sequence[AntiJoin]) -> tuple[ReadField, ...]:
+    """The fields of the branch scan the anti-joins compare."""
+    names = {lk for j in joins for lk, _ in j.keys}
+    return tuple(f for f in scan.fields if f.col.name in names)
+
+
+def file_key(
+    task: DataTask,
+    scan: IcebergScan,
+    deletes: Mapping[int, DeleteTask],
+    keys: Sequence[ReadField],
+) -> tuple:
+    """Everything the positions equality deletes remove from `task` depend on (module doc)."""
+    layouts = scan.files.layouts if scan.files else ()
+    fields = tuple(sorted((f.field_id, f.type_str, f.path, f.default) for f in keys))
+    eq = tuple(
+        sorted(
+            (
+                d.path,
+                d.read_path,
+                d.size_bytes,
+                d.record_count,
+                d.data_seq,
+                tuple(sorted(d.eq_ids)),
+                d.spec_id,
+                d.partition_id == GLOBAL_PART,
+                layouts[d.layout] if d.layout < len(layouts) else None,
+            )
+            for d in (deletes[i] for i in task.eq_deletes)
+        )
+    )
+    return (
+        task.path,
+        task.read_path,
+        task.size_bytes,
+        task.record_count,
+        task.data_seq,
+        task.spec_id,
+        task.partition,
+        layouts[task.layout] if task.layout < len(layouts) else None,
+        fields,
+        eq,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """What a branch does with its equality deletes: `method` "positions" (held: its files'
+    keys found in the cache; missing: the tasks the query resolves first) or "join" (`why`)."""
+
+    method: str
+    keys: Mapping[int, tuple] | None = None  # file id -> file_key
+    held: tuple[DataTask, ...] = ()
+    missing: tuple[DataTask, ...] = ()
+    estimate: int = 0  # positions the missing files could hold at most
+    why: str = ""
+
+
+def decide(scan: IcebergScan, joins: Sequence[AntiJoin]) -> Resolution:
+    """Whether this branch reads resolved positions, and which of its files must be resolved
+    first; the same decision for the compiler and EXPLAIN PHYSICAL."""
+    s = current()
+    if not s.resolve_equality_deletes:
+        return Resolution("join", why="setting resolve_equality_deletes is off")
+    tasks = scan.data_files()
+    deletes = scan.deletes_by_id()
+    fields = key_fields(scan, joins)
+    keys = {t.file_id: file_key(t, scan, deletes, fields) for t in tasks}
+    held = tuple(t for t in tasks if _CACHE.get(keys[t.file_id]) is not None)
+    have = {t.file_id for t in held}
+    missing = tuple(t for t in tasks if t.file_id not in have)
+    # a data file loses at most its rows; the deletes remove at most one row per delete row
+    # unless keys repeat in the data, so the smaller of the two bounds the usual case
+    rows = sum(t.record_count for t in missing)
+    del_rows = sum(deletes[i].record_count for i in {i for t in missing for i in t.eq_deletes})
+    estimate = min(rows, del_rows)
+    if estimate > s.resolved_cache_rows:
+        return Resolution(
+            "join",
+            why=f"its files could lose ~{estimate} rows, over resolved_cache_rows "
+            f"({s.resolved_cache_rows})",
+        )
+    return Resolution("positions", keys, held, missing, estimate)
+
+
+def store(res: Resolution, found: Mapping[str, pa.Array]) -> None:
+    """Keep the positions the job found for the missing files (by recorded path; a file the
+    job returned nothing for loses no row)."""
+    assert res.keys is not None
+    limit = current().resolved_cache_rows
+    empty = pa.array([], pa.int64())
+    for t in res.missing:
+        positions = found.get(t.path, empty)
+        _CACHE.put(res.keys[t.file_id], positions, len(positions) + 1, limit)
+
+
+def resolved_scan(
+    scan: IcebergScan,
+    res: Resolution,
+    needed: frozenset[str] | None,
+    found: Mapping[str, pa.Array] | None = None,
+    preview: bool = False,
+) -> IcebergScan:
+    """The branch as a plain scan: each data file's resolved positions as one more position
+    delete, no equality delete, no anti-join guard column, and of the key columns only those
+    in `needed` (the columns the branch's consumer selects; None: all). `found`: what the job
+    of this query returned (used when the cache could not keep it). `preview` (EXPLAIN): a
+    file not resolved yet gets a delete of as many positions as it could lose, and none is
+    read."""
+    assert res.keys is not None and scan.files is not None
+    by_id = scan.deletes_by_id()
+    deletes = [d for d in scan.files.deletes if d.kind != "equality"]
+    next_id = max((d.file_id for d in scan.files.deletes), default=-1) + 1
+    empty = pa.array([], pa.int64())
+    tasks = []
+    for t in scan.data_files():
+        key = res.keys[t.file_id]
+        positions = _CACHE.get(key)
+        count = len(positions) if positions is not None else 0
+        if positions is None and preview:
+            count = min(t.record_count, sum(by_id[i].record_count for i in t.eq_deletes))
+        elif positions is None:
+            positions = (found or {}).get(t.path, empty)
+            count = len(positions)
+        extra: tuple[int, ...] = ()
+        if count:
+            digest = hashlib.sha1(repr(key).encode()).hexdigest()
+            deletes.append(
+                DeleteTask(
+                    file_id=next_id,
+                    kind=RESOLVED,
+                    path=f"mor-resolved:{digest}",
+                    read_path=f"mor-resolved:{digest}",
+                    data_seq=t.data_seq,
+                    spec_id=t.spec_id,
+                    partition_id=t.partition_id,
+                    record_count=count,
+                    size_bytes=0,
+                    positions=(t.path, positions),
+                )
+            )
+            extra = (next_id,)
+            next_id += 1
+        tasks.append(replace(t, pos_deletes=t.pos_deletes + extra, eq_sets=(), eq_deletes=()))
+    files = replace(scan.files, data=tuple(tasks), deletes=tuple(deletes))
+    if needed is None:  # the branch's own output, guard columns included
+        return replace(scan, files=files, eq_sets=())
+    fields = tuple(f for f in scan.fields if f.col.name in needed)
+    hidden = tuple(h for h in scan.hidden if h in needed)
+    return replace(scan, files=files, fields=fields, hidden=hidden, eq_sets=(), meta=())
+
+
+def describe(res: Resolution, scan: IcebergScan, sides: str = "the delete sides") -> str:
+    """One line of EXPLAIN PHYSICAL for a branch's resolution (`sides`: its delete sides' steps)."""
+    n = len(scan.data_files())
+    if res.method == "join":
+        return f"equality deletes joined, not resolved ({res.why})"
+    if not res.missing:
+        return (
+            f"equality deletes resolved: the positions they remove from {n} data file(s) are "
+            "held from an earlier query (resolved_cache_rows): no anti-join, key columns read "
+            "only where the query selects them"
+        )
+    return (
+        f"resolve equality deletes first (a Spark job): {len(res.missing)} of {n} data file(s) "
+        f"read for their key columns only, left_semi joined with {sides} (the same guards, "
+        f"without the query's filters); (_file, _pos) of at most ~{res.estimate} rows collected "
+        f"to the driver and kept per data file (resolved_cache_rows); {len(res.held)} held "
+        "from earlier queries"
+    )
