@@ -21,7 +21,14 @@ from mor.physical.errors import query_error, spark_failure
 from mor.physical.guards import check_files
 from mor.physical.metadata_columns import hidden_type
 from mor.physical.reads import ReadContext, session_facts
-from mor.physical.resolution import chain_of, decide, key_fields, resolved_scan, store
+from mor.physical.resolution import (
+    chain_of,
+    decide,
+    joined,
+    key_fields,
+    resolved_scan,
+    store,
+)
 from mor.physical.reuse import fingerprint, reused
 from mor.physical.scan import scan_data
 from mor.physical.session import is_connect
@@ -89,6 +96,7 @@ class Compiler:
         self._memo: dict[int, tuple[Plan, DataFrame]] = {}
         self._fingerprints: dict[int, tuple[Plan, Hashable]] = {}
         self._reads: ReadContext | None = None
+        self._decided: dict[int, tuple[Plan, IcebergScan | None]] = {}
 
     @property
     def reads(self) -> ReadContext:
@@ -128,14 +136,25 @@ class Compiler:
             lambda: self.reads.facts.broadcast_limit,
         )
 
-    def _resolved(
+    def _resolved(self, node: AntiJoin, needed: frozenset[str] | None) -> IcebergScan | None:
+        """The branch as a plain scan over resolved positions (physical/resolution.py),
+        resolving first the files no earlier query did; None when it joins instead. Decided
+        once per node and query."""
+        hit = self._decided.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        chain = chain_of(node)
+        out = self._resolve_chain(chain, needed) if chain is not None else None
+        self._decided[id(node)] = (node, out)
+        return out
+
+    def _resolve_chain(
         self, chain: tuple[IcebergScan, tuple[AntiJoin, ...]], needed: frozenset[str] | None
     ) -> IcebergScan | None:
-        """The branch as a plain scan over resolved positions (physical/resolution.py),
-        resolving first the files no earlier query did; None when it joins instead."""
         base, joins = chain
         res = decide(base, joins)
         if res.method != "positions":
+            joined(res)
             return None
         found = None
         if res.missing:
@@ -187,10 +206,12 @@ class Compiler:
             case TableChanges():
                 return compile_changes(self.spark, node, self.compile)
             case AntiJoin(left=left, right=right):
-                chain = chain_of(node)
-                resolved = self._resolved(chain, None) if chain is not None else None
+                resolved = self._resolved(node, None)
                 if resolved is not None:
                     return self.compile(resolved)
+                if isinstance(left, AntiJoin):
+                    # a chain is resolved whole or joined whole: its inner anti-joins join
+                    self._decided[id(left)] = (left, None)
                 cond = join_condition(node)
                 return self.compile(left).join(self.compile(right), cond, "left_anti")
             case Union(inputs=inputs, columns=cols):
@@ -198,8 +219,7 @@ class Compiler:
                 needed = frozenset(c.name for c in cols)
                 parts = []
                 for p in inputs:
-                    chain = chain_of(p) if isinstance(p, AntiJoin) else None
-                    resolved = self._resolved(chain, needed) if chain is not None else None
+                    resolved = self._resolved(p, needed) if isinstance(p, AntiJoin) else None
                     parts.append(self.compile(resolved or p).select(*names))
                 return reduce(lambda a, b: a.unionAll(b), parts)
         raise InternalError(f"no physical operator for {type(node).__name__}")

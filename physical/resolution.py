@@ -23,6 +23,12 @@ file, a replaced file (another size), another sequence number or another snapsho
 key: an answer is never reused where it could differ. Files are checked against their recorded
 sizes before every query, resolved or not (guards.check_files).
 
+When: a query that reads every row of a branch's files anyway (no filter pushed into the scan)
+resolves them; a filtered query reads only part of each file (row groups skipped), where
+resolving would read all of it, so it joins and the files are remembered: a later query reading
+them again (filtered or not) resolves them. Files already resolved are read resolved by any
+query.
+
 Kept per process, least recently used out beyond setting `resolved_cache_rows` positions
 (8 bytes each); a branch whose positions could exceed it (estimated from the row counts of its
 files and of its delete files) is not resolved: it joins as before. Setting
@@ -55,16 +61,26 @@ from mor.planner.nodes import (
 from mor.planner.settings import current
 
 _CACHE: BoundedCache[pa.Array] = BoundedCache()
+# keys of files a filtered query joined rather than resolved: a query reading them again
+# resolves them (a filtered query reads part of each file, resolving reads all of it)
+_SEEN: BoundedCache[bool] = BoundedCache()
+SEEN_KEYS = 1_000_000
 
 
 def clear_resolved() -> None:
     """Forget every resolved position: the next query joins (and resolves) again."""
     _CACHE.clear()
+    _SEEN.clear()
 
 
 def held() -> tuple[int, int]:
     """(data files, positions) held."""
     return len(_CACHE), _CACHE.held
+
+
+def seen() -> int:
+    """Data files a filtered query joined, to be resolved when read again."""
+    return len(_SEEN)
 
 
 def chain_of(node: AntiJoin) -> tuple[IcebergScan, tuple[AntiJoin, ...]] | None:
@@ -93,8 +109,10 @@ def file_key(
     scan: IcebergScan,
     deletes: Mapping[int, DeleteTask],
     keys: Sequence[ReadField],
+    eq_sets: frozenset[frozenset[int]] | None = None,
 ) -> tuple:
-    """Everything the positions equality deletes remove from `task` depend on (module doc)."""
+    """Everything the positions equality deletes remove from `task` depend on (module doc):
+    those of the id sets `eq_sets` (the anti-joins resolved; None: all of them)."""
     layouts = scan.files.layouts if scan.files else ()
     fields = tuple(sorted((f.field_id, f.type_str, f.path, f.default) for f in keys))
     eq = tuple(
@@ -111,6 +129,7 @@ def file_key(
                 layouts[d.layout] if d.layout < len(layouts) else None,
             )
             for d in (deletes[i] for i in task.eq_deletes)
+            if eq_sets is None or d.eq_ids in eq_sets
         )
     )
     return (
@@ -149,14 +168,25 @@ def decide(scan: IcebergScan, joins: Sequence[AntiJoin]) -> Resolution:
     tasks = scan.data_files()
     deletes = scan.deletes_by_id()
     fields = key_fields(scan, joins)
-    keys = {t.file_id: file_key(t, scan, deletes, fields) for t in tasks}
+    sets = frozenset(j.eq_set for j in joins)
+    keys = {t.file_id: file_key(t, scan, deletes, fields, sets) for t in tasks}
     held = tuple(t for t in tasks if _CACHE.get(keys[t.file_id]) is not None)
     have = {t.file_id for t in held}
     missing = tuple(t for t in tasks if t.file_id not in have)
+    if missing and scan.pushed and not all(_SEEN.get(keys[t.file_id]) for t in missing):
+        return Resolution(
+            "join",
+            keys,
+            held,
+            missing,
+            why="the query's filters read part of the files, resolving reads all of them: "
+            "resolved when a query reads them again",
+        )
     # a data file loses at most its rows; the deletes remove at most one row per delete row
     # unless keys repeat in the data, so the smaller of the two bounds the usual case
     rows = sum(t.record_count for t in missing)
-    del_rows = sum(deletes[i].record_count for i in {i for t in missing for i in t.eq_deletes})
+    applied = {i for t in missing for i in t.eq_deletes if deletes[i].eq_ids in sets}
+    del_rows = sum(deletes[i].record_count for i in applied)
     estimate = min(rows, del_rows)
     if estimate > s.resolved_cache_rows:
         return Resolution(
@@ -165,6 +195,13 @@ def decide(scan: IcebergScan, joins: Sequence[AntiJoin]) -> Resolution:
             f"({s.resolved_cache_rows})",
         )
     return Resolution("positions", keys, held, missing, estimate)
+
+
+def joined(res: Resolution) -> None:
+    """Remember the files a filtered query joined, to resolve them when read again."""
+    if res.keys is not None:
+        for t in res.missing:
+            _SEEN.put(res.keys[t.file_id], True, 1, SEEN_KEYS)
 
 
 def store(res: Resolution, found: Mapping[str, pa.Array]) -> None:

@@ -159,8 +159,8 @@ def test_a_key_without_the_delete_files_would_return_deleted_rows(
     _fresh()
     real = resolution.file_key
 
-    def forgetful(task: Any, scan: Any, deletes: Any, keys: Any) -> tuple:
-        return real(replace(task, eq_deletes=()), scan, deletes, keys)
+    def forgetful(task: Any, *rest: Any) -> tuple:
+        return real(replace(task, eq_deletes=()), *rest)
 
     monkeypatch.setattr(resolution, "file_key", forgetful)
     assert _ids(catalog, spark) == LIVE
@@ -179,3 +179,25 @@ def test_a_branch_too_large_to_hold_joins(catalog: Any, spark: Any) -> None:
     assert "left_anti join" in plan
     assert _ids(catalog, spark, **small) == LIVE
     assert resolution.held() == (0, 0)
+
+
+def test_a_filtered_query_joins_first_and_resolves_when_read_again(
+    catalog: Any, spark: Any
+) -> None:
+    """A filter read into the scan skips row groups that resolving would read: the first
+    filtered query joins, the next one over the same files resolves, later ones hold."""
+    _table(catalog)
+    _fresh()
+    sql = "SELECT id FROM q.t WHERE s <> 'a1'"
+    want = [i for i in LIVE if i != 1]
+    plan = explain(sql, catalog=catalog, physical=True)
+    assert "resolved when a query reads them again" in plan and "left_anti join" in plan
+    assert _ids(catalog, spark, sql) == want
+    assert resolution.held() == (0, 0) and resolution.seen() == 2
+    reuse.clear()
+    assert "resolve equality deletes first" in explain(sql, catalog=catalog, physical=True)
+    assert _ids(catalog, spark, sql) == want
+    assert resolution.held()[0] == 2
+    reuse.clear()
+    assert "equality deletes resolved:" in explain(sql, catalog=catalog, physical=True)
+    assert _ids(catalog, spark, sql) == want

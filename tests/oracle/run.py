@@ -106,9 +106,10 @@ def compare(
     """`{t}` in `sql` is the table; `{lineage}` is the table for mor and `lineage` (a view of
     Iceberg's rows with the spec's lineage: lineage_view) for Iceberg's side.
 
-    mor runs the query twice when it has equality deletes to resolve: cold (nothing resolved:
-    the query resolves what it reads, physical/resolution.py), then from the positions held,
-    its DataFrames dropped; both must give Iceberg's rows."""
+    mor runs the query twice when it has equality deletes (physical/resolution.py): cold
+    (nothing resolved: an unfiltered query resolves what it reads, a filtered one anti-joins),
+    then with its DataFrames dropped (from the positions held, or resolving what the filtered
+    query joined); each must give Iceberg's rows."""
     from mor import mor_sql
     from mor.physical import resolution, reuse
 
@@ -116,10 +117,11 @@ def compare(
     resolution.clear_resolved()
     ours = mor_sql(sql.format(t=at, lineage=at), spark=spark, settings=settings).collect()
     runs = [("", ours)]
-    if resolution.held()[0]:
+    if resolution.held()[0] or resolution.seen():
+        how = " (resolved positions held)" if resolution.held()[0] else " (resolved)"
         reuse.clear()
         again = mor_sql(sql.format(t=at, lineage=at), spark=spark, settings=settings).collect()
-        runs.append((" (resolved positions held)", again))
+        runs.append((how, again))
     try:
         theirs = spark.sql(sql.format(t=h.table, lineage=lineage)).collect()
     except Exception as e:  # noqa: BLE001 - reported apart from differences, with its cause
