@@ -47,6 +47,7 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 
 from mor.planner.cache import BoundedCache
+from mor.planner.errors import InternalError
 from mor.planner.nodes import (
     GLOBAL_PART,
     RESOLVED,
@@ -157,6 +158,7 @@ class Resolution:
     missing: tuple[DataTask, ...] = ()
     estimate: int = 0  # positions the missing files could hold at most
     why: str = ""
+    positions: Mapping[int, pa.Array] | None = None  # of the held files, by file id
 
 
 def decide(scan: IcebergScan, joins: Sequence[AntiJoin]) -> Resolution:
@@ -170,7 +172,12 @@ def decide(scan: IcebergScan, joins: Sequence[AntiJoin]) -> Resolution:
     fields = key_fields(scan, joins)
     sets = frozenset(j.eq_set for j in joins)
     keys = {t.file_id: file_key(t, scan, deletes, fields, sets) for t in tasks}
-    held = tuple(t for t in tasks if _CACHE.get(keys[t.file_id]) is not None)
+    positions = {}
+    for t in tasks:
+        hit = _CACHE.get(keys[t.file_id])
+        if hit is not None:
+            positions[t.file_id] = hit  # kept here: the cache may drop it before it is used
+    held = tuple(t for t in tasks if t.file_id in positions)
     have = {t.file_id for t in held}
     missing = tuple(t for t in tasks if t.file_id not in have)
     if missing and scan.pushed and not all(_SEEN.get(keys[t.file_id]) for t in missing):
@@ -194,7 +201,7 @@ def decide(scan: IcebergScan, joins: Sequence[AntiJoin]) -> Resolution:
             why=f"its files could lose ~{estimate} rows, over resolved_cache_rows "
             f"({s.resolved_cache_rows})",
         )
-    return Resolution("positions", keys, held, missing, estimate)
+    return Resolution("positions", keys, held, missing, estimate, positions=positions)
 
 
 def joined(res: Resolution) -> None:
@@ -224,8 +231,9 @@ def resolved_scan(
 ) -> IcebergScan:
     """The branch as a plain scan: each data file's resolved positions as one more position
     delete, no equality delete, no anti-join guard column, and of the key columns only those
-    in `needed` (the columns the branch's consumer selects; None: all). `found`: what the job
-    of this query returned (used when the cache could not keep it). `preview` (EXPLAIN): a
+    in `needed` (the columns the branch's consumer selects; None: all). Held files' positions
+    come from `res` (taken when decided), the others' from `found`, what this query's job
+    returned (a file it returned nothing for loses no row). `preview` (EXPLAIN): a
     file not resolved yet gets a delete of as many positions as it could lose, and none is
     read."""
     assert res.keys is not None and scan.files is not None
@@ -236,12 +244,14 @@ def resolved_scan(
     tasks = []
     for t in scan.data_files():
         key = res.keys[t.file_id]
-        positions = _CACHE.get(key)
+        positions = (res.positions or {}).get(t.file_id)
         count = len(positions) if positions is not None else 0
         if positions is None and preview:
             count = min(t.record_count, sum(by_id[i].record_count for i in t.eq_deletes))
         elif positions is None:
-            positions = (found or {}).get(t.path, empty)
+            if found is None:
+                raise InternalError(f"no resolved positions for data file {t.path}")
+            positions = found.get(t.path, empty)
             count = len(positions)
         extra: tuple[int, ...] = ()
         if count:

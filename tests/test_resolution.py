@@ -201,3 +201,22 @@ def test_a_filtered_query_joins_first_and_resolves_when_read_again(
     reuse.clear()
     assert "equality deletes resolved:" in explain(sql, catalog=catalog, physical=True)
     assert _ids(catalog, spark, sql) == want
+
+
+def test_held_positions_survive_their_eviction_within_the_query(catalog: Any, spark: Any) -> None:
+    """A query that resolves some files and holds others: storing the new positions may push
+    the held ones out of the bounded cache, and the query must still apply them."""
+    w = TableWriter(catalog, "q.e", SCHEMA)
+    w.append(pa.table({"id": pa.array(range(10), pa.int64()), "s": ["a"] * 10}))
+    w.commit(deletes=[w.equality_delete_file([1], [{1: 3}])])
+    _fresh()
+    tight = {"resolved_cache_rows": 3}  # one file's entry (a position + 1) fits, not two
+    sql = "SELECT id FROM q.e"
+    assert _ids(catalog, spark, sql, **tight) == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+    assert resolution.held() == (1, 2)
+    w.append(pa.table({"id": pa.array(range(10, 20), pa.int64()), "s": ["b"] * 10}))
+    w.commit(deletes=[w.equality_delete_file([1], [{1: 12}])])  # bounds exclude the first file
+    reuse.clear()
+    got = _ids(catalog, spark, sql, **tight)
+    assert got == [i for i in range(20) if i not in (3, 12)]
+    assert resolution.held() == (1, 2)  # the first file's entry made room for the second's
