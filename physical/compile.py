@@ -158,12 +158,16 @@ class Compiler:
             return None
         found = None
         if res.missing:
-            found = self._resolve(base, joins, res.missing)
+            found = self._resolve(base, joins, res.missing, joins[-1])
             store(res, found)
         return resolved_scan(base, res, needed, found)
 
     def _resolve(
-        self, base: IcebergScan, joins: tuple[AntiJoin, ...], missing: tuple[DataTask, ...]
+        self,
+        base: IcebergScan,
+        joins: tuple[AntiJoin, ...],
+        missing: tuple[DataTask, ...],
+        top: AntiJoin,
     ) -> dict[str, pa.Array]:
         """The positions the equality deletes of `joins` remove from each of `missing`, by
         recorded path: one Spark job reading their key columns (every row: no filter of the
@@ -188,7 +192,8 @@ class Compiler:
         try:
             got = per_file.collect()
         except Exception as e:  # noqa: BLE001 - a Spark failure, as the query's would be
-            raise spark_failure(e) from e
+            # named as mor_errors names a query's: a column of another type by the chain's files
+            raise spark_failure(e, top) from e
         found = {}
         for r in got:
             positions = pa.array(sorted(set(r["p"])), pa.int64())

@@ -67,6 +67,10 @@ def check_files(node: Plan) -> None:
             # a resolved equality delete is no file: its positions are in memory
             files = [deletes[i] for i in used if deletes[i].kind != RESOLVED]
             groups.append((files, n.source_key, "delete", n.table))
+            # a branch read over resolved positions still answers for its equality delete
+            # files (physical/resolution.py): they are checked as an anti-join reading them is
+            eq = [d for d in n.files.deletes if d.kind == "equality"] if n.files else []
+            groups.append((eq, n.source_key, "equality delete", n.table))
         elif isinstance(n, EqDeleteScan):
             groups.append((n.files, n.source_key, "equality delete", n.table))
     check_all(groups)

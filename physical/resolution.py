@@ -238,7 +238,9 @@ def resolved_scan(
     read."""
     assert res.keys is not None and scan.files is not None
     by_id = scan.deletes_by_id()
-    deletes = [d for d in scan.files.deletes if d.kind != "equality"]
+    # the equality delete files stay listed (none applies to a task any more): they are
+    # checked against their recorded sizes with the rest (guards.check_files)
+    deletes = list(scan.files.deletes)
     next_id = max((d.file_id for d in scan.files.deletes), default=-1) + 1
     empty = pa.array([], pa.int64())
     tasks = []

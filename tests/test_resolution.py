@@ -220,3 +220,34 @@ def test_held_positions_survive_their_eviction_within_the_query(catalog: Any, sp
     got = _ids(catalog, spark, sql, **tight)
     assert got == [i for i in range(20) if i not in (3, 12)]
     assert resolution.held() == (1, 2)  # the first file's entry made room for the second's
+
+
+def test_a_replaced_equality_delete_file_is_refused_though_resolved(
+    catalog: Any, spark: Any
+) -> None:
+    """Held positions are no way around the size check of the delete files they came from."""
+    w, _, _ = _table(catalog)
+    _fresh()
+    assert _ids(catalog, spark) == LIVE
+    reuse.clear()
+    import glob
+
+    import pyarrow.parquet as pq
+
+    folder = w.table.location().removeprefix("file://").removeprefix("file:")
+    (path,) = [
+        p
+        for p in glob.glob(f"{folder}/data/delete-*.parquet")
+        if "file_path" not in pq.read_schema(p).names  # the equality delete, not the position
+    ]
+    saved = open(path, "rb").read()
+    try:
+        with open(path, "wb") as out:
+            out.write(saved + b"\0")
+        with pytest.raises(DataFileError, match="equality delete file .* was replaced"):
+            _ids(catalog, spark)
+    finally:
+        with open(path, "wb") as out:
+            out.write(saved)
+        os.utime(path)
+    assert _ids(catalog, spark) == LIVE
