@@ -65,10 +65,10 @@ demo: java venv
 # that need no Iceberg runtime.
 S4_TESTS := tests/test_matrix.py tests/test_realdata.py tests/test_semantics.py \
 	tests/test_evolution.py tests/faults tests/test_sql_shapes.py tests/test_changes.py tests/test_reuse.py \
-	tests/test_plan_shape.py
+	tests/test_plan_shape.py tests/test_resolution.py
 CONNECT_TESTS := tests/test_realdata.py tests/test_evolution.py tests/faults \
 	tests/test_sql_shapes.py tests/test_cli.py tests/test_changes.py tests/test_reuse.py \
-	tests/test_plan_shape.py
+	tests/test_plan_shape.py tests/test_resolution.py
 test: java dev spark4
 	$(BIN)/ruff check planner rules physical mor tests bench
 	@echo "== pyspark $(SPARK35), classic =="

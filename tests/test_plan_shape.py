@@ -149,10 +149,12 @@ def _counting() -> Iterator[dict[str, int]]:
 
 def _built(spark: Any, catalog: Any, sql: str) -> tuple[Any, dict[str, int]]:
     from mor.physical.positions import clear_position_cache
+    from mor.physical.resolution import clear_resolved
     from mor.planner.scan_planning import clear_manifest_cache
 
     clear_position_cache()  # nothing reused from an earlier query: a first build each time
     clear_manifest_cache()
+    clear_resolved()
     with _counting() as counts:
         df = mor_sql(sql, catalog=catalog, spark=spark)
     counts = dict(counts)
@@ -192,7 +194,9 @@ def test_building_a_query_costs_the_same_for_ten_times_the_files(
         got = sorted(tuple(r) for r in df.collect())
         assert got == _expected(n, sql), name
     small, large = costs[N], costs[10 * N]
-    assert large["reads"] == small["reads"] <= 3, costs  # data, position and equality deletes
+    # data, position and equality deletes, and the data's key columns read once more by an
+    # unfiltered query resolving its equality deletes (physical/resolution.py)
+    assert large["reads"] == small["reads"] <= 4, costs
     assert large.get("py4j") == small.get("py4j"), costs
     if "plan bytes" in small:
         # a longer table name and file ids of more digits, nothing per file (the paths of 360
