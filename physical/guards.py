@@ -60,20 +60,34 @@ def check_files(node: Plan) -> None:
     groups: list[Checked] = []
     for n in node.walk():
         if isinstance(n, IcebergScan):
-            tasks = n.data_files()
-            deletes = n.deletes_by_id()
-            used = sorted({p for t in tasks for p in t.pos_deletes})
-            groups.append((tasks, n.source_key, "data", n.table))
-            # a resolved equality delete is no file: its positions are in memory
-            files = [deletes[i] for i in used if deletes[i].kind != RESOLVED]
-            groups.append((files, n.source_key, "delete", n.table))
-            # a branch read over resolved positions still answers for its equality delete
-            # files (physical/resolution.py): they are checked as an anti-join reading them is
-            eq = [d for d in n.files.deletes if d.kind == "equality"] if n.files else []
-            groups.append((eq, n.source_key, "equality delete", n.table))
+            groups += _scan_groups(n, data=True)
         elif isinstance(n, EqDeleteScan):
             groups.append((n.files, n.source_key, "equality delete", n.table))
     check_all(groups)
+
+
+def check_deletes(scan: IcebergScan) -> None:
+    """check_sizes for the delete files of a scan that reads no data file (a count from
+    metadata)."""
+    check_all(_scan_groups(scan, data=False))
+
+
+def _scan_groups(n: IcebergScan, data: bool) -> list[Checked]:
+    tasks = n.data_files()
+    deletes = n.deletes_by_id()
+    used = sorted({p for t in tasks for p in t.pos_deletes})
+    # a resolved equality delete is no file: its positions are in memory
+    files = [deletes[i] for i in used if deletes[i].kind != RESOLVED]
+    # a branch read over resolved positions still answers for its equality delete files
+    # (physical/resolution.py): they are checked as an anti-join reading them is
+    eq = [d for d in n.files.deletes if d.kind == "equality"] if n.files else []
+    groups: list[Checked] = [
+        (files, n.source_key, "delete", n.table),
+        (eq, n.source_key, "equality delete", n.table),
+    ]
+    if data:
+        groups.append((tasks, n.source_key, "data", n.table))
+    return groups
 
 
 def row_count_check(df: DataFrame, table: str) -> DataFrame:

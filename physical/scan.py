@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from mor.physical.columns import column, merged_fields, read_schema
-from mor.physical.guards import POS, check_files, check_sizes, guard
+from mor.physical.guards import POS, check_deletes, check_files, guard
 from mor.physical.metadata_columns import STORED, hidden_type, with_hidden
 from mor.physical.position_deletes import remove_deleted
 from mor.physical.positions import read_positions
@@ -33,7 +33,7 @@ from mor.physical.reads import KEY, ROW_INDEX, Group, ReadContext, read_files, w
 from mor.physical.strategy import counted_from_metadata, position_strategy
 from mor.physical.tables import FKEY, file_table
 from mor.physical.types import spark_type
-from mor.planner.nodes import DATA_SEQ, LINEAGE_COLUMNS, PART, RESOLVED, IcebergScan, Layout
+from mor.planner.nodes import DATA_SEQ, LINEAGE_COLUMNS, PART, IcebergScan, Layout
 
 
 def scan_data(ctx: ReadContext, scan: IcebergScan) -> DataFrame:
@@ -61,8 +61,7 @@ def scan_data(ctx: ReadContext, scan: IcebergScan) -> DataFrame:
         # no column and no filter: the rows are the files' record counts less the exactly
         # deleted positions (unique, within each file's count); no data file is read, so only
         # the delete files read on the driver are checked
-        files = [deletes[i] for i in used if deletes[i].kind != RESOLVED]
-        check_sizes(files, scan.source_key, "delete", scan.table)
+        check_deletes(scan)
         found = read_positions(tasks, deletes, scan.table, scan.source_key) if used else {}
         live = sum(t.record_count for t in tasks) - sum(len(p) for p in found.values())
         return spark.range(live).select()

@@ -246,6 +246,9 @@ def test_a_replaced_equality_delete_file_is_refused_though_resolved(
             out.write(saved + b"\0")
         with pytest.raises(DataFileError, match="equality delete file .* was replaced"):
             _ids(catalog, spark)
+        # a count answered from metadata and held positions reads no data file: checked too
+        with pytest.raises(DataFileError, match="equality delete file .* was replaced"):
+            _ids(catalog, spark, "SELECT count(*) FROM q.t")
     finally:
         with open(path, "wb") as out:
             out.write(saved)
