@@ -21,23 +21,17 @@ POS = "$pos"
 Checked = tuple[Sequence[DataTask | DeleteTask], str, str, str]  # files, source, kind, table
 
 
-def check_sizes(
-    files: Sequence[DataTask | DeleteTask], source_key: str, kind: str, table: str
-) -> None:
+def check_all(groups: Sequence[Checked]) -> None:
     """Every file must exist with the size its manifest entry records, before Spark reads
     any: a file replaced by another (truncated, rewritten) would otherwise be read as if it
     were the committed one (rows lost or added without a word, positions matched to the wrong
     rows; Spark plans a listed file's splits by its recorded size). Local files by one `stat`
     each (2 us: 0.2 s for 100,000 files), others through the table's FileIO, on the client. A
-    same-size replacement cannot be seen without checksums (docs/limitations.md)."""
-    check_all([(files, source_key, kind, table)])
+    same-size replacement cannot be seen without checksums (docs/limitations.md).
 
-
-def check_all(groups: Sequence[Checked]) -> None:
-    """check_sizes for several groups of files at once: the files of one table are sized in
-    one call, so a folder that holds data files and their delete files together is listed
-    once for all of them (physical/files.py) rather than once per kind, or its few delete
-    files asked for one by one."""
+    The groups (files, source, kind, table) are sized together, one call per table: a folder
+    that holds data files and their delete files is listed once for all of them
+    (physical/files.py), not once per kind, nor its few delete files asked for one by one."""
     by_source: dict[str, list[str]] = {}
     for files, source_key, _, _ in groups:
         by_source.setdefault(source_key, []).extend(t.read_path for t in files)
@@ -56,7 +50,7 @@ def check_all(groups: Sequence[Checked]) -> None:
 
 
 def check_files(node: Plan) -> None:
-    """check_sizes for every data and delete file the plan below `node` reads, in one call."""
+    """check_all for every data and delete file the plan below `node` reads, in one call."""
     groups: list[Checked] = []
     for n in node.walk():
         if isinstance(n, IcebergScan):
@@ -67,7 +61,7 @@ def check_files(node: Plan) -> None:
 
 
 def check_deletes(scan: IcebergScan) -> None:
-    """check_sizes for the delete files of a scan that reads no data file (a count from
+    """check_all for the delete files of a scan that reads no data file (a count from
     metadata)."""
     check_all(_scan_groups(scan, data=False))
 

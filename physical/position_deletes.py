@@ -154,15 +154,14 @@ def _positions(
     """($fkey, position) of every deleted row of these data files."""
     # deletion vectors and resolved equality deletes are positions the driver holds; position
     # delete files are read by Spark (a data file may have both kinds: their union is deleted)
-    on_driver, in_files = [], []
+    dv_tasks, files = [], []
     for t in tasks:
-        mine = [p for p in t.pos_deletes if deletes[p].is_dv or deletes[p].kind == RESOLVED]
-        if mine:
-            on_driver.append(replace(t, pos_deletes=tuple(mine)))
-        rest = tuple(p for p in t.pos_deletes if p not in mine)
+        held = tuple(p for p in t.pos_deletes if deletes[p].is_dv or deletes[p].kind == RESOLVED)
+        if held:
+            dv_tasks.append(replace(t, pos_deletes=held))
+        rest = tuple(p for p in t.pos_deletes if p not in held)
         if rest:
-            in_files.append(replace(t, pos_deletes=rest))
-    dv_tasks, files = on_driver, in_files
+            files.append(replace(t, pos_deletes=rest))
     parts = []
     if dv_tasks:
         parts.append(_dv_positions(ctx.spark, dv_tasks, deletes, fk, keys, table, source_key))

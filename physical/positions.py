@@ -43,7 +43,7 @@ def first_line(e: BaseException) -> str:
 
 # Position delete files are immutable: what each holds, grouped by the data file path it
 # names, is kept across queries of one process (setting position_cache_rows), keyed by the
-# path read and its size (check_sizes holds every file to the size its manifest records).
+# path read and its size (guards.check_files holds every file to the size its manifest records).
 _POSITIONS: BoundedCache[dict[str, pa.Array]] = BoundedCache()
 
 

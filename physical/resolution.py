@@ -178,8 +178,7 @@ def decide(scan: IcebergScan, joins: Sequence[AntiJoin]) -> Resolution:
         if hit is not None:
             positions[t.file_id] = hit  # kept here: the cache may drop it before it is used
     held = tuple(t for t in tasks if t.file_id in positions)
-    have = {t.file_id for t in held}
-    missing = tuple(t for t in tasks if t.file_id not in have)
+    missing = tuple(t for t in tasks if t.file_id not in positions)
     if missing and scan.pushed and not all(_SEEN.get(keys[t.file_id]) for t in missing):
         return Resolution(
             "join",

@@ -116,7 +116,7 @@ class FileKey:
     _time)`, a small long, unique whatever the number of files. The other kinds are those of
     files read by path (the fallback):
     `file_size`: `_metadata.file_size` when the sizes are unique (a long per file, cheap to
-    join on; Iceberg records exact sizes and check_sizes holds files to them).
+    join on; Iceberg records exact sizes and guards.check_files holds files to them).
     `file_size+path`: still a long, the size, except for the few files whose size another file
     of the scan shares: those are told apart by `_metadata.file_path` and numbered -1, -2, ...
     (with hundreds of files, some sizes are almost always shared).

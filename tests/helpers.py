@@ -1,6 +1,11 @@
-"""Keyword-default builders for small plans and tables used by rule and planning tests."""
+"""Keyword-default builders for small plans and tables used by rule and planning tests, and a
+file altered for the length of a block."""
 
 from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from mor.planner.nodes import (
     GLOBAL_PART,
@@ -84,3 +89,20 @@ def scan(
         fields=tuple(read_field(i) for i in fields),
         files=files if planned else None,
     )
+
+
+@contextmanager
+def altered(path: str, change: Callable[[bytes], bytes]) -> Iterator[None]:
+    """The local file `path` (as a manifest records it: `file:` URIs too) rewritten by `change`
+    inside the block, its bytes put back after (with a new modification time, as a rewrite of
+    a committed file would leave it)."""
+    local = path.removeprefix("file:")
+    saved = open(local, "rb").read()
+    try:
+        with open(local, "wb") as out:
+            out.write(change(saved))
+        yield
+    finally:
+        with open(local, "wb") as out:
+            out.write(saved)
+        os.utime(local)

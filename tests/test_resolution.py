@@ -5,7 +5,6 @@ replaced file would reuse a stale answer: each of those is shown to matter here.
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
+from helpers import altered
 from mor import explain, mor_sql
 from mor.fixtures import TableWriter
 from mor.physical import resolution, reuse
@@ -29,21 +29,18 @@ OFF = {"resolve_equality_deletes": False}
 
 def _table(catalog: Any) -> tuple[TableWriter, Any, Any]:
     """Two data files (ids 0-9, 10-19), an equality delete of ids 3 and 12 and a position
-    delete of position 5 of the first file."""
+    delete of position 5 of the first file. Returns the writer, the first data file and the
+    equality delete file."""
     w = TableWriter(catalog, "q.t", SCHEMA)
     _, (a,) = w.append(
         pa.table({"id": pa.array(range(10), pa.int64()), "s": [f"a{i}" for i in range(10)]})
     )
-    _, (b,) = w.append(
+    w.append(
         pa.table({"id": pa.array(range(10, 20), pa.int64()), "s": [f"b{i}" for i in range(10)]})
     )
-    w.commit(
-        deletes=[
-            w.equality_delete_file([1], [{1: 3}, {1: 12}]),
-            w.position_delete_file({a.file_path: [5]}, a),
-        ]
-    )
-    return w, a, b
+    eq = w.equality_delete_file([1], [{1: 3}, {1: 12}])
+    w.commit(deletes=[eq, w.position_delete_file({a.file_path: [5]}, a)])
+    return w, a, eq
 
 
 def _fresh() -> None:
@@ -97,17 +94,9 @@ def test_a_new_delete_file_or_snapshot_never_reuses_a_stale_answer(
     w.append(pa.table({"id": pa.array([3, 4], pa.int64()), "s": ["new3", "new4"]}))
     assert _ids(catalog, spark) == sorted([i for i in LIVE if i not in (4, 15)] + [3, 4])
     # a replaced data file is refused before anything resolved for it is used
-    path = a.file_path.removeprefix("file:")
-    saved = open(path, "rb").read()
-    try:
-        with open(path, "wb") as out:
-            out.write(saved + b"\0")
+    with altered(a.file_path, lambda b: b + b"\0"):
         with pytest.raises(DataFileError, match="was replaced or truncated"):
             _ids(catalog, spark)
-    finally:
-        with open(path, "wb") as out:
-            out.write(saved)
-        os.utime(path)
 
 
 def test_the_key_holds_what_the_answer_depends_on(catalog: Any) -> None:
@@ -226,31 +215,14 @@ def test_a_replaced_equality_delete_file_is_refused_though_resolved(
     catalog: Any, spark: Any
 ) -> None:
     """Held positions are no way around the size check of the delete files they came from."""
-    w, _, _ = _table(catalog)
+    _, _, eq = _table(catalog)
     _fresh()
     assert _ids(catalog, spark) == LIVE
     reuse.clear()
-    import glob
-
-    import pyarrow.parquet as pq
-
-    folder = w.table.location().removeprefix("file://").removeprefix("file:")
-    (path,) = [
-        p
-        for p in glob.glob(f"{folder}/data/delete-*.parquet")
-        if "file_path" not in pq.read_schema(p).names  # the equality delete, not the position
-    ]
-    saved = open(path, "rb").read()
-    try:
-        with open(path, "wb") as out:
-            out.write(saved + b"\0")
+    with altered(eq.file_path, lambda b: b + b"\0"):
         with pytest.raises(DataFileError, match="equality delete file .* was replaced"):
             _ids(catalog, spark)
         # a count answered from metadata and held positions reads no data file: checked too
         with pytest.raises(DataFileError, match="equality delete file .* was replaced"):
             _ids(catalog, spark, "SELECT count(*) FROM q.t")
-    finally:
-        with open(path, "wb") as out:
-            out.write(saved)
-        os.utime(path)
     assert _ids(catalog, spark) == LIVE

@@ -4,7 +4,6 @@ query makes (files of the recorded size) or around a newer snapshot's deletes.""
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
+from helpers import altered
 from mor import explain, mor_sql
 from mor.fixtures import TableWriter
 from mor.physical import reuse
@@ -111,17 +111,9 @@ def test_a_reused_scan_sees_new_deletes_and_is_checked_again(catalog: Any, spark
     w.commit(deletes=[w.position_delete_file({f.file_path: [1]}, f)])
     assert ids() == [1, 3]  # a new snapshot: another fingerprint, the delete applied
     assert ids() == [1, 3]
-    path = f.file_path.removeprefix("file:")
-    saved = open(path, "rb").read()
-    try:
-        with open(path, "wb") as out:
-            out.write(saved[: len(saved) // 2])
+    with altered(f.file_path, lambda b: b[: len(b) // 2]):
         with pytest.raises(DataFileError, match="was replaced or truncated"):
             ids()  # the same query: its scan is reused only after its files are checked
-    finally:
-        with open(path, "wb") as out:
-            out.write(saved)
-        os.utime(path)
     assert ids() == [1, 3]
 
 
@@ -192,17 +184,9 @@ def test_cached_equality_deletes_are_read_once_and_never_outlive_their_files(
     w.commit(deletes=[second])
     assert ids() == [1]  # the new snapshot's second delete file applies
     assert len(kept) == 2
-    path = second.file_path.removeprefix("file:")
-    saved = open(path, "rb").read()
-    try:
-        with open(path, "wb") as out:
-            out.write(saved + b"\0")
+    with altered(second.file_path, lambda b: b + b"\0"):
         with pytest.raises(DataFileError, match="was replaced or truncated"):
             ids()
-    finally:
-        with open(path, "wb") as out:
-            out.write(saved)
-        os.utime(path)
     assert ids() == [1]
     assert ids(delete_cache_bytes=0) == [1]  # read from the files again; the cache dropped
     assert not kept
