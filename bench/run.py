@@ -79,11 +79,12 @@ def run_table(
     queries: list[str],
     warmup: int = 1,
     version: int = 2,
+    pos_files: int = 8,
 ) -> list[dict[str, Any]]:
     from mor import mor_sql
 
-    name = build(spark, warehouse, rows, pos, eq, eq_sets, version=version)
-    location = warehouse / "bench" / table_name(rows, pos, eq, eq_sets, version)
+    name = build(spark, warehouse, rows, pos, eq, eq_sets, version=version, pos_files=pos_files)
+    location = warehouse / "bench" / table_name(rows, pos, eq, eq_sets, version, pos_files)
     spark.read.parquet(*data_files(location)).createOrReplaceTempView("plain_scan")
     ours_t = f"iceberg_scan('{location}')"
     lo = rows // 3
@@ -125,6 +126,7 @@ def run_table(
                 "eq": eq,
                 "eq_sets": eq_sets,
                 "format_version": version,
+                "pos_files": pos_files,
                 "query": q,
                 "ours_s": med["ours"],
                 "native_s": med["native"],
@@ -139,8 +141,10 @@ def run_table(
             }
         )
         r = out[-1]
+        touched = "" if pos_files == 8 else f"/{pos_files}f"
         print(
-            f"v{version} {rows / 1e6:>5.1f}M pos={pos:<5} eq={eq:<5} sets={eq_sets} {q:<12} "
+            f"v{version} {rows / 1e6:>5.1f}M pos={pos:<5}{touched} eq={eq:<5} sets={eq_sets} "
+            f"{q:<12} "
             f"ours {r['ours_s']:6.2f}s  native {r['native_s']:6.2f}s  plain {r['plain_s']:6.2f}s  "
             f"ours/native {r['ours/native']:5.2f}  ours/plain {r['ours/plain']:5.2f}  | first: "
             f"ours {first['ours']:6.2f}s  native {first['native']:6.2f}s  plain "
@@ -165,6 +169,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=[2, 3],
         help="3: position deletes written as deletion vectors",
     )
+    ap.add_argument(
+        "--pos-files",
+        type=int,
+        nargs="*",
+        default=[8],
+        help="how many of the 8 data files the position deletes touch (8: all)",
+    )
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1, help="untimed runs of each peer first")
     ap.add_argument("--warehouse", default=str(Path(tempfile.gettempdir()) / "mor-bench"))
@@ -176,20 +187,22 @@ def main(argv: list[str] | None = None) -> int:
     for version in args.format_version:
         for rows in args.rows:
             for pos in args.pos:
-                for eq in args.eq:
-                    for sets in args.eq_sets if eq else [1]:
-                        results += run_table(
-                            spark,
-                            warehouse,
-                            rows,
-                            pos,
-                            eq,
-                            sets,
-                            args.reps,
-                            args.queries,
-                            args.warmup,
-                            version,
-                        )
+                for touched in args.pos_files if pos else [8]:
+                    for eq in args.eq:
+                        for sets in args.eq_sets if eq else [1]:
+                            results += run_table(
+                                spark,
+                                warehouse,
+                                rows,
+                                pos,
+                                eq,
+                                sets,
+                                args.reps,
+                                args.queries,
+                                args.warmup,
+                                version,
+                                touched,
+                            )
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=1))

@@ -25,12 +25,15 @@ PROPS = (
 )
 
 
-def table_name(rows: int, pos: float, eq: float, eq_sets: int, version: int = 2) -> str:
+def table_name(
+    rows: int, pos: float, eq: float, eq_sets: int, version: int = 2, pos_files: int = 8
+) -> str:
     def pct(x: float) -> str:
         return str(x).replace(".", "p")
 
     v3 = "_v3" if version == 3 else ""
-    return f"t{rows // 1_000_000}m_pos{pct(pos)}_eq{pct(eq)}_s{eq_sets}{v3}"
+    touched = f"_pf{pos_files}" if pos_files != 8 else ""
+    return f"t{rows // 1_000_000}m_pos{pct(pos)}_eq{pct(eq)}_s{eq_sets}{v3}{touched}"
 
 
 def build(
@@ -42,10 +45,13 @@ def build(
     eq_sets: int,
     files: int = 8,
     version: int = 2,
+    pos_files: int = 8,
 ) -> str:
     """Create the table unless it exists; returns its full name. `version` 3: the position
-    deletes are deletion vectors (what Iceberg's Spark writer makes on v3 tables)."""
-    base = table_name(rows, pos, eq, eq_sets, version)
+    deletes are deletion vectors (what Iceberg's Spark writer makes on v3 tables).
+    `pos_files`: how many of the 8 data files (each a range of ids) the position deletes
+    touch, as a MERGE or DELETE touches the files of the rows it changes."""
+    base = table_name(rows, pos, eq, eq_sets, version, pos_files)
     name = f"local.bench.{base}"
     location = warehouse / "bench" / base
     if (location / "metadata" / "version-hint.text").exists():
@@ -63,7 +69,8 @@ def build(
         "repeat('x', 20) AS pad",
     ).writeTo(name).append()
     if pos:
-        spark.sql(f"DELETE FROM {name} WHERE id % {round(1 / pos)} = 0")
+        touched = rows * pos_files // files
+        spark.sql(f"DELETE FROM {name} WHERE id % {round(1 / pos)} = 0 AND id < {touched}")
     if eq:
         m = round(1 / eq)
         table = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
