@@ -68,7 +68,7 @@ S4_TESTS := tests/test_matrix.py tests/test_realdata.py tests/test_semantics.py 
 	tests/test_plan_shape.py tests/test_resolution.py
 CONNECT_TESTS := tests/test_realdata.py tests/test_evolution.py tests/faults \
 	tests/test_sql_shapes.py tests/test_cli.py tests/test_changes.py tests/test_reuse.py \
-	tests/test_plan_shape.py tests/test_resolution.py
+	tests/test_plan_shape.py tests/test_resolution.py tests/test_consume.py
 test: java dev spark4
 	$(BIN)/ruff check planner rules physical mor tests bench
 	@echo "== pyspark $(SPARK35), classic =="
@@ -80,7 +80,7 @@ test: java dev spark4
 	@echo "== pyspark $(SPARK4), classic =="
 	$(S4)/python -m pytest -q $(S4_TESTS)
 	@echo "== pyspark $(SPARK4), Spark Connect =="
-	MOR_TEST_SPARK=connect $(S4)/python -m pytest -q $(CONNECT_TESTS) tests/test_matrix.py -k "not tpcds"
+	MOR_TEST_SPARK=connect $(S4)/python -m pytest -q $(CONNECT_TESTS) tests/test_matrix.py -k "not tpcds and not killed"
 
 clean:
 	rm -rf $(VENV) warehouse .pytest_cache .hypothesis

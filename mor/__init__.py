@@ -19,10 +19,12 @@ from mor.api import (
     plan_query,
     table,
 )
+from mor.consume import ChangeBatch, stream_changes
 from mor.planner.errors import (
     ArgumentError,
     ColumnNotFoundError,
     ConfigError,
+    ConsumeError,
     DataFileError,
     InternalError,
     MetadataError,
@@ -39,6 +41,8 @@ __all__ = [
     "mor_sql",
     "table",
     "changes",
+    "stream_changes",
+    "ChangeBatch",
     "health",
     "explain",
     "metrics",
@@ -53,6 +57,7 @@ __all__ = [
     "InternalError",
     "ColumnNotFoundError",
     "ConfigError",
+    "ConsumeError",
     "NotAQueryError",
     "SqlSyntaxError",
     "TableNotFoundError",

@@ -81,6 +81,18 @@ _ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
         "a snapshot id (int) or None",
     ),
     "where": (lambda v: v is None or isinstance(v, str), "a Spark SQL condition or None"),
+    "checkpoint": (
+        lambda v: isinstance(v, (str, os.PathLike)) and os.fspath(v).strip() != "",
+        "a checkpoint file's path",
+    ),
+    "max_commits": (
+        lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+        "a number of commits, 1 or more, or None",
+    ),
+    "start_snapshot_id": (
+        lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
+        "a snapshot id (int) or None",
+    ),
     "columns": (
         lambda v: (
             v is None or (isinstance(v, (list, tuple)) and all(isinstance(c, str) for c in v))

@@ -142,6 +142,40 @@ def _parser() -> argparse.ArgumentParser:
         "--remote", metavar="sc://HOST:PORT", help="a Spark Connect server, for --exact"
     )
     hp.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    ch = sub.add_parser(
+        "changes",
+        help="the changes since a checkpoint, each commit once: write them, then move it",
+    )
+    ch.add_argument("table", help="ns.table, catalog.ns.table, or a table's path")
+    ch.add_argument(
+        "--checkpoint",
+        required=True,
+        metavar="FILE",
+        help="where the last snapshot consumed is recorded (made on the first run)",
+    )
+    ch.add_argument(
+        "--output",
+        metavar="DIR",
+        help="write the batch to DIR/batch-<id>.<format> (default: print it)",
+    )
+    ch.add_argument("--format", choices=["table", "csv", "json", "parquet"], default=None)
+    ch.add_argument("--max-commits", type=int, metavar="N", help="at most N commits a run")
+    ch.add_argument(
+        "--start-snapshot",
+        type=int,
+        metavar="ID",
+        help="a new checkpoint starts after this snapshot (default: the first commit); "
+        "ignored once the checkpoint exists",
+    )
+    ch.add_argument("--catalog", help="a catalog name from pyiceberg's configuration")
+    ch.add_argument("--warehouse", help="warehouse of the embedded catalog")
+    ch.add_argument("--path-map", action="append", default=[], metavar="OLD=NEW", help="as for run")
+    ch.add_argument("--io", action="append", default=[], metavar="KEY=VALUE", help="as for run")
+    ch.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    ch.add_argument("--master", help="Spark master URL (default: setting master, local[*])")
+    ch.add_argument("--remote", metavar="sc://HOST:PORT", help="a Spark Connect server")
+    ch.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    _set_option(ch)
     config = sub.add_parser("config", help="show the settings in effect and where each comes from")
     config.add_argument("--warehouse", help="warehouse of the embedded catalog")
     config.add_argument("--debug", action="store_true", help="show Python tracebacks")
@@ -465,6 +499,102 @@ def cmd_health(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_changes(args: argparse.Namespace) -> int:
+    """One batch: the commits after the checkpoint's snapshot (at most --max-commits), written
+    whole (to --output, under a temporary name renamed into place, or printed), and only then
+    the checkpoint moved. A run killed before that leaves the batch pending: the next run
+    delivers the very same batch (same id, same commits), replacing its file."""
+    from mor.api import resolve_catalog
+    from mor.consume import next_pending, stream_changes
+    from mor.planner.sources import is_table_path
+
+    fmt = args.format or ("parquet" if args.output else "table")
+    if fmt == "parquet" and not args.output:
+        raise UsageError("--format parquet needs --output DIR")
+    if args.output and fmt == "table":
+        raise UsageError("--output needs --format parquet, csv or json")
+    if args.max_commits is not None and args.max_commits < 1:
+        raise UsageError(f"--max-commits needs 1 or more, not {args.max_commits}")
+    if args.output:
+        out_dir = os.path.abspath(args.output)
+        parent = os.path.dirname(out_dir)
+        if not os.path.isdir(parent):
+            raise UsageError(f"--output {args.output}: the folder {parent} does not exist")
+        if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+            raise UsageError(f"--output {args.output} is a file: batches go into a folder")
+    cat = _catalog(args)
+    opts = dict(catalog=cat, path_map=_path_map(args.path_map), io_properties=_io(args))
+    if cat is None and not is_table_path(args.table):
+        opts["catalog"] = resolve_catalog(None, args.warehouse)
+    checkpoint = os.path.abspath(args.checkpoint)
+    _, _, ahead = next_pending(args.table, checkpoint, opts, args.max_commits, args.start_snapshot)
+    if ahead is None:  # known from metadata alone: no Spark started
+        print("mor: no new commits since the checkpoint", file=sys.stderr)
+        return 0
+    progress.note("starting Spark ...")
+    spark = _spark(args)
+    progress.clear()
+    batches = stream_changes(
+        args.table,
+        checkpoint,
+        catalog=opts["catalog"],
+        warehouse=args.warehouse,
+        spark=spark,
+        max_commits=args.max_commits,
+        start_snapshot_id=args.start_snapshot,
+        path_map=_path_map(args.path_map),
+        io_properties=_io(args),
+    )
+    batch = next(iter(batches), None)
+    if batch is None:
+        print("mor: no new commits since the checkpoint", file=sys.stderr)
+        return 0
+    df, n = batch.df, len(batch.commits)
+    what = (
+        f"batch {batch.batch_id}: {n} commit{'' if n == 1 else 's'} after "
+        + (f"snapshot {batch.start_snapshot_id}" if batch.start_snapshot_id else "the start")
+        + f" up to snapshot {batch.end_snapshot_id}"
+        + (" (delivered again: an earlier run did not finish it)" if batch.redelivered else "")
+    )
+    if args.output:
+        os.makedirs(out_dir, exist_ok=True)
+        ext = {"parquet": "parquet", "csv": "csv", "json": "json"}[fmt]
+        out = os.path.join(out_dir, f"batch-{batch.batch_id:06d}.{ext}")
+        _remove_leftovers(out)
+        if fmt == "parquet":
+            with progress.spark_stages(spark, f"writing {out}"):
+                _replace_atomically(
+                    out, True, lambda tmp: _run_spark(lambda: df.write.parquet(tmp))
+                )
+            rows = ""
+        else:
+            with progress.spark_stages(spark, what):
+                cols, got = _run_spark(lambda: (df.columns, df.collect()))
+            text = _format(cols, got, fmt)
+            _replace_atomically(out, True, lambda tmp: _write_text(tmp, text))
+            rows = f", {len(got)} row{'' if len(got) == 1 else 's'}"
+        batch.commit()
+        print(f"mor: {what}{rows} -> {out}", file=sys.stderr)
+        return 0
+    with progress.spark_stages(spark, what):
+        cols, got = _run_spark(lambda: (df.columns, df.collect()))
+    sys.stdout.write(_format(cols, got, fmt))
+    sys.stdout.flush()
+    batch.commit()
+    print(f"mor: {what}, {len(got)} row{'' if len(got) == 1 else 's'}", file=sys.stderr)
+    return 0
+
+
+def _remove_leftovers(out: str) -> None:
+    """What a killed run left of this batch under temporary names (_replace_atomically's)."""
+    import glob
+    import shutil
+
+    folder, name = os.path.split(out)
+    for tmp in glob.glob(os.path.join(glob.escape(folder), f".{glob.escape(name)}.mor-*")):
+        shutil.rmtree(tmp, ignore_errors=True) if os.path.isdir(tmp) else os.remove(tmp)
+
+
 def _shown(value: object) -> str:
     """A setting's value as it is written in a config file or `--set`."""
     return str(value).lower() if isinstance(value, bool) else str(value)
@@ -545,6 +675,7 @@ def main(argv: list[str] | None = None) -> int:
             "tables": cmd_tables,
             "describe": cmd_describe,
             "health": cmd_health,
+            "changes": cmd_changes,
             "shell": cmd_shell,
             "config": cmd_config,
             "demo": cmd_demo,

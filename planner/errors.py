@@ -63,3 +63,8 @@ class InternalError(MorError):
 
     def __init__(self, message: str) -> None:
         super().__init__(f"internal error (a bug in mor; please report it): {message}")
+
+
+class ConsumeError(MorError):
+    """The table's history moved under a changes checkpoint, or the checkpoint itself is
+    wrong: its changes cannot be delivered exactly (mor/consume.py)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -372,11 +373,14 @@ class Writer:
             pq.write_table(table, path.split("://", 1)[1], filesystem=self.fs)
         return path
 
-    def run(self, steps: int) -> History:
+    def run(self, steps: int, after_step: Callable[[], None] | None = None) -> History:
+        """`after_step`: called after each commit (a consumer reading as the table grows)."""
         self.create()
         self.op_insert()
         self.snapshot()
         for _ in range(steps):
+            if after_step is not None:
+                after_step()
             self.step()
         self._dv_coverage()
         return self.h

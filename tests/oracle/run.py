@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import shutil
 import sys
 import tempfile
 import time
 import traceback
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -422,6 +424,104 @@ def check_history(
     return n_queries, diffs
 
 
+class Consumer:
+    """mor.stream_changes over a history while it is written: polled between commits with at
+    most 1-3 commits a batch, stopped at random points (before writing a batch, after writing
+    it, while moving the checkpoint) and started again from its checkpoint, into a sink that
+    keeps each batch under its id. At the end, the sink must hold exactly table_changes over
+    the whole history, each commit in one committed batch, batch ids 0, 1, 2..."""
+
+    STOPS = ("none", "none", "none", "before", "written", "checkpoint")
+
+    def __init__(self, spark: Any, location: str, rng: Any, folder: str) -> None:
+        self.spark, self.location, self.rng = spark, location, rng
+        self.checkpoint = os.path.join(folder, f"{uuid.uuid4().hex}.json")
+        self.sink: dict[int, tuple[list[str], list[dict]]] = {}
+        self.ranges: dict[int, tuple[int | None, tuple[int, ...]]] = {}
+        self.errors: list[str] = []
+        self.stops: Counter = Counter()
+
+    def poll(self, drain: bool = False) -> None:
+        import mor.consume
+        from mor import stream_changes
+
+        if not drain and self.rng.random() < 0.4:
+            return
+        try:
+            for b in stream_changes(
+                self.location,
+                self.checkpoint,
+                spark=self.spark,
+                max_commits=None if drain else self.rng.randint(1, 3),
+            ):
+                if b.redelivered and self.ranges.get(b.batch_id) != (
+                    b.start_snapshot_id,
+                    b.commits,
+                ):
+                    self.errors.append(f"batch {b.batch_id} delivered again as another range")
+                self.ranges[b.batch_id] = (b.start_snapshot_id, b.commits)
+                stop = "none" if drain else self.rng.choice(self.STOPS)
+                self.stops[stop] += 1
+                if stop == "before":
+                    return
+                self.sink[b.batch_id] = (b.df.columns, [r.asDict() for r in b.df.collect()])
+                if stop == "written":
+                    return
+                if stop == "checkpoint":
+                    real = mor.consume.os.replace
+
+                    def fail(*a: Any) -> None:
+                        raise OSError("stopped")
+
+                    mor.consume.os.replace = fail  # type: ignore[assignment]
+                    try:
+                        b.commit()
+                    except Exception:  # noqa: BLE001 - the stop this simulates
+                        return
+                    finally:
+                        mor.consume.os.replace = real  # type: ignore[assignment]
+                    self.errors.append("a commit whose checkpoint was not written succeeded")
+                b.commit()
+        except Exception as e:  # noqa: BLE001 - an error from mor is a difference
+            self.errors.append(f"stream_changes: {str(e).splitlines()[0][:300]}")
+
+    def check(self, h: History) -> list[str]:
+        from mor import changes
+        from mor.consume import read_checkpoint
+        from mor.planner.consume import current_chain
+        from mor.planner.sources import PathMap, Resolver
+
+        self.poll(drain=True)
+        out = [f"seed {h.seed} ({h.layout}): consumer: {e}" for e in self.errors]
+        if out:
+            return out
+        done = read_checkpoint(self.checkpoint)
+        ids = sorted(self.sink)
+        if done is None or done.pending is not None or ids != list(range(done.batch_id + 1)):
+            return [f"seed {h.seed}: consumer: batch ids {ids}, checkpoint {done}"]
+        delivered = [c for i in ids for c in self.ranges[i][1]]
+        src = Resolver(None, PathMap.of({})).by_text(self.location)
+        chain = [s.snapshot_id for s in current_chain(src.metadata)[0]]
+        if delivered != chain:
+            out.append(f"seed {h.seed}: consumer: delivered {delivered}, history {chain}")
+        whole = changes(self.location, spark=self.spark)
+        rows = [r.asDict() for r in whole.collect()]
+        for i in ids:
+            cols, got = self.sink[i]
+            names = sorted((set(cols) & set(whole.columns)) - {"_change_ordinal"})
+            mine = set(self.ranges[i][1])
+            theirs = [r for r in rows if r["_commit_snapshot_id"] in mine]
+            want = _bag([tuple(r[n] for n in names) for r in theirs])
+            have = _bag([tuple(r[n] for n in names) for r in got])
+            if want != have:
+                out.append(
+                    f"seed {h.seed} ({h.layout}): consumer batch {i} (commits {sorted(mine)}) "
+                    f"on {names}: missing {list((want - have).elements())[:5]}, "
+                    f"extra {list((have - want).elements())[:5]}"
+                )
+        return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--histories", type=int, default=6)
@@ -447,14 +547,20 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.histories):
         seed = args.seed + i
         rng = random.Random(seed * 7919)
+        writer = Writer(spark, warehouse, seed)
+        consumer = Consumer(spark, writer.h.location, random.Random(seed), str(warehouse))
         try:
-            h = Writer(spark, warehouse, seed).run(args.steps)
+            h = writer.run(args.steps, after_step=consumer.poll)
         except Exception:  # noqa: BLE001 - a writer failure is the harness's bug: report it
             diffs.append(f"seed {seed}: the history could not be written\n{traceback.format_exc()}")
             continue
         n, found = check_history(spark, h, rng, coverage, oracle_failed)
         n_queries += n
         diffs += found
+        n_queries += 1
+        diffs += consumer.check(h)
+        coverage.update({f"consumer stops: {k}": v for k, v in consumer.stops.items()})
+        coverage["consumer batches"] += len(consumer.sink)
     spark.stop()
     if not args.keep:
         shutil.rmtree(warehouse, ignore_errors=True)
