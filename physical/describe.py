@@ -27,7 +27,6 @@ from mor.physical.strategy import (
     reading,
     scoped_only,
     spark_tasks,
-    split_clean,
 )
 from mor.planner.nodes import (
     RESOLVED,
@@ -275,17 +274,14 @@ class _Describer:
                 "is read"
             )
         cols = ", ".join(f.col.show() for f in node.fields) or "no columns"
-        clean, tasks = split_clean(node, tasks)
-        plain = 0
-        if clean:
-            detail = f"of {node.table} without position deletes, columns by name: {cols}"
-            plain = self.emit(self.read(clean, "data", reading(clean, self.facts), detail))
-            plain = self._pushed(node, plain)
         how = reading(tasks, self.facts)
-        detail = f"of {node.table}, columns by name: {cols}"
-        if clean:
-            detail = f"of {node.table} with position deletes, columns by name: {cols}"
-        step = self._pushed(node, self.emit(self.read(tasks, "data", how, detail)))
+        step = self.emit(self.read(tasks, "data", how, f"of {node.table}, columns by name: {cols}"))
+        if node.pushed:
+            step = self.emit(
+                "where "
+                + " AND ".join(e.text for e in node.pushed)
+                + " (pushed into the Parquet scan)"
+            )
         fk = how.key
         key = fk.describe()
         strategy = position_strategy(tasks, deletes, fk)
@@ -350,16 +346,7 @@ class _Describer:
             )
         if node.meta:
             step = self.emit(f"join broadcast(data file table) on {key} -> {', '.join(node.meta)}")
-        if clean:
-            step = self.emit(f"unionByName [{step}] with [{plain}]")
         return step
-
-    def _pushed(self, node: IcebergScan, step: int) -> int:
-        if not node.pushed:
-            return step
-        return self.emit(
-            "where " + " AND ".join(e.text for e in node.pushed) + " (pushed into the Parquet scan)"
-        )
 
 
 def _mib(n: int) -> str:

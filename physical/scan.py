@@ -7,9 +7,7 @@ In order (each step in a module of its own):
    types (columns.py), each row carrying its file's key and `_metadata.row_index` when a later
    step needs them;
 3. the query's pushed filters;
-4. position deletes and deletion vectors removed (position_deletes.py); a scan that needs no
-   row's file or position reads the data files without position deletes apart, as plain
-   Parquet, and unions their rows with the others' (`split_clean`);
+4. position deletes and deletion vectors removed (position_deletes.py);
 5. the metadata columns the query names (metadata_columns.py);
 6. for the equality anti-joins above the scan, each row's file's data sequence number and
    partition (`$data_seq`, `$partition`) from a broadcast table on the file key; a row from a
@@ -22,8 +20,6 @@ remove, and no data file is read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -34,10 +30,10 @@ from mor.physical.metadata_columns import STORED, hidden_type, with_hidden
 from mor.physical.position_deletes import remove_deleted
 from mor.physical.positions import read_positions
 from mor.physical.reads import KEY, ROW_INDEX, Group, ReadContext, read_files, where_all
-from mor.physical.strategy import counted_from_metadata, position_strategy, split_clean
+from mor.physical.strategy import counted_from_metadata, position_strategy
 from mor.physical.tables import FKEY, file_table
 from mor.physical.types import spark_type
-from mor.planner.nodes import DATA_SEQ, LINEAGE_COLUMNS, PART, DataTask, IcebergScan, Layout
+from mor.planner.nodes import DATA_SEQ, LINEAGE_COLUMNS, PART, IcebergScan, Layout
 
 
 def scan_data(ctx: ReadContext, scan: IcebergScan) -> DataFrame:
@@ -71,41 +67,6 @@ def scan_data(ctx: ReadContext, scan: IcebergScan) -> DataFrame:
         return spark.range(live).select()
     check_files(scan)
     lineage = [h for h in scan.hidden if h in LINEAGE_COLUMNS]
-    what = f"data files of {scan.table}"
-    clean, tasks = split_clean(scan, tasks)
-    if clean:
-        # files without position deletes: no file key, no row index, no test per row; their
-        # rows join the others' after the deletes are removed
-        plain = read_files(ctx, _groups(scan, clean, lineage), what, []).df
-        if scan.pushed:
-            plain = where_all(plain, scan.pushed)
-    need_key = bool(used) or bool(scan.hidden) or bool(scan.meta)
-    meta = [(FKEY, KEY), (POS, ROW_INDEX)] if need_key else []
-    read = read_files(ctx, _groups(scan, tasks, lineage), what, meta)
-    df = read.df
-    if scan.pushed:
-        df = where_all(df, scan.pushed)
-    strategy = position_strategy(tasks, deletes, read.key)
-    if strategy is not None:
-        df = remove_deleted(ctx, df, read, tasks, deletes, strategy, scan.table, scan.source_key)
-    if clean:
-        return df.select(*out_cols).unionByName(plain.select(*out_cols))
-    hidden = []
-    if scan.hidden:
-        df = with_hidden(spark, scan, df, read)
-        # _file is never NULL: a row from a file the plan does not list stops the query
-        hidden = [guard(h, scan.table) if h == "_file" else F.col(h) for h in scan.hidden]
-    if scan.meta:
-        rows = [(read.keys[t.file_id], t.data_seq, t.partition_id) for t in tasks]
-        per_file = file_table(spark, read.key, rows, (DATA_SEQ, PART), (T.LongType(),) * 2)
-        df = df.join(per_file, FKEY, "left")
-        # guard the columns the anti-joins read, so Spark cannot prune the check away
-        return df.select(*out_cols, *hidden, *[guard(m, scan.table) for m in scan.meta])
-    return df.select(*out_cols, *hidden)
-
-
-def _groups(scan: IcebergScan, tasks: Sequence[DataTask], lineage: list[str]) -> list[Group]:
-    """The files of each layout as one group of read_files, with its columns by name."""
     layouts = scan.files.layouts if scan.files else (Layout(),)
     where = f"table {scan.table}"
     merged = merged_fields(scan.fields)
@@ -120,4 +81,24 @@ def _groups(scan: IcebergScan, tasks: Sequence[DataTask], lineage: list[str]) ->
             schema = schema.add(T.StructField(h, T.LongType(), True))
             cols.append(F.col(f"`{h}`").alias(STORED + h))
         groups.append(Group([t for t in tasks if t.layout == lay_idx], schema, cols))
-    return groups
+    need_key = bool(used) or bool(scan.hidden) or bool(scan.meta)
+    meta = [(FKEY, KEY), (POS, ROW_INDEX)] if need_key else []
+    read = read_files(ctx, groups, f"data files of {scan.table}", meta)
+    df = read.df
+    if scan.pushed:
+        df = where_all(df, scan.pushed)
+    strategy = position_strategy(tasks, deletes, read.key)
+    if strategy is not None:
+        df = remove_deleted(ctx, df, read, tasks, deletes, strategy, scan.table, scan.source_key)
+    hidden = []
+    if scan.hidden:
+        df = with_hidden(spark, scan, df, read)
+        # _file is never NULL: a row from a file the plan does not list stops the query
+        hidden = [guard(h, scan.table) if h == "_file" else F.col(h) for h in scan.hidden]
+    if scan.meta:
+        rows = [(read.keys[t.file_id], t.data_seq, t.partition_id) for t in tasks]
+        per_file = file_table(spark, read.key, rows, (DATA_SEQ, PART), (T.LongType(),) * 2)
+        df = df.join(per_file, FKEY, "left")
+        # guard the columns the anti-joins read, so Spark cannot prune the check away
+        return df.select(*out_cols, *hidden, *[guard(m, scan.table) for m in scan.meta])
+    return df.select(*out_cols, *hidden)

@@ -363,19 +363,3 @@ def bitmap_weight(node: Plan) -> int:
             if s is not None and s.method == "bitmap":
                 total += s.bitmap_bytes
     return total
-
-
-def split_clean(
-    scan: IcebergScan, tasks: Sequence[DataTask]
-) -> tuple[list[DataTask], list[DataTask]]:
-    """(files read apart, without position deletes; the rest). A scan that gives no row its
-    file or position (no hidden or per-file column) reads its data files without position
-    deletes by themselves, as plain Parquet: Spark then makes no `_metadata` column, no join
-    and no test for their rows (together some 50% more time than a plain scan of them). The
-    first list is empty when nothing is gained: no file has deletes, or every file has."""
-    if scan.hidden or scan.meta:
-        return [], list(tasks)
-    clean = [t for t in tasks if not t.pos_deletes]
-    if not clean or len(clean) == len(tasks):
-        return [], list(tasks)
-    return clean, [t for t in tasks if t.pos_deletes]

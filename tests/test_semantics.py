@@ -458,57 +458,6 @@ def test_files_without_deletes_keep_their_rows_at_others_deleted_positions(
     w.commit(deletes=[w.position_delete_file({first.file_path: [1]}, first)])
     got = mor_sql("SELECT count(*) FROM wr.t WHERE id >= 0", catalog=cat, spark=spark)
     assert got.collect()[0][0] == 29
-    # a query naming rows' positions keys every file (files without deletes are read apart,
-    # unkeyed, only when no row's file or position is asked for)
-    got = mor_sql("SELECT count(_pos) FROM wr.t WHERE id >= 0", catalog=cat, spark=spark)
-    assert got.collect()[0][0] == 29
-
-
-def test_files_without_position_deletes_are_read_as_plain_parquet(
-    tmp_path_factory: Any, spark: Any, position_method: str, capsys: Any
-) -> None:
-    """Data files without position deletes are read apart, with no row index, file key, join
-    or test per row (what makes a scan with deletes cost more than a plain one); the rows are
-    the same, and a query that names `_file` or `_pos` still reads every file keyed."""
-    from mor import explain
-    from mor.api import default_catalog
-
-    cat = default_catalog(str(tmp_path_factory.mktemp("clean") / "wh"))
-    schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "v", StringType()))
-    w = TableWriter(cat, "cl.t", schema)
-    files = []
-    for i in range(4):
-        ids = pa.array([10 * i + j for j in range(3)], pa.int64())
-        files += w.append(pa.table({"id": ids, "v": [f"v{i}"] * 3}))[1]
-    a, b = files[0], files[2]
-    w.commit(
-        deletes=[
-            w.position_delete_file({a.file_path: [1]}, a),
-            w.position_delete_file({b.file_path: [0, 2]}, b),
-        ]
-    )
-    live = sorted({10 * i + j for i in range(4) for j in range(3)} - {1, 20, 22})
-    sql = "SELECT id FROM cl.t WHERE v <> 'x'"
-    shown = explain(sql, catalog=cat, spark=spark, physical=True)
-    assert "2 data files of cl.t without position deletes" in shown, shown
-    assert "2 data files of cl.t with position deletes" in shown, shown
-    assert "unionByName" in shown, shown
-    df = mor_sql(sql, catalog=cat, spark=spark)
-    assert sorted(r.id for r in df.collect()) == live
-    capsys.readouterr()
-    df.explain()
-    final = capsys.readouterr().out.split("Initial Plan")[0]
-    reads = [line for line in final.splitlines() if "ReadSchema" in line]
-    assert len(reads) == 2, final
-    assert sum("row_index" in r for r in reads) == 1, reads  # only the files with deletes
-    got = mor_sql("SELECT id, _file, _pos FROM cl.t", catalog=cat, spark=spark).collect()
-    assert sorted(r.id for r in got) == live
-    assert {(r._file, r._pos) for r in got if r.id in (0, 21)} == {
-        (a.file_path, 0),
-        (b.file_path, 1),
-    }
-    shown = explain("SELECT id, _pos FROM cl.t", catalog=cat, spark=spark, physical=True)
-    assert "without position deletes" not in shown, shown
 
 
 @pytest.mark.parametrize("lists", ["on", "off"])

@@ -17,7 +17,6 @@ from mor.physical.strategy import (
     reading,
     scoped_only,
     spark_tasks,
-    split_clean,
 )
 from mor.planner.errors import ConfigError
 from mor.planner.nodes import DeleteTask, EqDeleteScan, IcebergScan, Plan, ScanFiles, Union
@@ -240,17 +239,3 @@ def test_broadcasts_are_bounded_by_estimated_bytes(monkeypatch: pytest.MonkeyPat
     assert broadcast_allowed(10, 100, 100) and not broadcast_allowed(10, 101, 100)
     monkeypatch.setenv("MOR_BROADCAST_ROWS", "9")
     assert not broadcast_allowed(10, 1, 100)
-
-
-def test_files_without_position_deletes_are_split_off_only_when_it_gains() -> None:
-    from dataclasses import replace
-
-    mixed = (data_file(1, pos=(100,)), data_file(2), data_file(3, pos=(100,)), data_file(4))
-    clean, rest = split_clean(scan(mixed), mixed)
-    assert [t.file_id for t in clean] == [2, 4] and [t.file_id for t in rest] == [1, 3]
-    for tasks in (mixed[1::2], mixed[::2]):  # none or all with deletes: one read, as before
-        assert split_clean(scan(tasks), tasks) == ([], list(tasks))
-    # a query naming rows' files or positions, or an anti-join's per-file columns: all keyed
-    for changed in ({"hidden": ("_pos",)}, {"meta": ("$data_seq",)}):
-        s = replace(scan(mixed), **changed)
-        assert split_clean(s, mixed) == ([], list(mixed))
