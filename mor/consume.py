@@ -8,7 +8,7 @@ delete applied) of the commits after the checkpoint's snapshot, oldest first, at
 The checkpoint is a small JSON file, replaced atomically (written beside it, flushed, renamed):
 
     {"format": "mor-changes-checkpoint", "version": 1, "table": "db.orders",
-     "table_uuid": "...", "snapshot_id": 123, "batch_id": 4, "committed_at": "...",
+     "table_uuid": "...", "snapshot_id": 123, "batch_id": 4, "written_at": "...",
      "pending": {"batch_id": 5, "start_snapshot_id": 123, "end_snapshot_id": 456,
                  "commits": [234, 456]}}
 
@@ -94,7 +94,7 @@ def _encode(cp: Checkpoint) -> str:
             "table_uuid": cp.table_uuid,
             "snapshot_id": cp.snapshot_id,
             "batch_id": cp.batch_id,
-            "committed_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "written_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "pending": None
             if p is None
             else {
