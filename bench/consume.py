@@ -89,26 +89,17 @@ def main(argv: list[str] | None = None) -> int:
     n = 0
 
     def batch() -> list:
+        """A one-commit batch of a new checkpoint: planned, collected, committed."""
         nonlocal n
         n += 1
-        (b,) = list_one(
-            stream_changes(
-                "bench.history",
-                str(tmp / f"cp{n}.json"),
-                catalog=cat,
-                spark=spark,
-                start_snapshot_id=parent,
-            )
+        cp = str(tmp / f"cp{n}.json")
+        batches = stream_changes(
+            "bench.history", cp, catalog=cat, spark=spark, start_snapshot_id=parent
         )
-        return b
-
-    def list_one(it: Any) -> list:
-        out = []
-        for b in it:
-            rows = b.df.collect()
-            b.commit()
-            out.append(rows)
-        return out
+        b = next(batches)
+        rows = b.df.collect()
+        b.commit()
+        return rows
 
     def whole() -> list:
         return changes(

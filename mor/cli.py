@@ -542,8 +542,8 @@ def cmd_changes(args: argparse.Namespace) -> int:
         spark=spark,
         max_commits=args.max_commits,
         start_snapshot_id=args.start_snapshot,
-        path_map=_path_map(args.path_map),
-        io_properties=_io(args),
+        path_map=opts["path_map"],
+        io_properties=opts["io_properties"],
     )
     batch = next(iter(batches), None)
     if batch is None:
@@ -556,32 +556,27 @@ def cmd_changes(args: argparse.Namespace) -> int:
         + f" up to snapshot {batch.end_snapshot_id}"
         + (" (delivered again: an earlier run did not finish it)" if batch.redelivered else "")
     )
+    out = None
     if args.output:
         os.makedirs(out_dir, exist_ok=True)
-        ext = {"parquet": "parquet", "csv": "csv", "json": "json"}[fmt]
-        out = os.path.join(out_dir, f"batch-{batch.batch_id:06d}.{ext}")
+        out = os.path.join(out_dir, f"batch-{batch.batch_id:06d}.{fmt}")
         _remove_leftovers(out)
-        if fmt == "parquet":
-            with progress.spark_stages(spark, f"writing {out}"):
-                _replace_atomically(
-                    out, True, lambda tmp: _run_spark(lambda: df.write.parquet(tmp))
-                )
-            rows = ""
-        else:
-            with progress.spark_stages(spark, what):
-                cols, got = _run_spark(lambda: (df.columns, df.collect()))
-            text = _format(cols, got, fmt)
+    rows = ""
+    if fmt == "parquet":
+        with progress.spark_stages(spark, f"writing {out}"):
+            _replace_atomically(out, True, lambda tmp: _run_spark(lambda: df.write.parquet(tmp)))
+    else:
+        with progress.spark_stages(spark, what):
+            cols, got = _run_spark(lambda: (df.columns, df.collect()))
+        text = _format(cols, got, fmt)
+        if out is not None:
             _replace_atomically(out, True, lambda tmp: _write_text(tmp, text))
-            rows = f", {len(got)} row{'' if len(got) == 1 else 's'}"
-        batch.commit()
-        print(f"mor: {what}{rows} -> {out}", file=sys.stderr)
-        return 0
-    with progress.spark_stages(spark, what):
-        cols, got = _run_spark(lambda: (df.columns, df.collect()))
-    sys.stdout.write(_format(cols, got, fmt))
-    sys.stdout.flush()
+        else:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        rows = f", {len(got)} row{'' if len(got) == 1 else 's'}"
     batch.commit()
-    print(f"mor: {what}, {len(got)} row{'' if len(got) == 1 else 's'}", file=sys.stderr)
+    print(f"mor: {what}{rows}" + (f" -> {out}" if out else ""), file=sys.stderr)
     return 0
 
 

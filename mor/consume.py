@@ -139,22 +139,50 @@ def write_checkpoint(path: str, cp: Checkpoint) -> None:
         os.close(fd)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class ChangeBatch:
     """One batch of changes: `df` is `mor.changes(table, start_snapshot_id, end_snapshot_id)`
     (the end snapshot's columns plus _change_type, _change_ordinal, _commit_snapshot_id).
     `redelivered`: planned by an earlier run that did not commit it (a sink may hold part or
-    all of it, under this batch_id)."""
+    all of it, under this batch_id). Its range is the checkpoint's pending batch, as written
+    before it was delivered."""
 
-    batch_id: int
-    start_snapshot_id: int | None  # exclusive; None: the table's first commit
-    end_snapshot_id: int  # inclusive
-    commits: tuple[int, ...]  # the snapshot ids of its commits, oldest first
     df: DataFrame
     redelivered: bool
     _path: str = field(repr=False)
-    _planned: Checkpoint = field(repr=False)
+    _planned: Checkpoint = field(repr=False)  # with `pending` this batch
     committed: bool = False
+
+    def __repr__(self) -> str:
+        return (
+            f"ChangeBatch(batch_id={self.batch_id}, start_snapshot_id={self.start_snapshot_id}, "
+            f"end_snapshot_id={self.end_snapshot_id}, commits={len(self.commits)}, "
+            f"redelivered={self.redelivered}, committed={self.committed})"
+        )
+
+    @property
+    def _pending(self) -> Pending:
+        assert self._planned.pending is not None
+        return self._planned.pending
+
+    @property
+    def batch_id(self) -> int:
+        return self._pending.batch_id
+
+    @property
+    def start_snapshot_id(self) -> int | None:
+        """Exclusive; None: the table's first commit."""
+        return self._pending.start_snapshot_id
+
+    @property
+    def end_snapshot_id(self) -> int:
+        """Inclusive."""
+        return self._pending.end_snapshot_id
+
+    @property
+    def commits(self) -> tuple[int, ...]:
+        """The snapshot ids of its commits, oldest first."""
+        return self._pending.commits
 
     def commit(self) -> None:
         """Record the batch as consumed: the checkpoint moves to its end snapshot. Call it
@@ -259,23 +287,13 @@ def _batches(
             )
             cp = replace(base, pending=batch)
             write_checkpoint(path, cp)
-        assert cp is not None
         df = changes(
             table,
             start_snapshot_id=batch.start_snapshot_id,
             end_snapshot_id=batch.end_snapshot_id,
             **opts,
         )
-        out = ChangeBatch(
-            batch_id=batch.batch_id,
-            start_snapshot_id=batch.start_snapshot_id,
-            end_snapshot_id=batch.end_snapshot_id,
-            commits=batch.commits,
-            df=df,
-            redelivered=redelivered,
-            _path=path,
-            _planned=cp,
-        )
+        out = ChangeBatch(df=df, redelivered=redelivered, _path=path, _planned=cp)
         yield out
         if not out.committed:
             raise ConsumeError(

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
 from mor.planner.errors import MetadataError, TableNotFoundError
@@ -49,6 +50,25 @@ def snapshot_at(src: TableSource, ms: int, what: str) -> int | None:
     return best
 
 
+def lineage(md: TableMetadata, snapshot_id: int) -> tuple[list[Snapshot], int | None]:
+    """`snapshot_id` and its ancestors, newest first, as far as the metadata holds them, and the
+    id of the parent found missing from it (expired; None when the oldest has no parent). The
+    snapshots are indexed once: a walk costs its length, not its length times the history's
+    (pyiceberg's `snapshot_by_id` scans the list)."""
+    by_id = {s.snapshot_id: s for s in md.snapshots}
+    out: list[Snapshot] = []
+    snap = by_id.get(snapshot_id)
+    while snap is not None:
+        out.append(snap)
+        parent = snap.parent_snapshot_id
+        if parent is None:
+            return out, None
+        snap = by_id.get(parent)
+        if snap is None:
+            return out, parent
+    return out, None
+
+
 def ancestry(src: TableSource, start_id: int | None, end_id: int | None) -> list[Snapshot]:
     """The commits after `start_id` (exclusive) up to `end_id` (inclusive), oldest first.
     `start_id` must be an ancestor of `end_id` (or None: from the table's first commit)."""
@@ -58,27 +78,22 @@ def ancestry(src: TableSource, start_id: int | None, end_id: int | None) -> list
     for sid in (start_id, end_id):
         if sid is not None and md.snapshot_by_id(sid) is None:
             raise TableNotFoundError(f"table {src.name} has no snapshot {sid}")
-    out: list[Snapshot] = []
-    snap = md.snapshot_by_id(end_id)
-    while snap is not None and snap.snapshot_id != start_id:
-        out.append(snap)
-        parent = snap.parent_snapshot_id
-        if parent is None:
-            break
-        nxt = md.snapshot_by_id(parent)
-        if nxt is None:
-            if start_id is None:
-                raise MetadataError(
-                    f"table {src.name}: snapshot {parent}, parent of {snap.snapshot_id}, has "
-                    "expired: give a start snapshot that is still in the table's metadata"
-                )
-            break
-        snap = nxt
-    if start_id is not None and (snap is None or snap.snapshot_id != start_id):
-        raise TableNotFoundError(
-            f"table {src.name}: snapshot {start_id} is not an ancestor of snapshot {end_id} "
-            "(changes are read along the end snapshot's history)"
-        )
+    chain, missing = lineage(md, end_id)
+    if start_id is None:
+        if missing is not None:
+            raise MetadataError(
+                f"table {src.name}: snapshot {missing}, parent of {chain[-1].snapshot_id}, "
+                "has expired: give a start snapshot that is still in the table's metadata"
+            )
+        out = chain
+    else:
+        ids = [s.snapshot_id for s in chain]
+        if start_id not in ids:
+            raise TableNotFoundError(
+                f"table {src.name}: snapshot {start_id} is not an ancestor of snapshot "
+                f"{end_id} (changes are read along the end snapshot's history)"
+            )
+        out = chain[: ids.index(start_id)]
     out.reverse()
     return out
 

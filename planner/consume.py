@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
+from mor.planner.changes import lineage
 from mor.planner.errors import ConsumeError
 
 
@@ -57,20 +58,11 @@ def _time(snap: Snapshot) -> str:
 def current_chain(md: TableMetadata) -> tuple[list[Snapshot], bool]:
     """The current snapshot's ancestors, oldest first, as far as the metadata holds them, and
     whether the oldest one's parent has expired (history cut short)."""
-    chain: list[Snapshot] = []
-    snap = md.snapshot_by_id(md.current_snapshot_id) if md.current_snapshot_id else None
-    cut = False
-    while snap is not None:
-        chain.append(snap)
-        parent = snap.parent_snapshot_id
-        if parent is None:
-            break
-        nxt = md.snapshot_by_id(parent)
-        if nxt is None:
-            cut = True
-        snap = nxt
+    if md.current_snapshot_id is None:
+        return [], False
+    chain, missing = lineage(md, md.current_snapshot_id)
     chain.reverse()
-    return chain, cut or (bool(chain) and _carries_earlier(chain[0]))
+    return chain, missing is not None or (bool(chain) and _carries_earlier(chain[0]))
 
 
 def _carries_earlier(root: Snapshot) -> bool:
@@ -118,13 +110,13 @@ def next_batch(
         if p.end_snapshot_id not in index or (
             p.start_snapshot_id is not None and p.start_snapshot_id not in index
         ):
-            _off_history(md, name, chain, cut, p.end_snapshot_id, f"batch {p.batch_id}")
+            _off_history(md, name, chain, p.end_snapshot_id, f"batch {p.batch_id}")
         return p
     start = checkpoint.snapshot_id if checkpoint is not None else start_snapshot_id
     batch_id = checkpoint.batch_id + 1 if checkpoint is not None else 0
     if not chain:
         if start is not None and checkpoint is not None:
-            _off_history(md, name, chain, cut, start, "the checkpoint")
+            _off_history(md, name, chain, start, "the checkpoint")
         if start is not None:
             raise ConsumeError(f"table {name} has no snapshot {start} (it has no commits yet)")
         return None
@@ -141,7 +133,7 @@ def next_batch(
     elif start in index:
         commits = chain[index[start] + 1 :]
     else:
-        _off_history(md, name, chain, cut, start, "the checkpoint" if checkpoint else "")
+        _off_history(md, name, chain, start, "the checkpoint" if checkpoint else "")
     if max_commits is not None:
         commits = commits[:max_commits]
     if not commits:
@@ -154,9 +146,7 @@ def next_batch(
     )
 
 
-def _off_history(
-    md: TableMetadata, name: str, chain: list[Snapshot], cut: bool, sid: int, whose: str
-) -> None:
+def _off_history(md: TableMetadata, name: str, chain: list[Snapshot], sid: int, whose: str) -> None:
     """Raise: snapshot `sid` is not on the current snapshot's ancestry. It expired (no longer
     in the metadata), or it is on another line of history (a rollback, a branch reset)."""
     held = f"{whose}'s snapshot {sid}" if whose else f"snapshot {sid}"
@@ -179,13 +169,7 @@ def _off_history(
             f"apart (VERSION AS OF {oldest.snapshot_id})"
         )
     index = {s.snapshot_id for s in chain}
-    common = None
-    snap = md.snapshot_by_id(sid)
-    while snap is not None:
-        if snap.snapshot_id in index:
-            common = snap.snapshot_id
-            break
-        snap = md.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
+    common = next((s.snapshot_id for s in lineage(md, sid)[0] if s.snapshot_id in index), None)
     where = (
         f"the last snapshot both share is {common}: to go on along the current history, start "
         f"a new checkpoint after it (start snapshot {common}); the rows of the commits undone "
