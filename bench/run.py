@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
     warehouse = Path(args.warehouse)
-    spark = iceberg_session(warehouse, ROOT / ".venv" / "mor-oracle")
+    spark = iceberg_session(warehouse)
     results = []
     for version in args.format_version:
         for rows in args.rows:

@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     from tests.oracle.runtime import iceberg_session
 
     warehouse = Path(args.warehouse)
-    spark = iceberg_session(warehouse, ROOT / ".venv" / "mor-oracle")
+    spark = iceberg_session(warehouse)
     results: dict[str, Any] = {}
     for files in args.files:
         for label in args.tables:

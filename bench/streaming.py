@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     wh = Path(args.warehouse) / f"sf{args.sf:g}-c{args.commits}"
     CACHE.mkdir(parents=True, exist_ok=True)
     data = generate(TPCH, CACHE, args.sf)
-    spark = iceberg_session(wh, CACHE)
+    spark = iceberg_session(wh)
     from mor import mor_sql
 
     if not (wh / "BUILT").exists():

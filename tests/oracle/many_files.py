@@ -576,10 +576,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--files", type=int, default=2000)
     ap.add_argument("--keep", help="a warehouse to keep (and reuse) instead of a temporary one")
     args = ap.parse_args(argv)
-    root = Path(__file__).resolve().parents[2]
     warehouse = Path(args.keep or tempfile.mkdtemp(prefix="mor-many-files-"))
     try:
-        spark = iceberg_session(warehouse, root / ".venv" / "mor-oracle", small_data=True)
+        spark = iceberg_session(warehouse, small_data=True)
     except RuntimeUnavailable as e:
         print(f"many files: the Iceberg runtime is unavailable: {e}")
         return 2

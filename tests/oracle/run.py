@@ -531,9 +531,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     warehouse = Path(args.keep or tempfile.mkdtemp(prefix="mor-oracle-"))
-    cache = ROOT / ".venv" / "mor-oracle"
     try:
-        spark = iceberg_session(warehouse, cache, small_data=True)
+        spark = iceberg_session(warehouse, small_data=True)
     except RuntimeUnavailable as e:
         print(f"oracle: the Iceberg runtime cannot be set up here: {e}")
         return 2

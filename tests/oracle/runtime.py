@@ -1,163 +1,94 @@
-"""The real Apache Iceberg 1.10.2 Spark runtime, set up with pip alone.
+"""Apache Iceberg's Spark runtime, the oracle and the benchmarks' peer, as Spark users add it:
+`spark.jars.packages` with Maven coordinates, resolved by Spark's own Ivy from Maven Central.
 
-The runtime jar comes from the PyPI package `snowpark-connect-deps-iceberg` (a dev extra). As
-shipped it references relocated Jackson classes (org.apache.iceberg.shaded.com.fasterxml.jackson)
-that it does not contain; `relocated_jackson_jar` rebuilds them from the Jackson jars pyspark
-ships, by rewriting class-file constant pools (what a shading plugin does), standard library only.
+The Ivy folder is the project's own (`.venv/ivy`, `spark.jars.ivy`): the first session downloads
+the jars, later ones resolve from that cache without a download. Iceberg ships a runtime per
+Spark line; for a pyspark without one, `RuntimeUnavailable` says which lines exist.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import struct
-import zipfile
 from pathlib import Path
 from typing import Any
 
-RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
-SHADED = b"org/apache/iceberg/shaded/"
-_PREFIXES = (
-    (b"com/fasterxml/jackson/", SHADED + b"com/fasterxml/jackson/"),
-    (b"com.fasterxml.jackson.", b"org.apache.iceberg.shaded.com.fasterxml.jackson."),
-)
-# payload sizes of constant-pool entries other than Utf8 (tag 1, length-prefixed)
-_CP_SIZES = {
-    3: 4,
-    4: 4,
-    5: 8,
-    6: 8,
-    7: 2,
-    8: 2,
-    9: 4,
-    10: 4,
-    11: 4,
-    12: 4,
-    15: 3,
-    16: 2,
-    17: 4,
-    18: 4,
-    19: 2,
-    20: 2,
-}
-_JACKSON = (
-    "jackson-core-",
-    "jackson-databind-",
-    "jackson-annotations-",
-    "jackson-datatype-jsr310-",
-)
+ROOT = Path(__file__).resolve().parents[2]
+IVY = ROOT / ".venv" / "ivy"
+ICEBERG = "1.12.0"
+# the Spark lines Iceberg 1.12.0 publishes a runtime for on Maven Central (org.apache.iceberg:
+# iceberg-spark-runtime-<line>_<scala>); 4.0's newest is 1.11.0 and 4.2 and later have none
+RUNTIMES = {"3.5": "iceberg-spark-runtime-3.5_2.12", "4.1": "iceberg-spark-runtime-4.1_2.13"}
 
 
 class RuntimeUnavailable(Exception):
-    """The Iceberg runtime cannot be installed here: the reason is the message."""
+    """The Iceberg runtime cannot be used here: the reason is the message."""
 
 
-def _relocate(value: bytes) -> bytes:
-    for old, new in _PREFIXES:
-        value = value.replace(old, new)
-    return value
-
-
-def relocate_class(data: bytes) -> bytes:
-    """Rewrite every Utf8 constant of a class file; nothing else in it names a class."""
-    if data[:4] != b"\xca\xfe\xba\xbe":
-        raise ValueError("not a class file")
-    (count,) = struct.unpack_from(">H", data, 8)
-    out = bytearray(data[:10])
-    pos, index = 10, 1
-    while index < count:
-        tag = data[pos]
-        if tag == 1:
-            (n,) = struct.unpack_from(">H", data, pos + 1)
-            text = _relocate(data[pos + 3 : pos + 3 + n])
-            out += bytes([1]) + struct.pack(">H", len(text)) + text
-            pos += 3 + n
-        else:
-            size = _CP_SIZES[tag]
-            out += data[pos : pos + 1 + size]
-            pos += 1 + size
-            index += 1 if tag in (5, 6) else 0  # long and double take two slots
-        index += 1
-    return bytes(out + data[pos:])
-
-
-def relocated_jackson_jar(cache: Path) -> Path:
+def spark_line() -> str:
     import pyspark
 
-    jars = Path(pyspark.__file__).parent / "jars"
-    sources = sorted(p for p in jars.glob("jackson-*.jar") if p.name.startswith(_JACKSON))
-    if not sources:
-        raise RuntimeUnavailable(f"pyspark ships no Jackson jars in {jars}")
-    key = hashlib.sha256("|".join(p.name for p in sources).encode()).hexdigest()[:12]
-    target = cache / f"iceberg-shaded-jackson-{key}.jar"
-    if target.exists():
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".tmp")
-    seen: set[str] = set()
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as out:
-        out.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
-        for src in sources:
-            with zipfile.ZipFile(src) as jar:
-                for name in jar.namelist():
-                    if (
-                        name.endswith("/")
-                        or name.startswith("META-INF/versions/")
-                        or (name.endswith("module-info.class"))
-                    ):
-                        continue
-                    data = jar.read(name)
-                    if name.endswith(".class"):
-                        name, data = _relocate(name.encode()).decode(), relocate_class(data)
-                    elif name.startswith("META-INF/services/"):
-                        name, data = _relocate(name.encode()).decode(), _relocate(data)
-                    elif name.startswith("META-INF/"):
-                        continue
-                    else:
-                        name = _relocate(name.encode()).decode()
-                    if name not in seen:
-                        seen.add(name)
-                        out.writestr(name, data)
-    os.replace(tmp, target)
-    return target
+    return ".".join(pyspark.__version__.split(".")[:2])
 
 
-def runtime_jars(cache: Path) -> list[Path]:
-    try:
-        import snowpark_connect_deps_iceberg as deps
-    except ImportError as e:
+def iceberg_coordinates() -> str:
+    """Maven coordinates of Iceberg's Spark runtime for the pyspark installed here."""
+    line = spark_line()
+    if line not in RUNTIMES:
+        import pyspark
+
         raise RuntimeUnavailable(
-            "the package snowpark-connect-deps-iceberg (dev extra) is not installed"
-        ) from e
-    jar = Path(deps.get_jar_path(RUNTIME_JAR))
-    if not jar.exists():
-        raise RuntimeUnavailable(f"{jar} is missing from snowpark-connect-deps-iceberg")
-    return [jar, relocated_jackson_jar(cache)]
+            f"Iceberg {ICEBERG} publishes no Spark runtime for pyspark {pyspark.__version__} "
+            f"(it has {', '.join(sorted(RUNTIMES))}): the Iceberg oracle runs on those"
+        )
+    return f"org.apache.iceberg:{RUNTIMES[line]}:{ICEBERG}"
+
+
+def s3a_coordinates() -> str:
+    """hadoop-aws of the Hadoop this pyspark ships, as a session mor starts would add it."""
+    from mor.physical.s3a import hadoop_version, s3a_coordinates, spark_jars
+
+    version = hadoop_version(spark_jars())
+    if version is None:
+        raise RuntimeUnavailable(f"no Hadoop jar in {spark_jars()}: cannot choose hadoop-aws")
+    return s3a_coordinates(version)
+
+
+def packages_conf(*coordinates: str) -> dict[str, str]:
+    """Spark settings that add `coordinates` (and what they depend on) through the project's
+    Ivy cache."""
+    return {"spark.jars.packages": ",".join(coordinates), "spark.jars.ivy": str(IVY)}
+
+
+def merged(conf: dict[str, str], more: dict[str, str]) -> dict[str, str]:
+    """`conf` with `more` on top; `spark.jars.packages` and `spark.jars` lists are joined."""
+    out = dict(conf)
+    for k, v in more.items():
+        if k in ("spark.jars.packages", "spark.jars") and out.get(k):
+            out[k] = ",".join(dict.fromkeys(out[k].split(",") + v.split(",")))
+        else:
+            out[k] = v
+    return out
 
 
 def iceberg_session(
     warehouse: Path | str,
-    cache: Path,
     small_data: bool = False,
     conf: dict[str, str] | None = None,
 ) -> Any:
-    """A local Spark 3.5 session with Iceberg's runtime and a Hadoop catalog named `local`.
+    """A local Spark session with Iceberg's runtime and a Hadoop catalog named `local`.
 
     `small_data` (the differential tests) turns off whole-stage code generation and adaptive
     execution: on tiny tables compiling and re-planning cost more than they save. Never for
     benchmarks: Spark's vectorized Parquet reader needs whole-stage code generation.
-    `conf`: more settings (`spark.jars` entries are added to the runtime's), e.g. s3a's.
+    `conf`: more settings (`spark.jars.packages` entries are added to the runtime's), e.g.
+    s3a's.
     """
     from pyspark.sql import SparkSession
 
-    jars = [str(j) for j in runtime_jars(cache)]
-    extra = dict(conf or {})
-    jars += [j for j in extra.pop("spark.jars", "").split(",") if j]
-    log_conf = Path(__file__).resolve().parents[2] / "physical" / "log4j2.properties"
+    settings = merged(packages_conf(iceberg_coordinates()), conf or {})
+    log_conf = ROOT / "physical" / "log4j2.properties"
     builder = (
         SparkSession.builder.master("local[2]")
         .appName("mor-oracle")
-        .config("spark.jars", ",".join(jars))
         .config(
             "spark.sql.extensions",
             "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
@@ -172,12 +103,52 @@ def iceberg_session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log_conf}")
     )
-    for k, v in extra.items():
+    for k, v in settings.items():
         builder = builder.config(k, v)
     if small_data:
         builder = builder.config("spark.sql.codegen.wholeStage", "false").config(
             "spark.sql.adaptive.enabled", "false"
         )
-    spark = builder.getOrCreate()
+    try:
+        spark = builder.getOrCreate()
+    except Exception as e:  # noqa: BLE001 - Ivy could not resolve, or the JVM did not start
+        raise RuntimeUnavailable(
+            f"a Spark session with {settings['spark.jars.packages']} did not start "
+            f"(Maven Central unreachable? Ivy cache {IVY}): {str(e).strip()[:300]}"
+        ) from e
     spark.sparkContext.setLogLevel("FATAL")
     return spark
+
+
+def main() -> int:
+    """`python -m tests.oracle.runtime`: resolve this pyspark's jars into the Ivy cache now
+    (what `make dev` does once per environment), printing the coordinates."""
+    import time
+
+    started = time.monotonic()
+    coords = [s3a_coordinates()]
+    try:
+        coords.insert(0, iceberg_coordinates())
+    except RuntimeUnavailable as e:
+        print(f"(no Iceberg runtime: {e})")
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .appName("mor-resolve-jars")
+        .config("spark.ui.enabled", "false")
+        .config("spark.jars.packages", ",".join(coords))
+        .config("spark.jars.ivy", str(IVY))
+        .getOrCreate()
+    )
+    jars = spark.sparkContext._jsc.sc().listJars().size()
+    spark.stop()
+    print(f"resolved {', '.join(coords)}: {jars} jars in {IVY} ({time.monotonic() - started:.0f}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    sys.exit(main())

@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     wh = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix=f"mor-{suite.name}-"))
     try:
         data = generate(suite, CACHE, args.sf)
-        spark = iceberg_session(wh, CACHE, small_data=args.sf < 0.1)
+        spark = iceberg_session(wh, small_data=args.sf < 0.1)
     except RuntimeUnavailable as e:
         print(f"{suite.name} oracle unavailable: {e}")
         return 2

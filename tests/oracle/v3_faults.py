@@ -121,7 +121,7 @@ def main() -> int:
         export.mkdir(parents=True)
     warehouse = export / "warehouse" if export else Path(tempfile.mkdtemp(prefix="mor-v3-"))
     try:
-        spark = iceberg_session(warehouse, ROOT / ".venv" / "mor-oracle", small_data=True)
+        spark = iceberg_session(warehouse, small_data=True)
     except RuntimeUnavailable as e:
         print(f"v3 faults: the Iceberg runtime cannot be set up here: {e}")
         return 2
