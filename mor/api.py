@@ -272,10 +272,15 @@ def mor_sql(
     naming it, with its line and column in `sql`. `settings`: tuning settings for this call,
     e.g. `{"position_bitmap_bytes": 0}`, over the environment's (docs/configuration.md)."""
     from mor.physical import local_session, prepare_session, to_dataframe
+    from mor.physical.s3a import reads_s3a
 
     with applied(settings):
         planned = plan_query(sql, catalog=catalog, path_map=path_map, io_properties=io_properties)
-        session = prepare_session(spark) if spark is not None else local_session()
+        session = (
+            prepare_session(spark)
+            if spark is not None
+            else local_session(s3a=reads_s3a(planned.optimized))
+        )
         df = to_dataframe(planned.optimized, session)
     _PLANS[df] = planned.optimized
     return df
@@ -368,10 +373,16 @@ def _explain(
     )
     output = None
     session = None
+    from mor.physical.s3a import reads_s3a
+
     if check or analyze:
         from mor.physical import local_session, prepare_session, to_dataframe
 
-        session = prepare_session(spark) if spark is not None else local_session()
+        session = (
+            prepare_session(spark)
+            if spark is not None
+            else local_session(s3a=reads_s3a(planned.optimized))
+        )
         schema = to_dataframe(planned.optimized, session, analyse_only=True).schema
         output = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
     trace = [(t.rule, t.changed, t.plan) for t in planned.trace] if verbose else None
@@ -385,6 +396,8 @@ def _explain(
             text += "\n" + describe(planned.optimized, session_facts(session, packing=True))
         else:
             text += "\n" + describe(planned.optimized)
+    if reads_s3a(planned.optimized):
+        text += "\n" + _s3a_section(session)
     if analyze and session is not None:
         from mor.physical.analyze import count_removed
 
@@ -392,6 +405,19 @@ def _explain(
         m.store_requests = since(before)  # planning, and building what the counts ran
         text += "\n" + render_metrics(m)
     return text
+
+
+def _s3a_section(session: Any) -> str:
+    """How Spark gets Hadoop's s3a connector for this plan's s3a:// paths (EXPLAIN)."""
+    if session is None:
+        from mor.physical.s3a import s3a_for, what_starts_get
+
+        line = what_starts_get(s3a_for())
+    else:
+        from mor.physical.session import s3a_status
+
+        line = s3a_status(session)
+    return f"== Object storage ==\ns3a       {line}\n"
 
 
 @checked

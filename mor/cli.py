@@ -244,9 +244,10 @@ def _version() -> str:
     )
 
 
-def _spark(args: argparse.Namespace) -> Any:
+def _spark(args: argparse.Namespace, s3a: bool = False) -> Any:
     """The Spark session of this command: Spark Connect with --remote (or $SPARK_REMOTE), else
-    a local or --master session, with --conf applied."""
+    a local or --master session, with --conf applied; `s3a`: its queries read s3a:// paths
+    (a session started here gets Hadoop's s3a connector: physical/s3a.py)."""
     from mor.physical import local_session, remote_session
 
     conf = _pairs(args.conf, "--conf")
@@ -255,7 +256,21 @@ def _spark(args: argparse.Namespace) -> Any:
         if args.master:
             raise UsageError("give either --remote (Spark Connect) or --master, not both")
         return remote_session(remote, conf)
-    return local_session(args.master, conf)
+    return local_session(args.master, conf, s3a=s3a)
+
+
+def _table_on_s3(args: argparse.Namespace, table: str, catalog: Any = None) -> bool:
+    """The table's files are read through s3a (its location, after the path map)."""
+    from mor.api import effective_path_map, resolve_catalog
+    from mor.planner.sources import PathMap, Resolver
+
+    resolver = Resolver(
+        catalog if catalog is not None else lambda: resolve_catalog(args.catalog, args.warehouse),
+        PathMap.of(effective_path_map(_path_map(args.path_map))),
+        _io(args),
+    )
+    src = resolver.by_text(table)
+    return src.read_path(src.metadata.location).startswith("s3a://")
 
 
 def _path_map(items: list[str]) -> dict[str, str]:
@@ -280,7 +295,22 @@ def cmd_explain(args: argparse.Namespace) -> int:
     cat = _catalog(args)
     pm = _path_map(args.path_map)
     stmts = _statements(args)
-    spark = _spark(args) if args.analyze or not args.no_check else None
+    spark = None
+    if args.analyze or not args.no_check:
+        from mor.api import plan_query
+        from mor.physical.s3a import reads_s3a
+
+        # planned here to know whether Spark reads s3a:// paths (explain plans again from
+        # the process's caches)
+        s3a = args.analyze and any(
+            reads_s3a(
+                plan_query(
+                    s, catalog=cat, path_map=pm, io_properties=_io(args), warehouse=args.warehouse
+                ).optimized
+            )
+            for s in stmts
+        )
+        spark = _spark(args, s3a=s3a)
     texts = [
         explain(
             s,
@@ -318,8 +348,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     ]
     progress.note("starting Spark ...")
     from mor.physical import to_dataframe
+    from mor.physical.s3a import reads_s3a
 
-    spark = _spark(args)
+    spark = _spark(args, s3a=any(reads_s3a(p.optimized) for p in planned))
     progress.clear()
     results = []
     for p in planned:
@@ -483,7 +514,7 @@ def cmd_health(args: argparse.Namespace) -> int:
         io_properties=_io(args),
         snapshot_id=args.snapshot,
         exact=args.exact,
-        spark=_spark(args) if args.exact else None,
+        spark=_spark(args, s3a=_table_on_s3(args, args.table)) if args.exact else None,
         thresholds=Thresholds(
             delete_ratio=args.delete_ratio_threshold, delete_files=args.delete_file_threshold
         ),
@@ -532,7 +563,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
         print("mor: no new commits since the checkpoint", file=sys.stderr)
         return 0
     progress.note("starting Spark ...")
-    spark = _spark(args)
+    spark = _spark(args, s3a=_table_on_s3(args, args.table, opts["catalog"]))
     progress.clear()
     batches = stream_changes(
         args.table,
@@ -622,6 +653,7 @@ def cmd_config(args: argparse.Namespace) -> int:
         for s in SETTINGS
     ]
     rows += [("spark", f"{k} = {v} (config file)") for k, v in sorted(cfg.spark.items())]
+    rows.append(("s3a", _s3a_line(cfg.spark)))
     rows += [("path-map", f"{k} = {v} (config file)") for k, v in sorted(cfg.path_map.items())]
     from mor.planner.sources import io_defaults
 
@@ -636,6 +668,13 @@ def cmd_config(args: argparse.Namespace) -> int:
     ]
     sys.stdout.write("".join(f"{k:<12} {v}\n" for k, v in rows))
     return 0
+
+
+def _s3a_line(spark_conf: dict[str, str]) -> str:
+    """What a session mor starts gets when a query reads s3a:// paths."""
+    from mor.physical.s3a import s3a_for, what_starts_get
+
+    return what_starts_get(s3a_for(spark_conf)).replace(" to run it", " for s3a:// paths")
 
 
 def cmd_shell(args: argparse.Namespace) -> int:

@@ -49,11 +49,16 @@ class Shell:
         self.err = err
         self._spark: Any = None
 
-    def spark(self) -> Any:
-        if self._spark is None:
-            from mor.cli import _spark
+    def spark(self, plan: Any = None) -> Any:
+        """The shell's session, started for the first query that needs one: with Hadoop's
+        s3a connector when that query's tables are on S3 (a later query reading s3a:// paths
+        from a session started without it is refused, naming what to add)."""
+        from mor.cli import _spark
+        from mor.physical.s3a import reads_s3a
 
-            self._spark = _spark(self.args)
+        s3a = plan is not None and reads_s3a(plan, counts=True)
+        if self._spark is None or s3a:
+            self._spark = _spark(self.args, s3a=s3a)
         return self._spark
 
     def run(self, lines: Iterator[str]) -> int:
@@ -140,10 +145,14 @@ class Shell:
                 verbose=mode == "VERBOSE",
                 physical=mode == "PHYSICAL",
                 analyze=mode == "ANALYZE",
-                spark=self.spark(),
+                spark=self.spark(
+                    plan_query(
+                        inner, catalog=self.args.catalog, warehouse=self.args.warehouse
+                    ).optimized
+                ),
             )
         planned = plan_query(stmt, catalog=self.args.catalog, warehouse=self.args.warehouse)
-        df = to_dataframe(planned.optimized, self.spark())
+        df = to_dataframe(planned.optimized, self.spark(planned.optimized))
         cols, rows = run_spark(
             lambda: (df.columns, df.limit(SHOWN_ROWS + 1).collect()), planned.optimized
         )

@@ -17,7 +17,7 @@ from mor.physical import arrow
 from mor.physical.changes import changes_schema, compile_changes
 from mor.physical.columns import float_key
 from mor.physical.eq_deletes import scan_eq_deletes
-from mor.physical.errors import query_error, spark_failure
+from mor.physical.errors import query_error, recognised, spark_failure
 from mor.physical.guards import check_files
 from mor.physical.metadata_columns import hidden_type
 from mor.physical.reads import ReadContext, session_facts
@@ -282,6 +282,9 @@ def to_dataframe(plan: Plan, spark: SparkSession, *, analyse_only: bool = False)
     except MorError:
         raise
     except Exception as e:  # noqa: BLE001 - Spark refusing what mor built: one line, not py4j's
+        found = recognised(e, plan)  # a file or an object store Spark could not reach
+        if found is not None:
+            raise found from e
         text = str(e).strip().splitlines()
         detail = next((ln for ln in text if "Exception" in ln or "Error" in ln), "")
         raise InternalError(

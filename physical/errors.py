@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from mor.physical.s3a import HADOOP_AWS
 from mor.planner.errors import (
     ConfigError,
     DataFileError,
@@ -109,15 +110,48 @@ def recognised(e: BaseException, plan: Any = None) -> MorError | None:
 _S3A_HINT = "docs/configuration.md, Object storage"
 
 
+def _session_hadoop() -> str | None:
+    """The Hadoop version of this process's active session (classic or Spark Connect), asked
+    of Spark itself; None when it cannot tell."""
+    try:
+        from mor.physical.session import active_session
+
+        session = active_session()
+        if session is None:
+            return None
+        row = session.sql(
+            "SELECT reflect('org.apache.hadoop.util.VersionInfo', 'getVersion')"
+        ).first()
+        version = str(row[0]) if row is not None and row[0] else ""
+        return version if re.fullmatch(r"\d+\.\d+\.\d+", version) else None
+    except Exception:  # noqa: BLE001 - only a hint: the error is reported without it
+        return None
+
+
 def _object_store(text: str) -> MorError | None:
     """Spark's s3a failures, in one line naming the bucket and what to set in the session:
     no connector, access refused, no such bucket, an endpoint it cannot reach."""
-    m = re.search(r'No FileSystem for scheme "?(s3a?|s3n|gs|abfss?|wasbs?)"?', text)
+    # Hadoop's core-default.xml names the s3a class: without hadoop-aws it is not found
+    no_s3a = re.search(
+        r'No FileSystem for scheme "?s3a\b|Class org\.apache\.hadoop\.fs\.s3a\.S3AFileSystem '
+        r"not found",
+        text,
+    )
+    m = re.search(r'No FileSystem for scheme "?(s3|s3n|gs|abfss?|wasbs?)"?', text)
+    if no_s3a:
+        hadoop = _session_hadoop()
+        coords = f"{HADOOP_AWS}:{hadoop or '<its Hadoop version>'}"
+        return ConfigError(
+            f"Spark cannot read s3a:// paths: this session's Hadoop {hadoop or ''}"
+            f"{' ' if hadoop else ''}has no s3a connector: start the session with "
+            f"spark.jars.packages={coords} (Spark's Ivy fetches it and the AWS SDK bundle it "
+            f"was built with; a Spark Connect server: --packages {coords}; {_S3A_HINT})"
+        )
     if m:
         return ConfigError(
             f"Spark cannot read {m.group(1)}:// paths: its Hadoop has no connector for them "
-            "(for s3a: hadoop-aws of Spark's Hadoop version and its AWS SDK bundle in "
-            f"spark.jars; {_S3A_HINT})"
+            f"(for s3:// paths mor reads s3a://, unless the s3a_paths setting is off; "
+            f"{_S3A_HINT})"
         )
     path = re.search(r"(s3a://[^\s:]+)", text)
     where = path.group(1) if path else "s3a://"

@@ -3,9 +3,24 @@
 from __future__ import annotations
 
 import os
+import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import SparkSession
 
+from mor.physical.s3a import (
+    HADOOP_AWS,
+    S3aConnector,
+    s3a_connector,
+    s3a_for,
+    s3a_from_environment,
+    what_starts_get,
+    with_packages,
+)
 from mor.planner.errors import ConfigError, MorError, UnsupportedError
 from mor.planner.settings import current, user_config
 
@@ -81,27 +96,52 @@ def _reachable(url: str, timeout: float = 10.0) -> None:
         ) from e
 
 
-def s3a_from_environment() -> dict[str, str]:
-    """Settings for Hadoop's s3a connector from the AWS SDKs' environment, for a session mor
-    starts (a user's own session is never changed): the endpoint s3a's SDK does not read from
-    `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`, path-style requests as pyarrow makes them to
-    an endpoint given so, plain HTTP for an http:// one. Keys, session token and region s3a
-    takes from the environment itself."""
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    if not endpoint:
-        return {}
-    return {
-        "spark.hadoop.fs.s3a.endpoint": endpoint,
-        "spark.hadoop.fs.s3a.path.style.access": "true",
-        "spark.hadoop.fs.s3a.connection.ssl.enabled": str(endpoint.startswith("https:")).lower(),
-    }
+@dataclass
+class Started:
+    """The session mor started in this process (the CLI's, `mor_sql` without `spark=`), what
+    it added for s3a and why: for EXPLAIN, `mor config` and a later query that needs s3a."""
+
+    session: Any
+    s3a: S3aConnector | None  # None: started without s3a (no query read s3a:// paths)
+    log: str | None = None  # where Spark's launcher wrote while resolving packages
 
 
-def local_session(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
+STARTED: Started | None = None
+
+
+def _mine(session: Any) -> Started | None:
+    return STARTED if STARTED is not None and STARTED.session is session else None
+
+
+def s3a_status(session: Any) -> str:
+    """One line on how `session` reads `s3a://` paths, for EXPLAIN."""
+    if is_connect(session):
+        return (
+            "the Spark Connect server reads them with its own jars (started with --packages "
+            f"{HADOOP_AWS}:<its Hadoop version>)"
+        )
+    mine = _mine(session)
+    if mine is None:
+        return (
+            "the session given is used as it is (mor adds nothing): it needs "
+            f"{HADOOP_AWS}:<its Hadoop version> in spark.jars.packages"
+        )
+    if mine.s3a is not None:
+        return "session mor started: " + mine.s3a.why
+    # started for a query that read no s3a:// path (or for EXPLAIN's analysis alone)
+    return what_starts_get(s3a_for()) + " (not the session this process runs now)"
+
+
+def local_session(
+    master: str | None = None, conf: dict[str, str] | None = None, s3a: bool = False
+) -> SparkSession:
     """The active session if there is one, else a local session with quiet, sensible defaults.
 
     `master` and `conf` (the CLI's --master and --conf) start the session with them; on an
-    active session, `conf` is applied as runtime settings and `master` must be its own."""
+    active session, `conf` is applied as runtime settings and `master` must be its own.
+    `s3a`: the queries read `s3a://` paths, so a session started here gets Hadoop's s3a
+    connector (physical/packages.py) unless the `s3a_packages` setting is off."""
+    global STARTED
     active = active_session()
     if active is not None:
         if master and is_connect(active):
@@ -111,6 +151,16 @@ def local_session(master: str | None = None, conf: dict[str, str] | None = None)
                 f"--master {master}: this process already runs Spark on "
                 f"{active.sparkContext.master}"
             )
+        mine = _mine(active)
+        if s3a and mine is not None and mine.s3a is None:
+            wanted = s3a_for(conf)
+            if wanted.coordinates is not None:
+                raise ConfigError(
+                    "this query reads s3a:// paths, and the Spark session mor started for an "
+                    "earlier query of this process has no s3a connector (packages are added "
+                    "only when a JVM starts): start with --conf spark.jars.packages="
+                    f"{wanted.coordinates} (or read an s3:// table first)"
+                )
         for k, v in (conf or {}).items():
             active.conf.set(k, v)
         return prepare_session(active)
@@ -118,6 +168,9 @@ def local_session(master: str | None = None, conf: dict[str, str] | None = None)
     settings = current()
     master = master or settings.master
     conf = {**s3a_from_environment(), **config.spark, **(conf or {})}
+    connector = s3a_connector(conf, settings.s3a_packages) if s3a else None
+    if connector is not None and connector.coordinates is not None:
+        conf = with_packages(conf, connector.coordinates)
     log_conf = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
     builder = (
         SparkSession.builder.master(master)
@@ -129,12 +182,94 @@ def local_session(master: str | None = None, conf: dict[str, str] | None = None)
         .config("spark.sql.session.timeZone", settings.timezone)
         .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log_conf}")
     )
-    for k, v in (conf or {}).items():  # after mor's defaults: the user's settings win
+    for k, v in conf.items():  # after mor's defaults: the user's settings win
         builder = builder.config(k, v)
+    packages = conf.get("spark.jars.packages", "").strip()
+    # the JVM's own output never reaches this process's stdout (results go there): Ivy's
+    # resolution report, Spark 4.1's start-up warning about incubator modules. At mor's quiet
+    # log levels it goes to a log file of this process (named when the JVM does not start),
+    # else to stderr
+    quiet = settings.spark_log_level.upper() in ("OFF", "FATAL", "ERROR")
+    log = _launcher_log() if quiet else None
     try:
-        spark = builder.getOrCreate()
+        with _child_output_to(log):
+            spark = builder.getOrCreate()
     except Exception as e:  # noqa: BLE001 - the JVM did not start: say so in one line
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise MorError(f"cannot start a local Spark session (Java 17+ needed): {first}") from e
+        raise _start_failure(e, packages, log) from e
     spark.sparkContext.setLogLevel(settings.spark_log_level.upper())
+    STARTED = Started(spark, connector, log)
     return spark
+
+
+def _launcher_log() -> str:
+    """`mor-<uid>/spark-<pid>.log` in the temporary folder, removed when this process ends;
+    logs of processes that are gone are removed here."""
+    import atexit
+    import tempfile
+
+    folder = os.path.join(tempfile.gettempdir(), f"mor-{os.getuid()}")
+    os.makedirs(folder, exist_ok=True)
+    for name in os.listdir(folder):
+        m = re.fullmatch(r"spark-(\d+)\.log", name)
+        if m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
+            try:
+                os.remove(os.path.join(folder, name))
+            except OSError:
+                pass
+    path = os.path.join(folder, f"spark-{os.getpid()}.log")
+    atexit.register(lambda: os.path.exists(path) and os.remove(path))
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+@contextmanager
+def _child_output_to(log: str | None) -> Iterator[None]:
+    """Processes started inside (Spark's JVM) write their standard output and error to `log`,
+    or with None both to this process's stderr; this process's own are back in place after."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) if log else os.dup(2)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for f in (fd, *saved):
+            os.close(f)
+
+
+def _start_failure(e: BaseException, packages: str, log: str | None) -> MorError:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    text = ""
+    if log is not None:
+        try:
+            with open(log, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            pass
+    m = re.search(r"unresolved dependency: ([^\]\n]+)|(Server access error[^\n]*)", text)
+    if packages and m:
+        what = (m.group(1) or m.group(2)).strip()
+        return ConfigError(
+            f"cannot start a local Spark session with spark.jars.packages={packages}: "
+            f"Spark's Ivy could not resolve {what} (Maven Central unreachable? set "
+            "spark.jars.repositories to a mirror, or --set s3a_packages=false and give "
+            "the jars yourself)"
+        )
+    # the JVM's last words (e.g. "Error: ..." from java itself) say more than pyspark's
+    said = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("\t")]
+    reason = said[-1][:300] if said else first
+    where = f"; log: {log}" if log else ""
+    return MorError(f"cannot start a local Spark session (Java 17+ needed): {reason}{where}")

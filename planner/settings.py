@@ -151,6 +151,17 @@ SETTINGS: tuple[Setting, ...] = (
         "Hadoop's S3 connector; off where the cluster serves s3:// itself (EMRFS)",
     ),
     Setting(
+        "s3a_packages",
+        "MOR_S3A_PACKAGES",
+        bool,
+        True,
+        "a Spark session mor starts for a query that reads s3a:// paths gets Hadoop's s3a "
+        "connector as spark-submit --packages adds it: hadoop-aws of the Hadoop version Spark "
+        "ships (Spark's Ivy fetches it and its AWS SDK bundle from Maven Central once); off "
+        "where Spark has the connector or cannot reach a Maven repository",
+        session=True,
+    ),
+    Setting(
         "position_bitmap_bytes",
         "MOR_POSITION_BITMAP_BYTES",
         int,
@@ -270,6 +281,7 @@ class Settings:
     file_list_dir: str = ""
     file_list_bytes: int = 2 << 30
     s3a_paths: bool = True
+    s3a_packages: bool = True
     position_bitmap_bytes: int = 4 << 20
     position_driver_rows: int = 2_000_000
     master: str = "local[*]"
