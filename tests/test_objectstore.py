@@ -21,11 +21,26 @@ from mor.planner.sources import PathMap, Resolver, io_defaults, prefix_rewrite, 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_merge_on_read_tables_on_s3_match_iceberg_reader() -> None:
+def _modes() -> list[str]:
+    """The leg's modes on this pyspark (tests/oracle/on_s3.py): a classic session where
+    Iceberg publishes a runtime for it, and Spark Connect on 4.x; `plain` (no histories, no
+    Iceberg reader) where it publishes none."""
+    import pyspark
+
+    from tests.oracle.runtime import RUNTIMES, spark_line
+
+    if spark_line() not in RUNTIMES:
+        return ["plain"]
+    return ["classic"] if pyspark.__version__.startswith("3.") else ["classic", "connect"]
+
+
+@pytest.mark.parametrize("mode", _modes())
+def test_merge_on_read_tables_on_s3_match_iceberg_reader(mode: str) -> None:
     """Java-written histories (position deletes, deletion vectors, equality deletes) on s3a,
-    the real tables by path on s3://, a pyiceberg table through the REST catalog, the CLI."""
+    the real tables by path on s3://, a pyiceberg table through the REST catalog, the CLI;
+    through a Spark Connect server started with the s3a and Iceberg packages too."""
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.oracle.on_s3"],
+        [sys.executable, "-m", "tests.oracle.on_s3", "--mode", mode],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -136,7 +151,7 @@ def test_explain_names_the_prefix_a_table_is_read_from() -> None:
 def test_a_session_mor_starts_takes_s3a_from_the_environment(
     aws_env: pytest.MonkeyPatch,
 ) -> None:
-    from mor.physical.session import s3a_from_environment
+    from mor.physical.s3a import s3a_from_environment
 
     assert s3a_from_environment() == {}
     aws_env.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:8333")
@@ -166,3 +181,147 @@ def test_catalogs_from_the_config_file(aws_env: pytest.MonkeyPatch, tmp_path: Pa
 
     with pytest.raises(ConfigError, match="catalogs.mine"):
         resolve_catalog("mine")
+
+
+# --- Hadoop's s3a connector for sessions mor starts (physical/s3a.py) ---------------------
+
+# the Hadoop each pinned pyspark ships (Spark's own pom: hadoop.version), by Spark line
+SPARK_HADOOP = {"3.5": "3.3.4", "4.1": "3.4.2", "4.3": "3.5.0"}
+
+
+def _jars(tmp_path: Path, *names: str) -> Path:
+    folder = tmp_path / "jars"
+    folder.mkdir()
+    for n in names:
+        (folder / n).write_bytes(b"")
+    return folder
+
+
+def test_hadoop_aws_of_the_hadoop_spark_ships(tmp_path: Path) -> None:
+    from mor.physical.s3a import hadoop_version, s3a_connector, spark_jars
+    from tests.oracle.runtime import spark_line
+
+    # this environment's pyspark, against the Hadoop its release ships
+    jars = spark_jars()
+    assert jars is not None and hadoop_version(jars) == SPARK_HADOOP[spark_line()]
+    api = _jars(tmp_path, "hadoop-client-api-3.4.2.jar", "hadoop-client-runtime-3.4.2.jar")
+    got = s3a_connector({}, True, api)
+    assert got.coordinates == "org.apache.hadoop:hadoop-aws:3.4.2"
+    assert "Spark's Hadoop 3.4.2" in got.why and "AWS SDK bundle" in got.why
+    common = tmp_path / "common"
+    common.mkdir()
+    (common / "hadoop-common-3.3.6.jar").write_bytes(b"")
+    assert s3a_connector({}, True, common).coordinates == "org.apache.hadoop:hadoop-aws:3.3.6"
+
+
+@pytest.mark.parametrize(
+    "conf,enabled,jar,why",
+    [
+        ({}, False, None, "s3a_packages setting is off (add org.apache.hadoop:hadoop-aws:3.4.2"),
+        (
+            {"spark.jars.packages": "x:y:1,org.apache.hadoop:hadoop-aws:3.4.1"},
+            True,
+            None,
+            "given in spark.jars.packages: org.apache.hadoop:hadoop-aws:3.4.1",
+        ),
+        ({"spark.jars": "/opt/hadoop-aws-3.4.2.jar"}, True, None, "given in spark.jars"),
+        ({}, True, "hadoop-aws-3.4.2.jar", "Spark's own jars hold hadoop-aws-3.4.2.jar"),
+    ],
+)
+def test_nothing_is_added_where_the_connector_is_given_or_refused(
+    tmp_path: Path, conf: dict, enabled: bool, jar: str | None, why: str
+) -> None:
+    from mor.physical.s3a import s3a_connector
+
+    folder = _jars(tmp_path, "hadoop-client-api-3.4.2.jar", *([jar] if jar else []))
+    got = s3a_connector(conf, enabled, folder)
+    assert got.coordinates is None and why in got.why
+
+
+def test_without_a_hadoop_jar_nothing_is_guessed(tmp_path: Path) -> None:
+    from mor.physical.s3a import s3a_connector, with_packages
+
+    got = s3a_connector({}, True, _jars(tmp_path, "spark-core_2.13-4.1.4.jar"))
+    assert got.coordinates is None and "no Hadoop jar" in got.why
+    assert with_packages({"spark.jars.packages": "a:b:1"}, "c:d:2") == {
+        "spark.jars.packages": "a:b:1,c:d:2"
+    }
+    assert with_packages({}, "c:d:2") == {"spark.jars.packages": "c:d:2"}
+
+
+def test_only_plans_whose_files_spark_reads_on_s3_need_the_connector() -> None:
+    from dataclasses import replace
+
+    from helpers import data_file, scan
+    from mor.physical.s3a import reads_s3a
+
+    remote = replace(data_file(1), read_path="s3a://b/t/d1.parquet")
+    assert reads_s3a(scan(data=(remote,)))
+    assert not reads_s3a(scan(data=(data_file(1),)))
+    # count(*) with no deletes is answered from metadata: Spark reads no file of it ...
+    assert not reads_s3a(scan(data=(remote,), fields=()))
+    # ... but a session kept for later queries (the shell's) will
+    assert reads_s3a(scan(data=(remote,), fields=()), counts=True)
+    assert not reads_s3a(scan(data=(), fields=(2,)))
+
+
+def test_explain_says_how_spark_gets_s3a(tmp_path: Path) -> None:
+    from mor.api import _s3a_section
+
+    text = _s3a_section(None)
+    assert text.startswith("== Object storage ==\ns3a       a session mor starts to run it")
+    assert "org.apache.hadoop:hadoop-aws:" in text
+
+
+def test_a_launch_that_cannot_resolve_its_packages_is_one_line(tmp_path: Path) -> None:
+    from mor.physical.session import _start_failure
+    from mor.planner.errors import ConfigError
+
+    log = tmp_path / "spark.log"
+    log.write_text(
+        ":: problems summary ::\n"
+        'Exception in thread "main" java.lang.RuntimeException: [unresolved dependency: '
+        "org.apache.hadoop#hadoop-aws;9.9.9: not found]\n\tat org.apache.spark.deploy...\n"
+    )
+    e = _start_failure(RuntimeError("[JAVA_GATEWAY_EXITED] ..."), "x:hadoop-aws:9.9.9", str(log))
+    assert isinstance(e, ConfigError) and "\n" not in str(e)
+    assert "could not resolve org.apache.hadoop#hadoop-aws;9.9.9: not found" in str(e)
+    log.write_text("Error: A JNI error has occurred\n\tat x\n")
+    e = _start_failure(RuntimeError("[JAVA_GATEWAY_EXITED] ..."), "", str(log))
+    assert "A JNI error has occurred" in str(e) and str(log) in str(e)
+
+
+def test_a_session_without_s3a_names_the_coordinates_for_its_hadoop(spark: object) -> None:
+    """The one-line error for a session with no s3a connector names hadoop-aws of the
+    session's own Hadoop, asked of Spark (classic or Spark Connect)."""
+    from mor.physical.errors import recognised
+    from mor.planner.errors import ConfigError
+    from tests.oracle.runtime import spark_line
+
+    hadoop = SPARK_HADOOP[spark_line()]
+    for text in (
+        "java.lang.ClassNotFoundException: Class org.apache.hadoop.fs.s3a.S3AFileSystem not found",
+        'org.apache.hadoop.fs.UnsupportedFileSystemException: No FileSystem for scheme "s3a"',
+    ):
+        e = recognised(RuntimeError("An error occurred while calling o79.collect.\n" + text))
+        assert isinstance(e, ConfigError), text
+        assert f"spark.jars.packages=org.apache.hadoop:hadoop-aws:{hadoop}" in str(e)
+        assert f"this session's Hadoop {hadoop} has no s3a connector" in str(e)
+
+
+def test_a_session_mor_started_without_s3a_refuses_a_query_that_needs_it(spark: object) -> None:
+    """Packages join a session only when its JVM starts: a later query reading s3a:// paths
+    gets one line naming what to add; a user's session (Spark Connect here) is used as is."""
+    from mor.physical.session import is_connect, local_session
+    from mor.planner.errors import ConfigError
+    from tests.oracle.runtime import spark_line
+
+    if is_connect(spark):
+        assert local_session(s3a=True) is spark
+        return
+    with pytest.raises(ConfigError) as e:
+        local_session(s3a=True)
+    assert f"spark.jars.packages=org.apache.hadoop:hadoop-aws:{SPARK_HADOOP[spark_line()]}" in str(
+        e.value
+    )
+    assert local_session() is spark  # nothing changed for queries that need no s3a

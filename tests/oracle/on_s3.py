@@ -10,11 +10,24 @@ mor and by Iceberg's own reader, through s3a on Spark and pyiceberg's FileIO on 
    recorded paths mapped to `s3://` (which mor reads as `s3a://`), against expected results.
 3. A table written by pyiceberg through SeaweedFS's Iceberg REST catalog (S3 Tables bucket
    `lake`: `s3://` paths, a name mapping), read by name with the catalog, against pyiceberg's
-   own scan; the CLI (`run`, `explain`, `health`) against that catalog named in a
-   `.pyiceberg.yaml`, and `run --io` for a table by path with no AWS environment at all.
+   own scan; the CLI (`run`, `explain`, `health`, `config`) against that catalog named in a
+   `.pyiceberg.yaml`, in sessions it starts itself: given the store's s3a settings and no
+   jar, it adds hadoop-aws of Spark's Hadoop (and says so); told not to, the error names the
+   coordinates; `run --io` for a table by path with no AWS environment at all.
 
-Prints `on S3: ... N differences`; exit 1 on any difference, 2 when the store or the Iceberg
-runtime cannot be set up (the reason printed).
+Spark reaches the store with hadoop-aws of the Hadoop its pyspark ships, in
+`spark.jars.packages`. `--mode`:
+- `classic`: one local session with Iceberg's runtime and s3a, for the writer, Iceberg's reader
+  and mor.
+- `connect`: the histories are written by such a session, which then stops; a Spark Connect
+  server on 127.0.0.1 started with the s3a and Iceberg packages and the same catalog serves
+  Iceberg's reader and mor (and the CLI, with `--remote`) for everything else.
+- `plain`: for a pyspark Iceberg publishes no runtime for: no history can be written and there
+  is no Iceberg reader, so parts 2 and 3 only, on a session with s3a alone (said so in the
+  output).
+
+Prints `on S3 (<mode>, pyspark X): ... N differences`; exit 1 on any difference, 2 when the
+store or the Iceberg runtime cannot be set up (the reason printed).
 """
 
 from __future__ import annotations
@@ -38,7 +51,14 @@ sys.path.insert(0, str(ROOT))
 from tests.objectstore import KEY, SECRET, SeaweedFS, StoreUnavailable  # noqa: E402
 from tests.oracle.histories import Writer  # noqa: E402
 from tests.oracle.run import check_history  # noqa: E402
-from tests.oracle.runtime import RuntimeUnavailable, iceberg_session  # noqa: E402
+from tests.oracle.runtime import (  # noqa: E402
+    IVY,
+    RuntimeUnavailable,
+    iceberg_coordinates,
+    iceberg_session,
+    merged,
+    packages_conf,
+)
 
 REALDATA = ROOT / "tests" / "realdata"
 
@@ -47,18 +67,26 @@ def _bag(rows: list[Any]) -> Counter:
     return Counter(tuple(str(v) for v in r) for r in rows)
 
 
-def histories(spark: Any, store: SeaweedFS, seeds: list[int], steps: int) -> tuple[int, list[str]]:
+def write_histories(
+    spark: Any, store: SeaweedFS, seeds: list[int], steps: int
+) -> tuple[list, list]:
+    """The Java writer's histories on s3a://whs/wh: (histories, differences)."""
+    written, diffs = [], []
+    for seed in seeds:
+        try:
+            written.append(Writer(spark, "s3a://whs/wh", seed, fs=store.arrow_fs()).run(steps))
+        except Exception:  # noqa: BLE001 - a writer failure is the harness's bug: report it
+            diffs.append(f"seed {seed}: the history could not be written\n{traceback.format_exc()}")
+    return written, diffs
+
+
+def histories(spark: Any, written: list[Any], seeds: list[int]) -> tuple[int, list[str]]:
     coverage: Counter = Counter()
     oracle_failed: Counter = Counter()
     diffs: list[str] = []
     n = 0
-    for seed in seeds:
-        try:
-            h = Writer(spark, "s3a://whs/wh", seed, fs=store.arrow_fs()).run(steps)
-        except Exception:  # noqa: BLE001 - a writer failure is the harness's bug: report it
-            diffs.append(f"seed {seed}: the history could not be written\n{traceback.format_exc()}")
-            continue
-        q, found = check_history(spark, h, random.Random(seed * 7919), coverage, oracle_failed)
+    for h in written:
+        q, found = check_history(spark, h, random.Random(h.seed * 7919), coverage, oracle_failed)
         n += q
         diffs += found
     print("  coverage: " + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items())))
@@ -75,7 +103,7 @@ def histories(spark: Any, store: SeaweedFS, seeds: list[int], steps: int) -> tup
     for kind, count in need.items():
         if not count:
             diffs.append(f"histories of seeds {seeds} wrote no {kind}: choose other seeds")
-    print(f"  histories: {len(seeds)} (seeds {seeds}), {n} queries, {need}")
+    print(f"  histories: {len(written)} (seeds {seeds}), {n} queries, {need}")
     return n, diffs
 
 
@@ -119,8 +147,12 @@ def realdata(spark: Any, store: SeaweedFS) -> tuple[int, list[str]]:
     return n, diffs
 
 
-def rest_catalog(spark: Any, store: SeaweedFS, tmp: Path) -> tuple[int, list[str]]:
-    """A pyiceberg table through the REST catalog, by name; the CLI against that catalog."""
+def rest_catalog(
+    spark: Any, store: SeaweedFS, tmp: Path, remote: str | None
+) -> tuple[int, list[str]]:
+    """A pyiceberg table through the REST catalog, by name; the CLI against that catalog, in
+    sessions it starts (given the store's s3a settings, no jar: it adds hadoop-aws itself) or
+    on the Connect server at `remote`."""
     import pyarrow as pa
 
     from mor import explain, mor_sql
@@ -173,7 +205,10 @@ def rest_catalog(spark: Any, store: SeaweedFS, tmp: Path) -> tuple[int, list[str
     conf = tmp / "mor.toml"
     conf.write_text(
         "[spark]\n"
-        + "".join(f'"{k}" = "{v}"\n' for k, v in store.spark_conf().items())
+        # the store's s3a settings, no jar: a session the CLI starts adds hadoop-aws itself,
+        # resolved through the project's Ivy cache as any other (spark.jars.ivy)
+        + "".join(f'"{k}" = "{v}"\n' for k, v in store.s3a_conf().items())
+        + f'"spark.jars.ivy" = "{IVY}"\n'
         + '"spark.sql.shuffle.partitions" = "2"\n'
         # the same catalog under another name, from mor's own config file
         + "[catalogs.sw2]\n"
@@ -184,7 +219,11 @@ def rest_catalog(spark: Any, store: SeaweedFS, tmp: Path) -> tuple[int, list[str
     bare = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env = {**bare, "PYICEBERG_HOME": str(home), "MOR_CONFIG": str(conf)}
 
+    on = ["--remote", remote] if remote else []
+
     def cli(*args: str, env: dict = env) -> subprocess.CompletedProcess:
+        if args[0] in ("run", "explain"):
+            args = (args[0], *on, *args[1:])
         return subprocess.run(
             [sys.executable, "-m", "mor.cli", *args],
             cwd=tmp,
@@ -219,6 +258,22 @@ def rest_catalog(spark: Any, store: SeaweedFS, tmp: Path) -> tuple[int, list[str
             str(live),
         ),
     ]
+    # how the session gets s3a: added by mor to a session it starts, and said so; the server's
+    # own on Spark Connect
+    from mor.physical.s3a import hadoop_version, s3a_coordinates, spark_jars
+
+    coords = s3a_coordinates(hadoop_version(spark_jars()) or "?")
+    reads = ("--catalog", "sw", "-e", "SELECT sum(id) FROM ns.t")
+    if remote:
+        checks.append((cli("explain", *reads), "s3a       the Spark Connect server reads them"))
+    else:
+        starts = f"s3a       a session mor starts to run it gets {coords} in spark.jars.packages"
+        checks += [
+            (cli("explain", "--analyze", *reads), f"s3a       session mor started: {coords} in"),
+            (cli("explain", *reads), starts),  # Spark analyses the query alone: no s3a added
+            (cli("explain", "--no-check", *reads), starts),
+            (cli("config"), f"starts for s3a:// paths gets {coords} in spark.jars.packages"),
+        ]
     # a table by path with no AWS environment: FileIO properties from --io only
     path = t.metadata_location
     io = [f"--io={k}={v}" for k, v in store.io_properties().items()]
@@ -254,7 +309,22 @@ def rest_catalog(spark: Any, store: SeaweedFS, tmp: Path) -> tuple[int, list[str
             f"CLI with an unreachable endpoint: exit {bad.returncode} after {waited:.0f}s, "
             f"stderr {bad.stderr[-800:]!r}"
         )
-    print(f"  REST catalog: {n} checks (API, CLI run/explain/health, --io by path)")
+    if not remote:  # told not to add it: one line naming the coordinates to add
+        n += 1
+        off = cli("run", "--set", "s3a_packages=false", *reads)
+        err = off.stderr.strip().splitlines()
+        want = f"spark.jars.packages={coords}"
+        if off.returncode != 1 or len(err) != 1 or want not in err[0]:
+            diffs.append(
+                f"CLI with s3a_packages=false: exit {off.returncode}, want one line naming "
+                f"{want!r}: {off.stderr[-800:]!r}"
+            )
+        else:
+            print(f"  without hadoop-aws: {err[0][:200]}")
+    print(
+        f"  REST catalog: {n} checks (API, CLI run/explain/health/config, --io by path"
+        + (f", CLI on Spark Connect {remote})" if remote else ", s3a added by mor)")
+    )
     return n, diffs
 
 
@@ -399,13 +469,29 @@ def errors(spark: Any, store: SeaweedFS) -> tuple[int, list[str]]:
     return len(driver) + len(in_spark), diffs
 
 
+# Iceberg's reader and a Hadoop catalog `local` on the histories' warehouse, for the Connect
+# server (tests/oracle/runtime.iceberg_session sets the same on a local session)
+ICEBERG_CONF = {
+    "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+    "spark.sql.catalog.local": "org.apache.iceberg.spark.SparkCatalog",
+    "spark.sql.catalog.local.type": "hadoop",
+    "spark.sql.catalog.local.warehouse": "s3a://whs/wh",
+    "spark.sql.catalog.local.cache-enabled": "false",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    import pyspark
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mode", choices=("classic", "connect", "plain"), default="classic")
     ap.add_argument("--seeds", type=int, nargs="*", default=[3, 4, 6])
     ap.add_argument("--steps", type=int, default=10, help="operations per history")
     args = ap.parse_args(argv)
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="mor-on-s3-"))
+    label = f"on S3 ({args.mode}, pyspark {pyspark.__version__})"
+    server = None
     try:
         with SeaweedFS(buckets=("whs", "denied", "far"), table_buckets=("lake",)) as store:
             print(f"SeaweedFS up: S3 {store.endpoint}, REST {store.rest_uri}")
@@ -421,24 +507,59 @@ def main(argv: list[str] | None = None) -> int:
                 "spark.hadoop.fs.s3a.bucket.denied.secret.key": "wrong",
                 "spark.hadoop.fs.s3a.bucket.far.endpoint": "http://127.0.0.1:9",
             }
-            spark = iceberg_session("s3a://whs/wh", ROOT / ".venv" / "mor-oracle", True, conf)
-            n1, d1 = histories(spark, store, args.seeds, args.steps)
+            print(f"  Spark's s3a: {conf['spark.jars.packages']}")
+            written: list[Any] = []
+            d1: list[str] = []
+            remote = None
+            if args.mode == "plain":
+                from pyspark.sql import SparkSession
+
+                builder = SparkSession.builder.master("local[2]").appName("mor-on-s3")
+                for k, v in {**conf, "spark.sql.shuffle.partitions": "2"}.items():
+                    builder = builder.config(k, v)
+                spark = builder.getOrCreate()
+                print(
+                    f"  histories: none (Iceberg publishes no runtime for pyspark "
+                    f"{pyspark.__version__}: no writer, no reader; the Spark 4 leg with "
+                    "Iceberg's reader runs them)"
+                )
+            else:
+                spark = iceberg_session("s3a://whs/wh", True, conf)
+                written, d1 = write_histories(spark, store, args.seeds, args.steps)
+            if args.mode == "connect":
+                spark.stop()  # a process holds a classic session or a Connect one, not both
+                from pyspark.sql import SparkSession
+
+                from tests.spark_modes import ConnectServer
+
+                server = ConnectServer(
+                    merged(conf, {**packages_conf(iceberg_coordinates()), **ICEBERG_CONF})
+                )
+                remote = server.url
+                spark = SparkSession.builder.remote(remote).getOrCreate()
+                print(f"  Spark Connect server {remote}, Iceberg's reader and s3a on it")
+            n1 = 0
+            if args.mode != "plain":
+                n1, found = histories(spark, written, args.seeds)
+                d1 += found
             n2, d2 = realdata(spark, store)
-            n3, d3 = rest_catalog(spark, store, tmp)
+            n3, d3 = rest_catalog(spark, store, tmp, remote)
             n4, d4 = sizes(store)
             n5, d5 = errors(spark, store)
             n3, d3 = n3 + n4 + n5, d3 + d4 + d5
             spark.stop()
     except (StoreUnavailable, RuntimeUnavailable) as e:
-        print(f"on S3: cannot be set up here: {e}")
+        print(f"{label}: cannot be set up here: {e}")
         return 2
     finally:
         import shutil
 
+        if server is not None:
+            server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     diffs = d1 + d2 + d3
     print(
-        f"on S3: {n1 + n2 + n3} queries and checks, {len(diffs)} differences, "
+        f"{label}: {n1 + n2 + n3} queries and checks, {len(diffs)} differences, "
         f"{time.monotonic() - started:.0f}s"
     )
     for d in diffs:
