@@ -69,7 +69,8 @@ demo: java venv
 S4_TESTS := tests/test_matrix.py tests/test_realdata.py tests/test_semantics.py \
 	tests/test_evolution.py tests/faults tests/test_sql_shapes.py tests/test_changes.py tests/test_reuse.py \
 	tests/test_plan_shape.py tests/test_resolution.py tests/test_objectstore.py
-S41_TESTS := tests/test_oracle.py tests/test_objectstore.py
+S41_TESTS := tests/test_oracle.py::test_random_histories_match_iceberg_reader \
+	tests/test_oracle.py::test_real_tables_match_iceberg_reader tests/test_objectstore.py
 CONNECT_TESTS := tests/test_realdata.py tests/test_evolution.py tests/faults \
 	tests/test_sql_shapes.py tests/test_cli.py tests/test_changes.py tests/test_reuse.py \
 	tests/test_plan_shape.py tests/test_resolution.py tests/test_consume.py
@@ -82,7 +83,7 @@ test: java dev spark4
 	@echo "== pyspark $(SPARK35), standalone master and worker on 127.0.0.1 =="
 	MOR_TEST_SPARK=standalone $(BIN)/python -m pytest -q tests/test_matrix.py tests/test_realdata.py -k "not tpcds and not listing_threshold"
 	@echo "== pyspark $(SPARK41), classic and Spark Connect, with Iceberg's reader =="
-	$(S41)/python -m pytest -q $(S41_TESTS) -k "histories or real_tables or s3 or store"
+	$(S41)/python -m pytest -q $(S41_TESTS)
 	@echo "== pyspark $(SPARK4), classic =="
 	$(S4)/python -m pytest -q $(S4_TESTS)
 	@echo "== pyspark $(SPARK4), Spark Connect =="

@@ -22,6 +22,8 @@ Spark reaches the store with hadoop-aws of the Hadoop its pyspark ships, in
 - `connect`: the histories are written by such a session, which then stops; a Spark Connect
   server on 127.0.0.1 started with the s3a and Iceberg packages and the same catalog serves
   Iceberg's reader and mor (and the CLI, with `--remote`) for everything else.
+- `both`: the histories written once, everything checked on the classic session, then again
+  through Spark Connect.
 - `plain`: for a pyspark Iceberg publishes no runtime for: no history can be written and there
   is no Iceberg reader, so parts 2 and 3 only, on a session with s3a alone (said so in the
   output).
@@ -158,20 +160,21 @@ def rest_catalog(
     from mor import explain, mor_sql
 
     cat = store.rest_catalog("sw", "s3://lake")
-    cat.create_namespace("ns")
-    schema = pa.schema([("id", pa.int64()), ("p", pa.string()), ("v", pa.float64())])
-    t = cat.create_table("ns.t", schema=schema)
-    with t.update_spec() as spec:
-        spec.add_identity("p")
-    for k in range(3):
-        ids = list(range(k * 100, k * 100 + 100))
-        t.append(
-            pa.table(
-                {"id": ids, "p": [f"p{i % 3}" for i in ids], "v": [i / 7 for i in ids]},
-                schema=schema,
+    if not cat.table_exists("ns.t"):  # made once a store (a second pass reads it again)
+        cat.create_namespace("ns")
+        schema = pa.schema([("id", pa.int64()), ("p", pa.string()), ("v", pa.float64())])
+        t = cat.create_table("ns.t", schema=schema)
+        with t.update_spec() as spec:
+            spec.add_identity("p")
+        for k in range(3):
+            ids = list(range(k * 100, k * 100 + 100))
+            t.append(
+                pa.table(
+                    {"id": ids, "p": [f"p{i % 3}" for i in ids], "v": [i / 7 for i in ids]},
+                    schema=schema,
+                )
             )
-        )
-    t.delete(f"id in ({', '.join(str(i) for i in range(0, 300, 5))})")  # copy-on-write
+        t.delete(f"id in ({', '.join(str(i) for i in range(0, 300, 5))})")  # copy-on-write
     t = cat.load_table("ns.t")
     theirs = t.scan().to_arrow()
     diffs, n = [], 0
@@ -196,7 +199,7 @@ def rest_catalog(
 
     # the CLI, the catalog named in a .pyiceberg.yaml, Spark's s3a set in mor's config file
     home = tmp / "pyiceberg-home"
-    home.mkdir()
+    home.mkdir(exist_ok=True)
     (home / ".pyiceberg.yaml").write_text(
         "catalog:\n  sw:\n    type: rest\n"
         f"    uri: {store.rest_uri}\n    warehouse: s3://lake\n    credential: {KEY}:{SECRET}\n"
@@ -480,11 +483,23 @@ ICEBERG_CONF = {
 }
 
 
+def checks(
+    spark: Any, store: SeaweedFS, tmp: Path, written: list, seeds: list[int], remote: str | None
+) -> tuple[int, list[str]]:
+    """Everything but writing, on `spark` (Spark Connect at `remote`): the histories (when
+    some were written), the real tables, the REST catalog and the CLI, Spark's errors."""
+    n1, d1 = histories(spark, written, seeds) if written else (0, [])
+    n2, d2 = realdata(spark, store)
+    n3, d3 = rest_catalog(spark, store, tmp, remote)
+    n5, d5 = errors(spark, store)
+    return n1 + n2 + n3 + n5, d1 + d2 + d3 + d5
+
+
 def main(argv: list[str] | None = None) -> int:
     import pyspark
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", choices=("classic", "connect", "plain"), default="classic")
+    ap.add_argument("--mode", choices=("classic", "connect", "both", "plain"), default="classic")
     ap.add_argument("--seeds", type=int, nargs="*", default=[3, 4, 6])
     ap.add_argument("--steps", type=int, default=10, help="operations per history")
     args = ap.parse_args(argv)
@@ -492,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="mor-on-s3-"))
     label = f"on S3 ({args.mode}, pyspark {pyspark.__version__})"
     server = None
+    n, diffs = 0, []
     try:
         with SeaweedFS(buckets=("whs", "denied", "far"), table_buckets=("lake",)) as store:
             print(f"SeaweedFS up: S3 {store.endpoint}, REST {store.rest_uri}")
@@ -508,9 +524,8 @@ def main(argv: list[str] | None = None) -> int:
                 "spark.hadoop.fs.s3a.bucket.far.endpoint": "http://127.0.0.1:9",
             }
             print(f"  Spark's s3a: {conf['spark.jars.packages']}")
+            n, diffs = sizes(store)
             written: list[Any] = []
-            d1: list[str] = []
-            remote = None
             if args.mode == "plain":
                 from pyspark.sql import SparkSession
 
@@ -525,8 +540,13 @@ def main(argv: list[str] | None = None) -> int:
                 )
             else:
                 spark = iceberg_session("s3a://whs/wh", True, conf)
-                written, d1 = write_histories(spark, store, args.seeds, args.steps)
-            if args.mode == "connect":
+                written, found = write_histories(spark, store, args.seeds, args.steps)
+                diffs += found
+            if args.mode in ("classic", "both", "plain"):
+                print(f"  -- a classic session (pyspark {pyspark.__version__}):")
+                got = checks(spark, store, tmp, written, args.seeds, None)
+                n, diffs = n + got[0], diffs + got[1]
+            if args.mode in ("connect", "both"):
                 spark.stop()  # a process holds a classic session or a Connect one, not both
                 from pyspark.sql import SparkSession
 
@@ -535,18 +555,10 @@ def main(argv: list[str] | None = None) -> int:
                 server = ConnectServer(
                     merged(conf, {**packages_conf(iceberg_coordinates()), **ICEBERG_CONF})
                 )
-                remote = server.url
-                spark = SparkSession.builder.remote(remote).getOrCreate()
-                print(f"  Spark Connect server {remote}, Iceberg's reader and s3a on it")
-            n1 = 0
-            if args.mode != "plain":
-                n1, found = histories(spark, written, args.seeds)
-                d1 += found
-            n2, d2 = realdata(spark, store)
-            n3, d3 = rest_catalog(spark, store, tmp, remote)
-            n4, d4 = sizes(store)
-            n5, d5 = errors(spark, store)
-            n3, d3 = n3 + n4 + n5, d3 + d4 + d5
+                spark = SparkSession.builder.remote(server.url).getOrCreate()
+                print(f"  -- Spark Connect ({server.url}; Iceberg's reader and s3a on the server):")
+                got = checks(spark, store, tmp, written, args.seeds, server.url)
+                n, diffs = n + got[0], diffs + got[1]
             spark.stop()
     except (StoreUnavailable, RuntimeUnavailable) as e:
         print(f"{label}: cannot be set up here: {e}")
@@ -557,11 +569,8 @@ def main(argv: list[str] | None = None) -> int:
         if server is not None:
             server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    diffs = d1 + d2 + d3
-    print(
-        f"{label}: {n1 + n2 + n3} queries and checks, {len(diffs)} differences, "
-        f"{time.monotonic() - started:.0f}s"
-    )
+    took = time.monotonic() - started
+    print(f"{label}: {n} queries and checks, {len(diffs)} differences, {took:.0f}s")
     for d in diffs:
         print("DIFFERENCE " + d)
     return 1 if diffs else 0
