@@ -57,8 +57,13 @@ class Shell:
         from mor.physical.s3a import reads_s3a
 
         s3a = plan is not None and reads_s3a(plan, counts=True)
-        if self._spark is None or s3a:
+        if self._spark is None:
             self._spark = _spark(self.args, s3a=s3a)
+        elif s3a:
+            from mor.physical.session import check_s3a, is_connect
+
+            if not is_connect(self._spark):
+                check_s3a(self._spark)
         return self._spark
 
     def run(self, lines: Iterator[str]) -> int:

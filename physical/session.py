@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -96,14 +96,14 @@ def _reachable(url: str, timeout: float = 10.0) -> None:
         ) from e
 
 
-@dataclass
+@dataclass(frozen=True)
 class Started:
     """The session mor started in this process (the CLI's, `mor_sql` without `spark=`), what
     it added for s3a and why: for EXPLAIN, `mor config` and a later query that needs s3a."""
 
     session: Any
     s3a: S3aConnector | None  # None: started without s3a (no query read s3a:// paths)
-    log: str | None = None  # where Spark's launcher wrote while resolving packages
+    log: str | None = None  # where the JVM's output goes (None: this process's stderr)
 
 
 STARTED: Started | None = None
@@ -129,7 +129,23 @@ def s3a_status(session: Any) -> str:
     if mine.s3a is not None:
         return "session mor started: " + mine.s3a.why
     # started for a query that read no s3a:// path (or for EXPLAIN's analysis alone)
-    return what_starts_get(s3a_for()) + " (not the session this process runs now)"
+    return what_starts_get(s3a_for()) + " (not the session started here without it)"
+
+
+def check_s3a(session: Any, conf: Mapping[str, str] | None = None) -> None:
+    """Refuse, naming what to add, a query that reads s3a:// paths on a session mor started
+    without the connector (for earlier queries): a running JVM takes no packages."""
+    mine = _mine(session)
+    if mine is None or mine.s3a is not None:
+        return
+    wanted = s3a_for(conf)
+    if wanted.coordinates is not None:
+        raise ConfigError(
+            "this query reads s3a:// paths, but the Spark session mor started in this process "
+            "(for an earlier query) has no s3a connector, and a running JVM takes no packages: "
+            f"start the process's session with spark.jars.packages={wanted.coordinates} (the "
+            "config file's [spark], --conf, or a session of your own), or run this query first"
+        )
 
 
 def local_session(
@@ -140,7 +156,7 @@ def local_session(
     `master` and `conf` (the CLI's --master and --conf) start the session with them; on an
     active session, `conf` is applied as runtime settings and `master` must be its own.
     `s3a`: the queries read `s3a://` paths, so a session started here gets Hadoop's s3a
-    connector (physical/packages.py) unless the `s3a_packages` setting is off."""
+    connector (physical/s3a.py) unless the `s3a_packages` setting is off."""
     global STARTED
     active = active_session()
     if active is not None:
@@ -151,16 +167,8 @@ def local_session(
                 f"--master {master}: this process already runs Spark on "
                 f"{active.sparkContext.master}"
             )
-        mine = _mine(active)
-        if s3a and mine is not None and mine.s3a is None:
-            wanted = s3a_for(conf)
-            if wanted.coordinates is not None:
-                raise ConfigError(
-                    "this query reads s3a:// paths, and the Spark session mor started for an "
-                    "earlier query of this process has no s3a connector (packages are added "
-                    "only when a JVM starts): start with --conf spark.jars.packages="
-                    f"{wanted.coordinates} (or read an s3:// table first)"
-                )
+        if s3a:
+            check_s3a(active, conf)
         for k, v in (conf or {}).items():
             active.conf.set(k, v)
         return prepare_session(active)
@@ -217,8 +225,13 @@ def _launcher_log() -> str:
             except OSError:
                 pass
     path = os.path.join(folder, f"spark-{os.getpid()}.log")
-    atexit.register(lambda: os.path.exists(path) and os.remove(path))
+    if path not in _LOGS:
+        _LOGS.add(path)
+        atexit.register(lambda: os.path.exists(path) and os.remove(path))
     return path
+
+
+_LOGS: set[str] = set()
 
 
 def _alive(pid: int) -> bool:
