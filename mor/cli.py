@@ -674,7 +674,7 @@ def _s3a_line(spark_conf: dict[str, str]) -> str:
     """What a session mor starts gets when a query reads s3a:// paths."""
     from mor.physical.s3a import s3a_for, what_starts_get
 
-    return what_starts_get(s3a_for(spark_conf)).replace(" to run it", " for s3a:// paths")
+    return what_starts_get(s3a_for(spark_conf), "for s3a:// paths")
 
 
 def cmd_shell(args: argparse.Namespace) -> int:

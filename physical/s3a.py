@@ -103,11 +103,11 @@ def s3a_connector(conf: Mapping[str, str], enabled: bool, jars: Path | None = No
     )
 
 
-def what_starts_get(connector: S3aConnector) -> str:
-    """One line: what a session mor starts for a query reading s3a:// paths gets."""
+def what_starts_get(connector: S3aConnector, purpose: str = "to run it") -> str:
+    """One line: what a session mor starts `purpose` (for a query reading s3a:// paths) gets."""
     if connector.coordinates is None:
-        return f"a session mor starts to run it: {connector.why}"
-    return f"a session mor starts to run it gets {connector.why}"
+        return f"a session mor starts {purpose}: {connector.why}"
+    return f"a session mor starts {purpose} gets {connector.why}"
 
 
 def with_packages(conf: Mapping[str, str], coordinates: str) -> dict[str, str]:
