@@ -125,7 +125,8 @@ def _with_lineage(
 ) -> DataFrame:
     """`_row_id`: the stored value, else the file's first_row_id + _pos;
     `_last_updated_sequence_number`: the stored value, else the file's data sequence number, as
-    the spec says (Iceberg 1.10.2's reader gives the file sequence number: apache/iceberg#17039).
+    the spec says (Iceberg 1.10.2's reader gives the file sequence number: apache/iceberg#17039;
+    1.12.0's agrees with the spec).
     A file without a first_row_id (written before the table was upgraded to v3) has no
     lineage: both are NULL, as Iceberg's reader gives them. The per-file values come from a
     broadcast table on the file key, as the other metadata columns do."""

@@ -80,10 +80,11 @@ def lineage_view(spark: Any, h: History) -> tuple[str, int]:
     """Iceberg's rows of `id, amt, _row_id, _last_updated_sequence_number` as the spec defines
     them, and how many rows it corrected. Iceberg 1.10.2's reader gives a row that inherits
     `_last_updated_sequence_number` its file's *file* sequence number; the spec says the data
-    sequence number (apache/iceberg#17039, fixed after 1.10.2). The two differ only for a file a
-    compaction rewrote before the upgrade to v3 (rewrite_data_files keeps the data sequence
-    number it started from), and there Iceberg's value is exactly the file sequence number: a
-    value stored in a file is older than the commit that wrote it, so it never equals it."""
+    sequence number (apache/iceberg#17039; 1.12.0, the oracle here, agrees with the spec).
+    The two differ only for a file a compaction rewrote before the upgrade to v3
+    (rewrite_data_files keeps the data sequence number it started from), and there Iceberg's
+    value is exactly the file sequence number: a value stored in a file is older than the
+    commit that wrote it, so it never equals it."""
     view = f"lineage_spec_{h.seed}"
     spark.sql(
         f"""CREATE OR REPLACE TEMP VIEW {view} AS
