@@ -229,7 +229,7 @@ def main() -> int:
         print(
             f"lineage: {len(want)} live rows, {moved} in a compacted file; Iceberg {ICEBERG}'s "
             f"reader differs from the spec on {sum((theirs - _bag(want)).values())} "
-            "(apache/iceberg#17039: 1.10.2's on all of them)"
+            "(apache/iceberg#17039: 1.10.2's on every row of a compacted file)"
         )
         if export is not None and not failures:
             with open(export / "results.pickle", "wb") as f:
