@@ -60,10 +60,9 @@ class Shell:
         if self._spark is None:
             self._spark = _spark(self.args, s3a=s3a)
         elif s3a:
-            from mor.physical.session import check_s3a, is_connect
+            from mor.physical.session import check_s3a
 
-            if not is_connect(self._spark):
-                check_s3a(self._spark)
+            check_s3a(self._spark)
         return self._spark
 
     def run(self, lines: Iterator[str]) -> int:

@@ -134,7 +134,9 @@ def s3a_status(session: Any) -> str:
 
 def check_s3a(session: Any, conf: Mapping[str, str] | None = None) -> None:
     """Refuse, naming what to add, a query that reads s3a:// paths on a session mor started
-    without the connector (for earlier queries): a running JVM takes no packages."""
+    without the connector (for earlier queries): a running JVM takes no packages. Any other
+    session (the user's, a Spark Connect one) is not mor's to judge: Spark's own error, made
+    one line by physical/errors.py, names the coordinates there."""
     mine = _mine(session)
     if mine is None or mine.s3a is not None:
         return
@@ -209,6 +211,9 @@ def local_session(
     return spark
 
 
+_LOGS: set[str] = set()  # the logs whose removal at exit is registered
+
+
 def _launcher_log() -> str:
     """`mor-<uid>/spark-<pid>.log` in the temporary folder, removed when this process ends;
     logs of processes that are gone are removed here."""
@@ -229,9 +234,6 @@ def _launcher_log() -> str:
         _LOGS.add(path)
         atexit.register(lambda: os.path.exists(path) and os.remove(path))
     return path
-
-
-_LOGS: set[str] = set()
 
 
 def _alive(pid: int) -> bool:
