@@ -23,6 +23,18 @@ S4 := $(VENV)/spark4/bin
 S41 := $(VENV)/spark41/bin
 # SeaweedFS (S3 and an Iceberg REST catalog on 127.0.0.1) for the object-store legs
 WEED := 4.48
+# the pipelines leg (tests/oracle/flink.py): PyFlink and the newest Iceberg Flink runtime Maven
+# Central serves for it (1.12.0 publishes none here), the PostgreSQL JDBC driver and Hadoop's
+# client (Iceberg's Flink catalogs need its Configuration), as a Flink installation has them
+FLINK := 2.1.3
+FLINK_ICEBERG := org.apache.iceberg:iceberg-flink-runtime-2.1:1.11.0
+FLINK_JARS := $(FLINK_ICEBERG) org.postgresql:postgresql:42.7.8 \
+	org.apache.hadoop:hadoop-client-api:3.4.1 org.apache.hadoop:hadoop-client-runtime:3.4.1
+FL := $(VENV)/flink
+# Trino as its users get it (the server tarball from Maven Central, the newest served here), its
+# Iceberg plugin alone kept; it runs on a Java 25 JDK beside Java 17 (tests/trino.py)
+TRINO := 476
+TR := $(VENV)/trino
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
@@ -52,8 +64,26 @@ endef
 $(eval $(call spark4_env,spark4,$(SPARK4)))
 $(eval $(call spark4_env,spark41,$(SPARK41)))
 
+# PyFlink in an environment of its own (its pins are not the main one's), with the jars
+$(FL)/.installed: Makefile | $(BIN)/python
+	$(PY) -m venv $(FL)
+	$(FL)/bin/pip install -q --upgrade pip
+	$(FL)/bin/pip install -q 'apache-flink==$(FLINK)'
+	@command -v mvn >/dev/null 2>&1 || { echo "the Flink leg fetches its jars with Maven: install it (apt-get install maven)" >&2; exit 1; }
+	rm -rf $(FL)/jars
+	for a in $(FLINK_JARS); do mvn -q dependency:copy -Dartifact=$$a -DoutputDirectory=$(FL)/jars || exit 1; done
+	touch $@
+
+$(TR)/.installed: Makefile
+	@command -v mvn >/dev/null 2>&1 || { echo "the Trino leg fetches its server with Maven: install it (apt-get install maven)" >&2; exit 1; }
+	rm -rf $(TR) && mkdir -p $(TR)
+	mvn -q dependency:copy -Dartifact=io.trino:trino-server:$(TRINO):tar.gz -DoutputDirectory=$(TR)
+	tar -xzf $(TR)/trino-server-$(TRINO).tar.gz -C $(TR) && rm $(TR)/trino-server-$(TRINO).tar.gz
+	find $(TR)/trino-server-$(TRINO)/plugin -mindepth 1 -maxdepth 1 ! -name iceberg -exec rm -rf {} +
+	touch $@
+
 venv: $(VENV)/.installed
-dev: java $(VENV)/.installed-dev
+dev: java $(VENV)/.installed-dev $(FL)/.installed $(TR)/.installed
 spark4: java $(VENV)/spark4/.installed $(VENV)/spark41/.installed
 
 demo: java venv
@@ -92,10 +122,12 @@ test: java dev spark4
 clean:
 	rm -rf $(VENV) warehouse .pytest_cache .hypothesis
 
-# the long differential run against Iceberg's own reader: HISTORIES=200 by default
+# the long differential runs: Java-written histories against Iceberg's own reader (HISTORIES=200
+# by default), then Flink and Trino pipelines through the JDBC catalog (tests/oracle/pipelines.py)
 HISTORIES ?= 200
 soak: java dev
 	$(BIN)/python -m tests.oracle.run --histories $(HISTORIES) --seed 1000
+	$(BIN)/python -m tests.oracle.pipelines --pipelines 40 --trino 10 --java 10 --seed 100
 
 golden: dev
 	$(BIN)/python tests/test_golden.py

@@ -168,6 +168,7 @@ def check_changes(spark: Any, h: History, rng: Any) -> list[str]:
     from mor import changes
 
     loc = str(h.location)
+    cat = getattr(h, "catalog", None)  # a table named through a catalog (tests/oracle/flink.py)
     snaps = {
         r.snapshot_id: r
         for r in _iceberg(
@@ -188,7 +189,7 @@ def check_changes(spark: Any, h: History, rng: Any) -> list[str]:
     def fail(text: str) -> None:
         out.append(f"seed {h.seed} ({h.layout}, v{h.version}): table_changes: {text}")
 
-    whole = changes(loc, spark=spark)
+    whole = changes(loc, catalog=cat, spark=spark)
     cols = [c for c in whole.columns if c not in CHANGE_COLS]
     rows = [r.asDict() for r in whole.collect()]
     by_ord: dict[int, list[dict]] = {}
@@ -263,7 +264,11 @@ def check_changes(spark: Any, h: History, rng: Any) -> list[str]:
     for i in sorted(rng.sample(range(len(chain)), min(3, len(chain)))):
         start = chain[i - 1].snapshot_id if i else None
         sub = changes(
-            loc, start_snapshot_id=start, end_snapshot_id=chain[i].snapshot_id, spark=spark
+            loc,
+            start_snapshot_id=start,
+            end_snapshot_id=chain[i].snapshot_id,
+            catalog=cat,
+            spark=spark,
         )
         same(sub, i, i + 1, f"commit {i} alone")
     if len(chain) >= 3:
@@ -272,6 +277,7 @@ def check_changes(spark: Any, h: History, rng: Any) -> list[str]:
             loc,
             start_snapshot_id=chain[a].snapshot_id,
             end_snapshot_id=chain[b].snapshot_id,
+            catalog=cat,
             spark=spark,
         )
         ranged = same(sub, a + 1, b + 1, f"commits after {a} up to {b}")
@@ -306,6 +312,7 @@ def check_changes(spark: Any, h: History, rng: Any) -> list[str]:
             loc,
             start_timestamp=chain[a].ms,
             end_timestamp=chain[b].ms,
+            catalog=cat,
             spark=spark,
         )
         same(ts, a + 1, b + 1, f"commits by time after {a} up to {b}")
@@ -318,9 +325,10 @@ def check_health(spark: Any, h: History) -> list[str]:
     from mor import health
 
     loc = str(h.location)
+    cat = getattr(h, "catalog", None)
     out: list[str] = []
-    exact = health(loc, exact=True, spark=spark)
-    approx = health(loc)
+    exact = health(loc, catalog=cat, exact=True, spark=spark)
+    approx = health(loc, catalog=cat)
     live = _iceberg(spark, f"SELECT count(*) n FROM {h.table}")[0].n
     files = _iceberg(
         spark,

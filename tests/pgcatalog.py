@@ -1,0 +1,224 @@
+"""A PostgreSQL server on 127.0.0.1 holding an Iceberg JDBC catalog, for the pipelines leg.
+
+Iceberg's `JdbcCatalog` (Spark's and Flink's runtimes), Trino's `iceberg.catalog.type=jdbc` and
+pyiceberg's `SqlCatalog` keep the same two tables (`iceberg_tables`,
+`iceberg_namespace_properties`), keyed by a catalog name: every engine that names the catalog
+the same (`lake` here) sees the same tables, committed through the same row lock. That is the
+shared catalog writers and readers meet in, not files copied between catalogs.
+
+The server is Debian's PostgreSQL (package postgresql-15, or whichever major is installed under
+/usr/lib/postgresql), started from its own binaries in a temporary folder on a free port and
+stopped (the folder removed) on exit. PostgreSQL refuses to run as root: when the tests are
+root, the cluster belongs to the `postgres` user the package creates. Nothing here is optional:
+a missing server fails with what to install.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+USER = "mor"
+DATABASE = "lake"
+CATALOG = "lake"  # the name every engine gives the catalog (JdbcCatalog keys rows by it)
+
+
+class PostgresUnavailable(Exception):
+    """The server cannot be started here: the reason is the message."""
+
+
+def _bin_dir() -> Path:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"), key=_major)
+    if not found:
+        raise PostgresUnavailable(
+            "no PostgreSQL server under /usr/lib/postgresql: install Debian's package "
+            "(apt-get install postgresql)"
+        )
+    return Path(found[-1]).parent
+
+
+def _major(path: str) -> int:
+    try:
+        return int(Path(path).parts[-3])
+    except ValueError:
+        return 0
+
+
+def _free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Postgres:
+    """`with Postgres() as pg:` a server at `pg.port` with database `lake`, user `mor`
+    (trust authentication on 127.0.0.1 only)."""
+
+    def __init__(self) -> None:
+        self.dir = ""
+        self.port = 0
+        self.proc: subprocess.Popen | None = None
+        self.version = ""
+
+    @property
+    def jdbc_uri(self) -> str:
+        return f"jdbc:postgresql://127.0.0.1:{self.port}/{DATABASE}"
+
+    @property
+    def sqlalchemy_uri(self) -> str:
+        return f"postgresql+psycopg://{USER}@127.0.0.1:{self.port}/{DATABASE}"
+
+    def _as_owner(self, args: list[str]) -> list[str]:
+        if os.geteuid() != 0:
+            return args
+        return ["runuser", "-u", "postgres", "--", *args]
+
+    def __enter__(self) -> Postgres:
+        bindir = _bin_dir()
+        self.version = Path(bindir).parts[-2]
+        self.dir = tempfile.mkdtemp(prefix="mor-pg-")
+        if os.geteuid() == 0:
+            shutil.chown(self.dir, "postgres")
+        data = os.path.join(self.dir, "data")
+        init = subprocess.run(
+            self._as_owner(
+                [str(bindir / "initdb"), "-D", data, "-A", "trust", "-U", USER, "-E", "UTF8"]
+            ),
+            capture_output=True,
+            text=True,
+        )
+        if init.returncode != 0:
+            self.__exit__()
+            raise PostgresUnavailable(f"initdb failed: {init.stderr.strip()[-300:]}")
+        self.port = _free_port()
+        self._log = open(os.path.join(self.dir, "server.log"), "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            self._as_owner(
+                [
+                    str(bindir / "postgres"),
+                    "-D",
+                    data,
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                    "-k",
+                    self.dir,
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "max_connections=200",
+                ]
+            ),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            self._wait(bindir)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _wait(self, bindir: Path, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise PostgresUnavailable(f"postgres exited: {self._tail()}")
+            ready = subprocess.run(
+                [str(bindir / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)],
+                capture_output=True,
+            )
+            if ready.returncode == 0:
+                made = subprocess.run(
+                    [
+                        str(bindir / "createdb"),
+                        "-h",
+                        "127.0.0.1",
+                        "-p",
+                        str(self.port),
+                        "-U",
+                        USER,
+                        DATABASE,
+                    ],
+                    capture_output=True,
+                    text=True,
+                )
+                if made.returncode != 0:
+                    raise PostgresUnavailable(f"createdb: {made.stderr.strip()[-300:]}")
+                return
+            time.sleep(0.2)
+        raise PostgresUnavailable(f"postgres not ready in {timeout:.0f}s: {self._tail()}")
+
+    def _tail(self) -> str:
+        try:
+            with open(os.path.join(self.dir, "server.log"), "rb") as f:
+                return f.read()[-600:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()  # smart shutdown: the connections' sessions end
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=20)
+        if getattr(self, "_log", None) is not None:
+            self._log.close()
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    # how each engine names this catalog
+
+    def spark_conf(self, warehouse: str) -> dict[str, str]:
+        """Iceberg's SparkCatalog `lake` on this server (with the driver, as users add it)."""
+        from tests.oracle.runtime import packages_conf
+
+        c = f"spark.sql.catalog.{CATALOG}"
+        return {
+            **packages_conf(f"org.postgresql:postgresql:{PG_JDBC}"),
+            c: "org.apache.iceberg.spark.SparkCatalog",
+            f"{c}.type": "jdbc",
+            f"{c}.uri": self.jdbc_uri,
+            f"{c}.jdbc.user": USER,
+            f"{c}.jdbc.schema-version": "V1",
+            f"{c}.warehouse": warehouse,
+            f"{c}.cache-enabled": "false",
+        }
+
+    def flink_options(self, warehouse: str) -> dict[str, str]:
+        """`CREATE CATALOG lake WITH (...)` for Iceberg's Flink runtime."""
+        return {
+            "type": "iceberg",
+            "catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
+            "uri": self.jdbc_uri,
+            "jdbc.user": USER,
+            "jdbc.schema-version": "V1",
+            "warehouse": warehouse,
+        }
+
+    def pyiceberg_properties(self, warehouse: str) -> dict[str, str]:
+        """pyiceberg's SqlCatalog on this server (as `type: sql` in .pyiceberg.yaml)."""
+        return {"type": "sql", "uri": self.sqlalchemy_uri, "warehouse": warehouse}
+
+    def environment(self, warehouse: str) -> dict[str, str]:
+        """PYICEBERG_CATALOG__LAKE__* variables: how a user names the catalog to mor."""
+        return {
+            f"PYICEBERG_CATALOG__{CATALOG.upper()}__{k.upper().replace('-', '_')}": v
+            for k, v in self.pyiceberg_properties(warehouse).items()
+        }
+
+
+# the PostgreSQL JDBC driver Spark's JdbcCatalog loads (Maven Central)
+PG_JDBC = "42.7.8"
