@@ -22,17 +22,20 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _modes() -> list[str]:
-    """The leg's mode on this pyspark (tests/oracle/on_s3.py): a classic session where
-    Iceberg publishes a runtime for it, then Spark Connect on 4.x; `plain` (no histories, no
-    Iceberg reader) where it publishes none."""
+    """The leg's mode on this pyspark (tests/oracle/on_s3.py): on 4.1 a classic session,
+    then Spark Connect (`both`); `plain` (no histories, no Iceberg reader) on 3.5 and where
+    Iceberg publishes no runtime."""
     import pyspark
 
     from tests.oracle.runtime import RUNTIMES, spark_line
 
-    if spark_line() not in RUNTIMES:
+    if spark_line() not in RUNTIMES or pyspark.__version__.startswith("3."):
+        # on 3.5 the Java-written histories on S3 are left to 4.1 (the same histories, the
+        # same checks), for the suite's time: its s3a (AWS SDK v1) still reads the real
+        # tables, the REST catalog's table and the CLI's sessions here
         return ["plain"]
     # on 4.x one run checks a classic session, then a Connect server, over one store
-    return ["classic"] if pyspark.__version__.startswith("3.") else ["both"]
+    return ["both"]
 
 
 @pytest.mark.parametrize("mode", _modes())
