@@ -62,7 +62,10 @@ class Postgres:
     """`with Postgres() as pg:` a server at `pg.port` with database `lake`, user `mor`
     (trust authentication on 127.0.0.1 only)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: str | None = None) -> None:
+        """`keep`: a folder whose cluster outlives the server (made on the first start, reused
+        after: the benchmarks' cached tables); by default a temporary one, removed on exit."""
+        self.keep = keep
         self.dir = ""
         self.port = 0
         self.proc: subprocess.Popen | None = None
@@ -84,20 +87,26 @@ class Postgres:
     def __enter__(self) -> Postgres:
         bindir = _bin_dir()
         self.version = Path(bindir).parts[-2]
-        self.dir = tempfile.mkdtemp(prefix="mor-pg-")
+        if self.keep:
+            self.dir = self.keep
+            os.makedirs(self.dir, exist_ok=True)
+        else:
+            self.dir = tempfile.mkdtemp(prefix="mor-pg-")
         if os.geteuid() == 0:
             shutil.chown(self.dir, "postgres")
         data = os.path.join(self.dir, "data")
-        init = subprocess.run(
-            self._as_owner(
-                [str(bindir / "initdb"), "-D", data, "-A", "trust", "-U", USER, "-E", "UTF8"]
-            ),
-            capture_output=True,
-            text=True,
-        )
-        if init.returncode != 0:
-            self.__exit__()
-            raise PostgresUnavailable(f"initdb failed: {init.stderr.strip()[-300:]}")
+        self._fresh = not os.path.exists(os.path.join(data, "PG_VERSION"))
+        if self._fresh:
+            init = subprocess.run(
+                self._as_owner(
+                    [str(bindir / "initdb"), "-D", data, "-A", "trust", "-U", USER, "-E", "UTF8"]
+                ),
+                capture_output=True,
+                text=True,
+            )
+            if init.returncode != 0:
+                self.__exit__()
+                raise PostgresUnavailable(f"initdb failed: {init.stderr.strip()[-300:]}")
         self.port = _free_port()
         self._log = open(os.path.join(self.dir, "server.log"), "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
@@ -139,6 +148,8 @@ class Postgres:
                 capture_output=True,
             )
             if ready.returncode == 0:
+                if not self._fresh:
+                    return
                 made = subprocess.run(
                     [
                         str(bindir / "createdb"),
@@ -176,7 +187,7 @@ class Postgres:
                 self.proc.wait(timeout=20)
         if getattr(self, "_log", None) is not None:
             self._log.close()
-        if self.dir:
+        if self.dir and not self.keep:
             shutil.rmtree(self.dir, ignore_errors=True)
 
     # how each engine names this catalog

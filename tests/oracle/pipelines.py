@@ -493,16 +493,16 @@ def check(
     flink_rows: dict | None = None,
     trino: Any = None,
     refused: Counter | None = None,
-) -> tuple[int, list[str]]:
+) -> tuple[Counter, list[str]]:
     """Every snapshot of one table (`chain`, with the rows `truths` says it holds at each):
     mor against the truth, Iceberg's reader, Flink's read (`flink_rows`) and Trino (`trino`).
     A reader that refuses the table outright is counted in `refused`, not as a difference.
-    Returns (comparisons made, differences)."""
+    Returns (comparisons made, by pair of readers; differences)."""
     diffs: list[str] = []
-    n = 0
+    n: Counter = Counter()
     where = f"seed {pl.seed} ({pl.layout}, v{pl.version})"
     if len(chain) != len(truths):
-        return 1, [f"{where}: {len(chain)} snapshots for {len(truths)} commits"]
+        return n, [f"{where}: {len(chain)} snapshots for {len(truths)} commits"]
     final_cols = truths[-1]["columns"]
     trino_name = f"{CATALOG}.{DB}.{pl.table}"
     for i, (sid, truth) in enumerate(zip(chain, truths, strict=True)):
@@ -513,7 +513,7 @@ def check(
         pad = tuple([None] * (len(final_cols) - len(cols)))
         padded = _bag([tuple(r) + pad for r in truth["rows"]])
         if flink_rows is not None:
-            n += 1
+            n["Flink vs the truth"] += 1
             flink = _bag(flink_rows[str(sid)])
             if flink != padded:
                 diffs.append(
@@ -531,7 +531,7 @@ def check(
                     refused[f"Trino: {str(e).splitlines()[0][:120]}"] += 1
                     break
                 ref = _bag(want[q])
-                n += 1
+                n["Trino vs the truth"] += 1
                 if got != ref and not (q == "*" and got == padded):
                     diffs.append(
                         f"{where} snapshot {i} ({sid}): Trino: {sql}\n  Trino vs the "
@@ -554,14 +554,14 @@ def check(
             for how, rows in runs:
                 got = _bag(rows)
                 for ref_name, ref in refs:
-                    n += 1
+                    n[f"mor vs {ref_name}"] += 1
                     if got != ref:
                         diffs.append(
                             f"{where} snapshot {i} ({sid}){how}: {ours_sql}\n  mor vs "
                             f"{ref_name}: {_diff(got, ref)}"
                         )
     h = _AsHistory(pl)
-    n += 2
+    n["mor vs Iceberg's reader"] += 2  # table_changes over the history, the health report
     try:
         diffs += check_changes(spark, h, rng)
     except OracleFailed as e:
@@ -699,13 +699,13 @@ def _report(
     total: Counter = Counter()
     refused: Counter = Counter()
     diffs: list[str] = []
-    n = 0
+    n: Counter = Counter()
     for pl, w in zip(pipelines, written["pipelines"], strict=True):
         rng = random.Random(pl.seed * 7919)
         try:
             k, d = check(spark, pl, w["snapshots"], pl.truths, rng, w["flink_rows"], trino, refused)
         except Exception:  # noqa: BLE001 - the harness itself failed: report it as such
-            k, d = 1, [f"seed {pl.seed}: harness error\n{traceback.format_exc()}"]
+            k, d = Counter(), [f"seed {pl.seed}: harness error\n{traceback.format_exc()}"]
         n += k
         diffs += d
         files = delete_files(spark, pl)
@@ -725,7 +725,7 @@ def _report(
         try:
             k, d = check(spark, th, chain, truths, rng, None, trino)
         except Exception:  # noqa: BLE001
-            k, d = 1, [f"Trino seed {th.seed}: harness error\n{traceback.format_exc()}"]
+            k, d = Counter(), [f"Trino seed {th.seed}: harness error\n{traceback.format_exc()}"]
         n += k
         d = bad + d
         diffs += d
@@ -738,12 +738,12 @@ def _report(
             f"{len(chain)} snapshots, {_files(files)}: {len(d)} differences"
         )
     k, d, lines = java_tables_in_trino(spark, trino, java_wh, java_seeds, refused)
-    n += k
+    n["Trino vs Iceberg's reader (Java histories)"] += k
     diffs += d
     if lines:
         print("\n".join(lines))
     if pipelines:
-        n += 1
+        n["mor's CLI vs the truth"] += 1
         diffs += cli_reads_by_name(pipelines[0], os.path.dirname(java_wh.removeprefix("file://")))
     spark.stop()
     for d in diffs:
@@ -753,7 +753,8 @@ def _report(
     summary = ", ".join(f"{v} {k}" for k, v in sorted(total.items()))
     print(
         f"pipelines: {len(pipelines)} Flink, {len(histories)} Trino ({summary}); "
-        f"{n} comparisons, {len(diffs)} differences ({time.monotonic() - started:.0f}s)"
+        f"{sum(n.values())} comparisons ({', '.join(f'{v} {k}' for k, v in sorted(n.items()))}), "
+        f"{len(diffs)} differences ({time.monotonic() - started:.0f}s)"
     )
     return 1 if diffs else 0
 
