@@ -215,9 +215,23 @@ def dialects(text: str) -> dict[str, str]:
         "ours": named(DB, None).sql("spark"),
         "native": named(DB, CATALOG).sql("spark"),
         "plain": named(None, None).sql("spark"),
-        "trino": named(DB, CATALOG).sql("trino"),
+        "trino": _group_by_expressions(named(DB, CATALOG)).sql("trino"),
         "duckdb": text,
     }
+
+
+def _group_by_expressions(tree: Any) -> Any:
+    """GROUP BY an output alias (DuckDB and Spark allow it, Trino does not: q15) becomes the
+    aliased expression."""
+    from sqlglot import exp
+
+    for sel in tree.find_all(exp.Select):
+        aliases = {a.alias: a.this for a in sel.expressions if isinstance(a, exp.Alias)}
+        group = sel.args.get("group")
+        for e in list(group.expressions) if group else []:
+            if isinstance(e, exp.Column) and not e.table and e.name in aliases:
+                e.replace(aliases[e.name].copy())
+    return tree
 
 
 def duckdb_python() -> Path:
@@ -317,7 +331,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-_DUCK_GAVE_UP: list[str] = []
+# queries DuckDB gave no answer to in time, with the Flink-written tables they read
+_DUCK_GAVE_UP: dict[str, set[str]] = {}
+
+
+def _streamed(text: str) -> set[str]:
+    import sqlglot
+    from sqlglot import exp
+
+    tree = sqlglot.parse_one(text, read="duckdb")
+    return {t.name for t in tree.find_all(exp.Table)} & set(STREAMED)
 
 
 def _one(spark: Any, trino: Any, duck: Path, views: dict, name: str, text: str, args: Any) -> dict:
@@ -356,12 +379,14 @@ def _one(spark: Any, trino: Any, duck: Path, views: dict, name: str, text: str, 
             run()
             times[label].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
-    if _DUCK_GAVE_UP:
-        duck_out = {"error": f"not run: no answer to {_DUCK_GAVE_UP[0]} in time"}
+    reads = _streamed(text)
+    gave_up = [other for other, t in _DUCK_GAVE_UP.items() if t & reads]
+    if gave_up:  # a query over the same Flink-written table would wait as long
+        duck_out = {"error": f"not run: no answer to {gave_up[0]} in time"}
     else:
         duck_out = run_duckdb(duck, views, q["duckdb"], args.warmup, args.reps, args.duckdb_timeout)
-        if "timeout" in duck_out:  # the others would wait as long: one timeout is enough
-            _DUCK_GAVE_UP.append(name)
+        if "timeout" in duck_out:
+            _DUCK_GAVE_UP[name] = reads
     if "times" in duck_out:
         if not _close(duck_out["rows"], got["native"]):
             duck_out = {"error": "rows differ from Iceberg's reader"}
