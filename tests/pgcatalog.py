@@ -18,11 +18,12 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+from tests.servers import free_ports, log_tail, stop
 
 USER = "mor"
 DATABASE = "lake"
@@ -48,14 +49,6 @@ def _major(path: str) -> int:
         return int(Path(path).parts[-3])
     except ValueError:
         return 0
-
-
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class Postgres:
@@ -107,7 +100,7 @@ class Postgres:
             if init.returncode != 0:
                 self.__exit__()
                 raise PostgresUnavailable(f"initdb failed: {init.stderr.strip()[-300:]}")
-        self.port = _free_port()
+        (self.port,) = free_ports(1)
         self._log = open(os.path.join(self.dir, "server.log"), "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             self._as_owner(
@@ -171,24 +164,11 @@ class Postgres:
         raise PostgresUnavailable(f"postgres not ready in {timeout:.0f}s: {self._tail()}")
 
     def _tail(self) -> str:
-        try:
-            with open(os.path.join(self.dir, "server.log"), "rb") as f:
-                return f.read()[-600:].decode(errors="replace")
-        except OSError:
-            return ""
+        return log_tail(os.path.join(self.dir, "server.log"))
 
     def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()  # smart shutdown: the connections' sessions end
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=20)
-        if getattr(self, "_log", None) is not None:
-            self._log.close()
-        if self.dir and not self.keep:
-            shutil.rmtree(self.dir, ignore_errors=True)
+        # a smart shutdown: the connections' sessions end; a kept cluster stays on disk
+        stop(self.proc, getattr(self, "_log", None), self.dir, remove=not self.keep)
 
     # how each engine names this catalog
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 import glob
 import json
 import os
-import shutil
-import socket
 import subprocess
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from tests.servers import free_ports, log_tail, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 TRINO_VERSION = "476"  # the newest trino-server Maven Central serves here
@@ -76,10 +76,7 @@ class Trino:
         self.dir = tempfile.mkdtemp(prefix="mor-trino-")
         etc = Path(self.dir) / "etc"
         (etc / "catalog").mkdir(parents=True)
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        self.port = s.getsockname()[1]
-        s.close()
+        (self.port,) = free_ports(1)
         (etc / "node.properties").write_text(
             f"node.environment=mortest\nnode.id=mor-test\nnode.data-dir={self.dir}/data\n"
             "node.internal-address=127.0.0.1\n"
@@ -164,21 +161,7 @@ class Trino:
                 page = json.load(r)
 
     def _tail(self) -> str:
-        try:
-            with open(os.path.join(self.dir, "server.log"), "rb") as f:
-                return f.read()[-800:].decode(errors="replace")
-        except OSError:
-            return ""
+        return log_tail(os.path.join(self.dir, "server.log"), 800)
 
     def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
-        if getattr(self, "_log", None) is not None:
-            self._log.close()
-        if self.dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
+        stop(self.proc, getattr(self, "_log", None), self.dir, timeout=30)
