@@ -12,12 +12,15 @@ deletes for keys written twice inside it, partition-scoped on the partitioned ta
 
 from __future__ import annotations
 
-import glob
 import json
-import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.oracle.flink_job import open_catalog  # noqa: E402
 
 
 def _flink_type(t: Any) -> tuple[Any, str]:
@@ -39,28 +42,17 @@ def _flink_type(t: Any) -> tuple[Any, str]:
 
 def main(spec_path: str) -> int:
     spec = json.loads(open(spec_path).read())
-    os.environ["HADOOP_CLASSPATH"] = os.pathsep.join(
-        sorted(glob.glob(os.path.join(spec["jars"], "*.jar")))
-    )
+    opened = open_catalog(spec, checkpoint_ms=600_000)
+    if opened is None:
+        return 2
+    env, tenv, _ = opened
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
-    from pyflink.common import Configuration, Row, Types
+    from pyflink.common import Row, Types
     from pyflink.common.types import RowKind
-    from pyflink.datastream import StreamExecutionEnvironment
-    from pyflink.table import StreamTableEnvironment
     from pyflink.table.expressions import col
 
-    conf = Configuration()
-    conf.set_string("rest.bind-address", "127.0.0.1")
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(2)
-    env.enable_checkpointing(600_000)
-    tenv = StreamTableEnvironment.create(env)
-    tenv.get_config().set("table.exec.sink.upsert-materialize", "NONE")
-    opts = ", ".join(f"'{k}'='{v}'" for k, v in spec["catalog"].items())
-    tenv.execute_sql(f"CREATE CATALOG {spec['catalog_name']} WITH ({opts})")
     db = f"{spec['catalog_name']}.{spec['database']}"
-    tenv.execute_sql(f"CREATE DATABASE IF NOT EXISTS {db}")
     counts: dict[str, int] = {}
     for t in spec["tables"]:
         arrow = pq.read_table(t["parquet"])

@@ -54,17 +54,19 @@ def _lit(options: dict[str, str]) -> str:
     return ", ".join(f"'{k}'='{v}'" for k, v in options.items())
 
 
-def main(spec_path: str, out_path: str) -> int:
-    spec = json.loads(open(spec_path).read())
+def open_catalog(spec: dict, checkpoint_ms: int = 60_000) -> tuple[Any, Any, list[str]] | None:
+    """A local Flink environment and table environment with the spec's Iceberg catalog and
+    database (bench/flink_cdc_job.py too): (env, tenv, jars), or None when the jars are
+    missing (said on stderr)."""
     # the catalog's classes on the JVM's class path, as a Flink installation has them in lib/
     # (Iceberg's Flink runtime, the PostgreSQL driver) and HADOOP_CLASSPATH (Hadoop's client)
     jars = sorted(glob.glob(os.path.join(spec["jars"], "*.jar")))
     if not jars:
         print(f"no jars in {spec['jars']}: run `make dev`", file=sys.stderr)
-        return 2
+        return None
     os.environ["HADOOP_CLASSPATH"] = os.pathsep.join(jars)
 
-    from pyflink.common import Configuration, Row
+    from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment
     from pyflink.table import StreamTableEnvironment
 
@@ -72,7 +74,7 @@ def main(spec_path: str, out_path: str) -> int:
     conf.set_string("rest.bind-address", "127.0.0.1")
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_parallelism(2)
-    env.enable_checkpointing(60_000)
+    env.enable_checkpointing(checkpoint_ms)
     tenv = StreamTableEnvironment.create(env)
     # the changelog's events reach the sink as they are (no materializer keeping rows between
     # them, whose state would not outlive one job): what a CDC source with its key declares
@@ -80,6 +82,18 @@ def main(spec_path: str, out_path: str) -> int:
     cat, db = spec["catalog_name"], spec["database"]
     tenv.execute_sql(f"CREATE CATALOG {cat} WITH ({_lit(spec['catalog'])})")
     tenv.execute_sql(f"CREATE DATABASE IF NOT EXISTS {cat}.{db}")
+    return env, tenv, jars
+
+
+def main(spec_path: str, out_path: str) -> int:
+    spec = json.loads(open(spec_path).read())
+    opened = open_catalog(spec)
+    if opened is None:
+        return 2
+    env, tenv, jars = opened
+    from pyflink.common import Row
+
+    cat, db = spec["catalog_name"], spec["database"]
     from pyflink.version import __version__ as flink_version
 
     runtime = [os.path.basename(j) for j in jars if "iceberg-flink-runtime" in j]
