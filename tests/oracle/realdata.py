@@ -3,15 +3,15 @@
 The tables record the paths their writers used (`prefix_in_files` in tables.json): absolute
 `/tmp/iceberg-test-tables/v2/<table>` for the Dremio ones, relative `data/persistent/...` for
 the DuckDB ones. Iceberg's reader cannot map paths, so the files are put where those paths
-point: a symbolic link at each absolute prefix (made here, removed after; an existing one
-that points elsewhere is an error), and the relative ones under a temporary folder that is
-the JVM's working directory. Iceberg reads each table by its metadata file (a static table),
-every snapshot by id; mor reads it through its path map. Each readable snapshot must give the
-same rows (all columns, as multisets) from both, and the expected row count; a snapshot whose
-manifest list is missing must be refused by both. Two hand-written tables carry a snapshot id
-beyond a long (9876543210123456789; the spec's type is long), which Iceberg's reader refuses to
-parse: there mor is held to the expected rows alone, and Iceberg's refusal is checked and
-printed.
+point: a symbolic link at each absolute prefix (made here, removed after; one left by a run
+from another clone is replaced, anything else at that path is an error), and the relative ones
+under a temporary folder that is the JVM's working directory. Iceberg reads each table by its
+metadata file (a static table), every snapshot by id; mor reads it through its path map. Each
+readable snapshot must give the same rows (all columns, as multisets) from both, and the
+expected row count; a snapshot whose manifest list is missing must be refused by both. Two
+hand-written tables carry a snapshot id beyond a long (9876543210123456789; the spec's type is
+long), which Iceberg's reader refuses to parse: there mor is held to the expected rows alone,
+and Iceberg's refusal is checked and printed.
 
 Prints `real tables: N snapshots, M queries, K differences`; exit 1 on any difference, 2 when
 the Iceberg runtime cannot be set up (the reason printed).
@@ -42,20 +42,40 @@ def _bag(rows: list[Any]) -> Counter:
     return Counter(tuple(str(v) for v in r) for r in rows)
 
 
-def place(tables: dict[str, dict], work: Path) -> list[Path]:
-    """Make every recorded prefix reach the table's files; returns the links to remove."""
+def _left_by_a_run(target: Path, maps_to: str) -> bool:
+    """A link this script made in another checkout (or a run killed before its clean-up):
+    it points at `.../tests/realdata/<maps_to>` (of any clone), or at nothing any more."""
+    dest = Path(os.readlink(target))
+    return not target.exists() or dest.parts[-len(Path(maps_to).parts) - 2 :] == (
+        "tests",
+        "realdata",
+        *Path(maps_to).parts,
+    )
+
+
+def place(tables: dict[str, dict], work: Path) -> list[tuple[Path, Path]]:
+    """Make every recorded prefix reach the table's files; returns the links to remove.
+
+    A link left at an absolute prefix by a run of this script from another clone (or by a run
+    killed before its clean-up) is replaced: the files it reaches are the same table. Anything
+    else at that path (a directory, a link elsewhere) is never touched: that is an error."""
     made = []
     for t in tables.values():
         prefix, source = t["prefix_in_files"], REALDATA / t["maps_to"]
         target = Path(prefix) if os.path.isabs(prefix) else work / prefix
         if target.is_symlink() and target.resolve() == source.resolve():
             continue
-        if target.exists() or target.is_symlink():
+        if target.is_symlink() and _left_by_a_run(target, t["maps_to"]):
+            fresh = target.with_name(f".{target.name}.{os.getpid()}")
+            fresh.symlink_to(source, target_is_directory=True)
+            os.replace(fresh, target)  # atomic: a concurrent reader sees one link or the other
+        elif target.exists() or target.is_symlink():
             raise RuntimeError(f"{target} exists and is not a link to {source}: remove it")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.symlink_to(source, target_is_directory=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(source, target_is_directory=True)
         if os.path.isabs(prefix):
-            made.append(target)
+            made.append((target, source))
     return made
 
 
@@ -129,7 +149,7 @@ def main() -> int:
     started = time.monotonic()
     tables = json.loads((REALDATA / "tables.json").read_text())
     work = Path(tempfile.mkdtemp(prefix="mor-realdata-"))
-    links: list[Path] = []
+    links: list[tuple[Path, Path]] = []
     here = os.getcwd()
     try:
         links = place(tables, work)
@@ -146,8 +166,9 @@ def main() -> int:
         snapshots, queries, diffs = compare(spark)
         spark.stop()
     finally:
-        for link in links:
-            link.unlink(missing_ok=True)
+        for link, source in links:  # only links still ours: another run may have replaced one
+            if link.is_symlink() and Path(os.readlink(link)) == source:
+                link.unlink(missing_ok=True)
         shutil.rmtree(work, ignore_errors=True)
     print(
         f"real tables: {len(tables)} tables, {snapshots} snapshots, {queries} queries "
