@@ -8,7 +8,8 @@ physical type for a promoted one, absent fields. Here that becomes the schema Sp
 group of files with (`read_schema`: top-level columns under their names in the file, nested
 reads merged into their struct) and the column expressions that give the table's names and
 types back (`column`: structs rebuilt with the declared children, promoted values cast, float
-and double values shielded from Parquet row-group filters).
+and double values shielded from Parquet row-group filters, uuid bytes given as their canonical
+string).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from mor.physical.types import FIELD_ID_KEY, spark_type
+from mor.physical.types import FIELD_ID_KEY, is_unknown, is_uuid, spark_type
 from mor.planner.nodes import Layout, ReadField
 
 
@@ -51,7 +52,7 @@ def _fid(f: T.StructField) -> int | None:
 
 def _promoted(layout: Layout, field_id: int | None, where: str) -> T.DataType | None:
     o = layout.override(field_id) if field_id is not None else None
-    return spark_type(f'"{o[1]}"', where) if o and o[1] else None
+    return spark_type(f'"{o[1]}"', where, stored=True) if o and o[1] else None
 
 
 def _in_file(t: T.DataType, layout: Layout, where: str) -> T.DataType:
@@ -79,10 +80,12 @@ def _in_file(t: T.DataType, layout: Layout, where: str) -> T.DataType:
     return t
 
 
+def _stored(rf: ReadField, where: str) -> T.DataType:
+    return spark_type(rf.type_str, f"{where}, column {rf.col.label}", stored=True)
+
+
 def _read_type(layout: Layout, rf: ReadField, where: str) -> T.DataType:
-    return _promoted(layout, rf.field_id, where) or _in_file(
-        spark_type(rf.type_str, f"{where}, column {rf.col.label}"), layout, where
-    )
+    return _promoted(layout, rf.field_id, where) or _in_file(_stored(rf, where), layout, where)
 
 
 def read_schema(fields: Sequence[ReadField], where: str, layout: Layout) -> T.StructType:
@@ -91,6 +94,8 @@ def read_schema(fields: Sequence[ReadField], where: str, layout: Layout) -> T.St
     top: dict[int, T.StructField] = {}
     order: list[int] = []
     for rf in fields:
+        if is_unknown(rf.type_str) and not rf.path:
+            continue  # never stored: the column is NULL (column())
         node = T.StructField(_leaf_name(layout, rf), _read_type(layout, rf, where), True)
         for i in range(len(rf.path) - 1, -1, -1):
             name, fid = rf.path[i]
@@ -124,6 +129,8 @@ def column(rf: ReadField, layout: Layout, where: str, merged: bool = False) -> C
     if rf.default is not None and not rf.path and rf.field_id in layout.absent:
         # a file written before the column was added: it reads the column's initial default
         return F.expr(rf.default).alias(rf.col.name)
+    if is_unknown(rf.type_str) and not rf.path:
+        return F.lit(None).alias(rf.col.name)  # v3's unknown type: void, always NULL
     if not rf.path:
         c = F.col(f"`{_file_name(layout, rf.field_id, rf.col.label, top=True)}`")
     else:
@@ -135,7 +142,8 @@ def column(rf: ReadField, layout: Layout, where: str, merged: bool = False) -> C
     declared = spark_type(rf.type_str, f"{where}, column {rf.col.label}")
     read = _read_type(layout, rf, where)
     if merged or read != _plain(declared):  # rebuilt and NaN-shielded in one pass
-        return _as_declared(c, layout, declared, where, rf.field_id).alias(rf.col.name)
+        stored = _stored(rf, where)
+        return _as_declared(c, layout, declared, stored, where, rf.field_id).alias(rf.col.name)
     return _nan_shielded(c, _plain(declared)).alias(rf.col.name)
 
 
@@ -161,17 +169,29 @@ def _nan_shielded(c: Column, t: T.DataType) -> Column:
     return c
 
 
+def uuid_string(c: Column) -> Column:
+    """16 uuid bytes as the canonical string Iceberg's Spark reader gives (lower-case hex,
+    8-4-4-4-12); NULL stays NULL. The canonical strings order as the bytes do (unsigned), as
+    Iceberg's bounds compare uuids."""
+    h = F.lower(F.hex(c))
+    parts = [F.substring(h, start, n) for start, n in ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))]
+    dash = F.lit("-")
+    return F.concat(parts[0], dash, parts[1], dash, parts[2], dash, parts[3], dash, parts[4])
+
+
 def _as_declared(
     c: Column,
     layout: Layout,
     declared: T.DataType,
+    stored: T.DataType,
     where: str,
     field_id: int | None = None,
     shield: bool = True,
 ) -> Column:
     """A column read as files of `layout` hold it, rebuilt with exactly the declared children,
-    names and types (a NULL struct stays NULL); identity where nothing differs. `shield`: float
-    and double leaves outside arrays and maps are NaN-shielded in the same pass."""
+    names and types (a NULL struct stays NULL); identity where nothing differs. `stored`: the
+    declared type as Parquet stores it (spark_type(..., stored=True)). `shield`: float and
+    double leaves outside arrays and maps are NaN-shielded in the same pass."""
     if _promoted(layout, field_id, where) is not None:  # promoted since the file was written
         cast = c.cast(_plain(declared))
         return _nan_shielded(cast, _plain(declared)) if shield else cast
@@ -181,29 +201,30 @@ def _as_declared(
                 c.getField(_file_name(layout, _fid(f), f.name, top=False)),
                 layout,
                 f.dataType,
+                s.dataType,
                 where,
                 _fid(f),
                 shield,
             ).alias(f.name)
-            for f in declared.fields
+            for f, s in zip(declared.fields, stored.fields)
         ]
         return F.when(c.isNull(), F.lit(None)).otherwise(F.struct(*kids))
-    in_file = _in_file(declared, layout, where)
+    in_file = _in_file(stored, layout, where)
     if isinstance(declared, T.ArrayType) and in_file != _plain(declared):
-        return F.transform(
-            c, lambda x: _as_declared(x, layout, declared.elementType, where, shield=False)
-        )
+        element = (declared.elementType, stored.elementType)
+        return F.transform(c, lambda x: _as_declared(x, layout, *element, where, shield=False))
     if isinstance(declared, T.MapType) and in_file != _plain(declared):
+        key, value = (declared.keyType, stored.keyType), (declared.valueType, stored.valueType)
         return F.map_from_arrays(
             F.transform(
-                F.map_keys(c),
-                lambda k: _as_declared(k, layout, declared.keyType, where, shield=False),
+                F.map_keys(c), lambda k: _as_declared(k, layout, *key, where, shield=False)
             ),
             F.transform(
-                F.map_values(c),
-                lambda v: _as_declared(v, layout, declared.valueType, where, shield=False),
+                F.map_values(c), lambda v: _as_declared(v, layout, *value, where, shield=False)
             ),
         )
+    if is_uuid(stored, declared):
+        return uuid_string(c)
     if in_file != _plain(declared):
         c = c.cast(_plain(declared))
     return _nan_shielded(c, _plain(declared)) if shield else c

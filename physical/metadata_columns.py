@@ -11,6 +11,7 @@ one row per partition, joined on the partition's id.
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -178,6 +179,8 @@ def _literal(v: Any, dtype: T.DataType, table: str) -> str:
 
 def _python(v: Any, dtype: T.DataType, table: str) -> Any:
     """A partition value as the Python value createDataFrame takes for its result type."""
+    if isinstance(v, uuid.UUID):  # an identity partition on a uuid column: its canonical string
+        return str(v)
     if v is None or isinstance(
         dtype,
         (

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import Any
 
-from pyiceberg.schema import Schema
+from pyiceberg.schema import Schema, index_by_id, index_name_by_id
+from pyiceberg.types import (
+    FixedType,
+    IcebergType,
+    ListType,
+    MapType,
+    NestedField,
+    StructType,
+    UUIDType,
+)
 
 from mor.planner.defaults import default_sql
 from mor.planner.errors import MetadataError
@@ -107,21 +118,104 @@ def _with_layouts(files: ScanFiles, src: TableSource, schema: Schema) -> ScanFil
 
 def metadata_rows(node: MetadataTable, src: object) -> object:
     """The rows of a metadata table as an Arrow table, from pyiceberg's `inspect`, reading the
-    table's manifests through the same FileIO (and path map) as its scans."""
+    table's manifests through the same FileIO (and path map) as its scans.
+
+    pyiceberg 0.12 cannot build these tables for a uuid column (a bound in `readable_metrics`,
+    an identity partition's value: Arrow's uuid extension type is built from Python values,
+    which pyarrow does not implement), so `inspect` runs over the schemas with each uuid read
+    as fixed[16] (the same 16 bytes in manifests), and those values are given back as the
+    canonical strings Iceberg's Spark reader presents uuids as (uuid_strings)."""
     from pyiceberg.table import StaticTable
 
+    metadata, uuids = _uuids_as_fixed(src.metadata)  # type: ignore[attr-defined]
     table = StaticTable(
         identifier=tuple(src.name.split(".")),  # type: ignore[attr-defined]
-        metadata=src.metadata,  # type: ignore[attr-defined]
+        metadata=metadata,
         metadata_location=src.metadata_location,  # type: ignore[attr-defined]
         io=src.io,  # type: ignore[attr-defined]
         catalog=None,  # type: ignore[arg-type]
     )
     fn = getattr(table.inspect, node.kind)
     try:
-        if node.kind in SNAPSHOT_METADATA_TABLES:
-            return fn(node.snapshot_id)
-        return fn()
+        rows = fn(node.snapshot_id) if node.kind in SNAPSHOT_METADATA_TABLES else fn()
     except Exception as e:  # noqa: BLE001 - a missing manifest, an unreadable file
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise MetadataError(f"cannot read {node.table}.{node.kind}: {first}") from e
+    return uuid_strings(rows, *uuids) if uuids[0] or uuids[1] else rows
+
+
+def _uuids_as_fixed(metadata: Any) -> tuple[Any, tuple[set[str], set[str]]]:
+    """`metadata` with every uuid field of every schema typed fixed[16], and the names that
+    then hold uuid bytes: columns (as readable_metrics names them) and identity partition
+    fields. The metadata itself when no schema has a uuid."""
+    columns: set[str] = set()
+    uuid_ids = set()
+    for schema in metadata.schemas:
+        names = index_name_by_id(schema)
+        for fid, f in index_by_id(schema).items():
+            if isinstance(f.field_type, UUIDType):
+                columns.add(names[fid])
+                uuid_ids.add(fid)
+    if not columns:
+        return metadata, (set(), set())
+    parts = set()
+    for spec in metadata.partition_specs:
+        for pf in spec.fields:
+            if pf.source_id in uuid_ids and str(pf.transform) == "identity":
+                parts.add(pf.name)
+    schemas = [
+        Schema(
+            *(_fixed(f) for f in s.fields),
+            schema_id=s.schema_id,
+            identifier_field_ids=s.identifier_field_ids,
+        )
+        for s in metadata.schemas
+    ]
+    return metadata.model_copy(update={"schemas": schemas}), (columns, parts)
+
+
+def _fixed(f: NestedField) -> NestedField:
+    return f.model_copy(update={"field_type": _fixed_type(f.field_type)})
+
+
+def _fixed_type(t: IcebergType) -> IcebergType:
+    if isinstance(t, UUIDType):
+        return FixedType(16)
+    if isinstance(t, StructType):
+        return StructType(*(_fixed(f) for f in t.fields))
+    if isinstance(t, ListType):
+        return ListType(t.element_id, _fixed_type(t.element_type), t.element_required)
+    if isinstance(t, MapType):
+        return MapType(
+            t.key_id,
+            _fixed_type(t.key_type),
+            t.value_id,
+            _fixed_type(t.value_type),
+            t.value_required,
+        )
+    return t
+
+
+def uuid_strings(table: Any, columns: set[str], parts: set[str]) -> Any:
+    """An inspect table with the uuid bytes it holds as canonical strings: the bounds of the
+    uuid `columns` under `readable_metrics`, and the `parts` under a `partition` struct."""
+    import pyarrow as pa
+
+    def fix(arr: Any, path: tuple[str, ...]) -> Any:
+        if pa.types.is_struct(arr.type):
+            kids = [fix(arr.field(i), (*path, f.name)) for i, f in enumerate(arr.type)]
+            names = [f.name for f in arr.type]
+            return pa.StructArray.from_arrays(kids, names=names, mask=arr.is_null())
+        if not pa.types.is_fixed_size_binary(arr.type) or arr.type.byte_width != 16:
+            return arr
+        bound = len(path) >= 3 and path[-3] == "readable_metrics" and path[-2] in columns
+        part = len(path) >= 2 and path[-2] == "partition" and path[-1] in parts
+        if not (bound or part):
+            return arr
+        return pa.array(
+            [None if b is None else str(uuid.UUID(bytes=b)) for b in arr.to_pylist()],
+            pa.string(),
+        )
+
+    cols = [fix(table.column(i).combine_chunks(), (n,)) for i, n in enumerate(table.column_names)]
+    return pa.Table.from_arrays(cols, names=table.column_names)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -390,6 +391,11 @@ def literal_for(e: exp.Expression, iceberg_type: str | None) -> Any:
     if e.is_string:
         if iceberg_type == "string":
             return e.this
+        if iceberg_type == "uuid":
+            # the column is the canonical string (lower-case 8-4-4-4-12), and canonical
+            # strings order as Iceberg orders the uuids (unsigned bytes); another spelling
+            # ('ABC...', no dashes) compares as text in Spark, not as that uuid: never pruned
+            return e.this if _canonical_uuid(e.this) else _NO
         if iceberg_type == "date":
             return _date(e)
         return _NO
@@ -399,6 +405,13 @@ def literal_for(e: exp.Expression, iceberg_type: str | None) -> Any:
     if iceberg_type in _FLOATS and re.fullmatch(r"\d+(\.\d*)?([eE][-+]?\d+)?", text):
         return float(text)
     return _NO
+
+
+def _canonical_uuid(text: str) -> bool:
+    try:
+        return str(uuid.UUID(text)) == text
+    except ValueError:
+        return False
 
 
 def _date(lit: exp.Literal) -> Any:

@@ -16,6 +16,7 @@ are pruned only by partition (never a global one) and by having no surviving dat
 from __future__ import annotations
 
 import os
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -45,6 +46,7 @@ from pyiceberg.manifest import DataFileContent, FileFormat, ManifestContent
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.types import UUIDType
 
 from mor.planner.cache import BoundedCache
 from mor.planner.delete_index import DeleteIndex, Entry, InvalidDeletes, is_dv
@@ -536,6 +538,12 @@ def _partition_evaluator(
         ev = expression_evaluator(Schema(*ptype.fields), projected, True)
     except Exception:  # noqa: BLE001 - pruning only: keep the file when unsure
         return lambda _f: True
+    if any(isinstance(f.field_type, UUIDType) for f in ptype.fields):
+        # pyiceberg's literal for a uuid is its 16 bytes, a decoded partition value a
+        # uuid.UUID: compared as they are, `=` is never true (pyiceberg 0.12 prunes every file
+        # of an identity partition on a uuid column) and `<` raises. Bytes compare as the spec
+        # orders uuids (unsigned).
+        return lambda f: ev(tuple(v.bytes if isinstance(v, uuid.UUID) else v for v in f.partition))
     return lambda f: ev(f.partition)
 
 

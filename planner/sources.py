@@ -13,18 +13,21 @@ and the caller (`io_properties=`, `--io KEY=VALUE`).
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from pyiceberg import serializers
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.io import FileIO, InputFile, OutputFile, load_file_io
 from pyiceberg.serializers import FromInputFile
-from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
 from mor.planner.errors import MetadataError, MorError, TableNotFoundError
 from mor.planner.requests import CountingFileIO
@@ -319,7 +322,7 @@ class Resolver:
             return self._cache[location]
         io = MappedFileIO(self._path_io(location), self._map)
         try:
-            metadata = FromInputFile.table_metadata(io.new_input(location))
+            metadata = read_metadata(io.new_input(location))
         except Exception as e:  # noqa: BLE001 - any parse failure is the user's file
             where = path if path == location else f"{path} (read as {location})"
             raise MetadataError(f"cannot read table metadata {where}: {_short(e)}") from e
@@ -383,7 +386,8 @@ class Resolver:
         if key in self._cache:
             return self._cache[key]
         try:
-            table = catalog.load_table(parts)
+            with variants_understood():
+                table = catalog.load_table(parts)
         except (NoSuchTableError, NoSuchNamespaceError) as e:
             where = catalog.properties.get("uri") or catalog.properties.get("warehouse")
             raise TableNotFoundError(
@@ -401,6 +405,59 @@ class Resolver:
         )
         self._cache[key] = src
         return src
+
+
+# pyiceberg 0.12 has no variant type and refuses every table with a variant column. mor reads
+# such metadata with each variant typed as a geometry of this (impossible) CRS, a type pyiceberg
+# parses and mor never reads: physical/types.py turns it back into Spark's VARIANT.
+VARIANT = "geometry('mor:variant')"
+
+
+def read_metadata(input_file: InputFile, encoding: str = "utf-8") -> TableMetadata:
+    """A metadata file as pyiceberg parses it, with variant columns typed VARIANT (the file
+    read again only when pyiceberg refuses it and it holds one)."""
+    try:
+        return _PARSE(input_file, encoding)
+    except Exception:
+        with input_file.open() as f:
+            raw = f.read()
+        if input_file.location.endswith(".gz"):
+            raw = gzip.decompress(raw)
+        if b'"variant"' not in raw:
+            raise
+        doc = json.loads(raw)
+        for schema in doc.get("schemas", []) + ([doc["schema"]] if "schema" in doc else []):
+            _mark_variants(schema)
+        return TableMetadataUtil.parse_obj(doc)
+
+
+_PARSE = FromInputFile.table_metadata
+
+
+def _mark_variants(node: Any) -> None:
+    """Every `"variant"` type under this schema (struct) node replaced by VARIANT."""
+    if not isinstance(node, dict):
+        return
+    for key in ("type", "element", "key", "value"):
+        v = node.get(key)
+        if v == "variant" and (key != "type" or "id" in node):
+            node[key] = VARIANT
+        elif isinstance(v, dict):
+            _mark_variants(v)
+    for f in node.get("fields", []) if node.get("type") == "struct" else []:
+        _mark_variants(f)
+
+
+@contextmanager
+def variants_understood() -> Iterator[None]:
+    """While a catalog loads a table: pyiceberg's metadata files read by read_metadata (the
+    catalogs that read a metadata file themselves: SQL, Hive, Glue, ...; a REST catalog's
+    response is parsed apart and still refuses a variant column)."""
+    serializers.FromInputFile.table_metadata = staticmethod(read_metadata)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        serializers.FromInputFile.table_metadata = staticmethod(_PARSE)  # type: ignore[method-assign]
 
 
 def load_named_catalog(name: str) -> Catalog:
