@@ -100,7 +100,8 @@ S4_TESTS := tests/test_matrix.py tests/test_realdata.py tests/test_semantics.py 
 	tests/test_evolution.py tests/faults tests/test_sql_shapes.py tests/test_changes.py tests/test_reuse.py \
 	tests/test_plan_shape.py tests/test_resolution.py tests/test_objectstore.py
 S41_TESTS := tests/test_oracle.py::test_random_histories_match_iceberg_reader \
-	tests/test_oracle.py::test_real_tables_match_iceberg_reader tests/test_objectstore.py
+	tests/test_oracle.py::test_real_tables_match_iceberg_reader tests/test_objectstore.py \
+	tests/test_oracle.py::test_column_types_match_the_spec_and_iceberg_reader
 CONNECT_TESTS := tests/test_realdata.py tests/test_evolution.py tests/faults \
 	tests/test_sql_shapes.py tests/test_cli.py tests/test_changes.py tests/test_reuse.py \
 	tests/test_plan_shape.py tests/test_resolution.py tests/test_consume.py

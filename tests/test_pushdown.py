@@ -166,10 +166,32 @@ def test_columns_are_every_identifier_or_all() -> None:
         ("f = 0.5", None),
         ("lower(p) = 'a'", None),
         ("id = v", None),
+        # a uuid column is its canonical string: only a canonical literal compares as the
+        # uuid's bytes do (upper case or without dashes compares as other text in Spark)
+        (
+            "u = '123e4567-e89b-12d3-a456-426614174000'",
+            ("=", "123e4567-e89b-12d3-a456-426614174000"),
+        ),
+        (
+            "u >= '80000000-0000-0000-0000-000000000000'",
+            (">=", "80000000-0000-0000-0000-000000000000"),
+        ),
+        ("u = '123E4567-E89B-12D3-A456-426614174000'", None),
+        ("u < '123e4567e89b12d3a456426614174000'", None),
+        ("u = 'not a uuid'", None),
+        ("u IN ('123e4567-e89b-12d3-a456-426614174000', 'x')", None),
     ],
 )
 def test_simple_predicates_only_where_spark_and_iceberg_agree(cond: str, want: object) -> None:
-    types = {"id": "long", "v": "long", "p": "string", "d": "date", "x": "double", "f": "float"}
+    types = {
+        "id": "long",
+        "v": "long",
+        "p": "string",
+        "d": "date",
+        "x": "double",
+        "f": "float",
+        "u": "uuid",
+    }
     pred = to_pred(sqlglot.parse_one(cond, read="spark"), types)
     if want is None:
         assert pred is None
@@ -189,3 +211,43 @@ def test_metadata_columns_only_where_a_column_names_them() -> None:
     ]
     assert hidden("SELECT x._partition.p FROM a.t x") == [("_partition",)]
     assert hidden("SELECT id AS _pos FROM a.t") == [()]  # an alias, not the metadata column
+
+
+def test_an_identity_partition_on_a_uuid_prunes_by_its_bytes() -> None:
+    """pyiceberg 0.12's evaluator compares a decoded uuid.UUID partition value with the
+    literal's bytes: never equal, so every file of the partition would be pruned; mor's
+    partition test compares bytes (scan_planning._partition_evaluator)."""
+    import uuid
+
+    from pyiceberg.expressions import EqualTo, LessThan
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import BucketTransform, IdentityTransform
+    from pyiceberg.types import LongType, NestedField, UUIDType
+
+    from mor.planner.scan_planning import _partition_evaluator
+
+    schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "u", UUIDType()))
+    low, high = uuid.UUID("10" + "0" * 30), uuid.UUID("f0" + "0" * 30)
+
+    class File:
+        def __init__(self, *values: object) -> None:
+            self.partition = values
+
+    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "u"))
+    for expr, keeps in [
+        (EqualTo("u", str(low)), (True, False)),
+        (LessThan("u", "80000000-0000-0000-0000-000000000000"), (True, False)),  # unsigned
+    ]:
+        test = _partition_evaluator(spec, schema, _projected(schema, spec, expr))
+        assert (test(File(low)), test(File(high))) == keeps, expr
+    bucket = PartitionSpec(PartitionField(2, 1000, BucketTransform(8), "b"))
+    test = _partition_evaluator(bucket, schema, _projected(schema, bucket, EqualTo("u", str(low))))
+    mine = BucketTransform(8).transform(UUIDType())(low)
+    assert test(File(mine)) and not test(File((mine + 1) % 8))
+
+
+def _projected(schema: object, spec: object, expr: object) -> object:
+    from pyiceberg.expressions.visitors import inclusive_projection
+
+    return inclusive_projection(schema, spec, True)(expr)  # type: ignore[arg-type]

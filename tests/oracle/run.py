@@ -59,6 +59,8 @@ def queries(h: History, rng_pick: Any) -> list[str]:
 
 
 def _norm(v: Any) -> Any:
+    if isinstance(v, (list, tuple)):  # arrays and structs (Rows): hashable, compared by value
+        return tuple(_norm(x) for x in v)
     if isinstance(v, float):  # 9 significant digits: sums of doubles depend on their order
         return None if math.isnan(v) else float(f"{v:.9g}")
     return v
