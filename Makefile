@@ -112,7 +112,7 @@ test: java dev spark4
 	@echo "== pyspark $(SPARK35), local-cluster[2,1,1024] =="
 	MOR_TEST_SPARK=local-cluster $(BIN)/python -m pytest -q tests/test_matrix.py tests/test_realdata.py -k "not tpcds and not listing_threshold"
 	@echo "== pyspark $(SPARK35), standalone master and worker on 127.0.0.1 =="
-	MOR_TEST_SPARK=standalone $(BIN)/python -m pytest -q tests/test_matrix.py tests/test_realdata.py -k "not tpcds and not listing_threshold"
+	MOR_TEST_SPARK=standalone $(BIN)/python -m pytest -q tests/test_matrix.py tests/test_realdata.py -k "not tpcds and not listing_threshold and not column_types"
 	@echo "== pyspark $(SPARK41), classic and Spark Connect, with Iceberg's reader =="
 	$(S41)/python -m pytest -q $(S41_TESTS)
 	@echo "== pyspark $(SPARK4), classic =="
