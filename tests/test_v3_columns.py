@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import json
 from typing import Any
 
 import pytest
@@ -106,7 +107,10 @@ def test_defaulted_ids_are_found_at_any_depth() -> None:
     [
         ('"timestamp_ns"', "Spark has no nanosecond timestamp"),
         ('"timestamptz_ns"', "Spark has no nanosecond timestamp"),
-        ('"unknown"', "unknown type"),
+        (
+            '{"type": "list", "element-id": 3, "element": "unknown", "element-required": false}',
+            "unknown type inside a struct, list or map",
+        ),
         ('"geometry"', "no geometry type"),
         ('"geography"', "no geography type"),
         (
@@ -122,6 +126,30 @@ def test_v3_types_without_a_spark_type_are_refused_by_name(type_json: str, why: 
     with pytest.raises(UnsupportedError, match=why) as e:
         spark_type(type_json, "table db.t, column c")
     assert str(e.value).startswith("table db.t, column c: Iceberg type ")
+
+
+def test_types_spark_reads_through_another() -> None:
+    """uuid: read as binary, presented as a string; unknown: void; variant: Spark 4's VARIANT
+    (refused by name where pyspark has none)."""
+    import pyspark
+    from pyspark.sql import types as T
+
+    from mor.physical.types import spark_type
+    from mor.planner.sources import VARIANT
+
+    assert spark_type('"uuid"', "c") == T.StringType()
+    assert spark_type('"uuid"', "c", stored=True) == T.BinaryType()
+    nested = '{"type": "list", "element-id": 3, "element": "uuid", "element-required": false}'
+    assert spark_type(nested, "c", stored=True) == T.ArrayType(T.BinaryType(), True)
+    assert spark_type('"unknown"', "c") == T.NullType()
+    variant = json.dumps(VARIANT)
+    if hasattr(T, "VariantType"):
+        assert spark_type(variant, "c") == T.VariantType()
+    else:
+        with pytest.raises(
+            UnsupportedError, match=f"variant is not supported on pyspark {pyspark.__version__}"
+        ):
+            spark_type(variant, "c")
 
 
 def test_a_time_column_is_refused_naming_table_and_column(spark: Any, catalog: Any) -> None:
