@@ -24,7 +24,7 @@ from typing import Any
 
 from pyiceberg import serializers
 from pyiceberg.catalog import Catalog, load_catalog
-from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, ValidationError
 from pyiceberg.io import FileIO, InputFile, OutputFile, load_file_io
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
@@ -418,7 +418,7 @@ def read_metadata(input_file: InputFile, encoding: str = "utf-8") -> TableMetada
     read again only when pyiceberg refuses it and it holds one)."""
     try:
         return _PARSE(input_file, encoding)
-    except Exception:
+    except ValidationError:  # parsed, and refused: a missing or unreadable file is raised as is
         with input_file.open() as f:
             raw = f.read()
         if input_file.location.endswith(".gz"):
