@@ -8,8 +8,6 @@ Spark and EXPLAIN.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,6 +15,7 @@ import pytest
 
 from mor.planner.settings import applied
 from mor.planner.sources import PathMap, Resolver, io_defaults, prefix_rewrite, with_region
+from tests.oracle import run_harness
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,16 +42,9 @@ def test_merge_on_read_tables_on_s3_match_iceberg_reader(mode: str) -> None:
     """Java-written histories (position deletes, deletion vectors, equality deletes) on s3a,
     the real tables by path on s3://, a pyiceberg table through the REST catalog, the CLI;
     through a Spark Connect server started with the s3a and Iceberg packages too."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.oracle.on_s3", "--mode", mode],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-    )
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert " 0 differences" in proc.stdout
-    print(proc.stdout)
+    summary = run_harness("on_s3", "--mode", mode, timeout=1500)
+    assert " 0 differences" in summary
+    print(summary)
 
 
 @pytest.fixture

@@ -9,11 +9,11 @@ Spark 4 line Iceberg publishes one for: when it cannot be set up, these tests fa
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.oracle import run_harness
 
 ROOT = Path(__file__).resolve().parent.parent
 HISTORIES = os.environ.get("MOR_ORACLE_HISTORIES", "6")
@@ -27,15 +27,7 @@ def test_random_histories_match_iceberg_reader() -> None:
     import pyspark
 
     lean = [] if pyspark.__version__.startswith("3.") else ["--no-consumer"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.oracle.run", "--histories", HISTORIES, "--seed", "1", *lean],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-    )
-    summary = proc.stdout
-    assert proc.returncode == 0, summary + proc.stderr[-3000:]
+    summary = run_harness("run", "--histories", HISTORIES, "--seed", "1", *lean, timeout=1500)
     assert " 0 differences" in summary
     print(summary)
 
@@ -44,31 +36,17 @@ def test_real_tables_match_iceberg_reader() -> None:
     """The real tables of tests/realdata, every snapshot, read by Iceberg's reader where their
     recorded paths point and by mor through its path map, against each other and the expected
     results (tests/oracle/realdata.py)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.oracle.realdata"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert " 0 differences" in proc.stdout
-    print(proc.stdout)
+    summary = run_harness("realdata", timeout=900)
+    assert " 0 differences" in summary
+    print(summary)
 
 
 def test_deletion_vector_faults_are_refused_by_name() -> None:
     """A v3 table with deletion vectors from the Java writer (one replacing another), a column
     default and row lineage, read by both methods and exported with Iceberg's answers for the
     other legs of the matrix, then its Puffin file damaged four ways (tests/oracle/v3_faults.py)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.oracle.v3_faults", "--export", str(MATRIX / "v3")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    assert "v3 faults: 0 failures" in proc.stdout
+    summary = run_harness("v3_faults", "--export", str(MATRIX / "v3"), timeout=900)
+    assert "v3 faults: 0 failures" in summary
 
 
 def test_many_file_tables_match_iceberg_reader() -> None:
@@ -76,16 +54,9 @@ def test_many_file_tables_match_iceberg_reader() -> None:
     Iceberg's Java writer writes them, tests/oracle/many_files.py), with and without a name
     mapping, position deletes on a tenth of the files and equality deletes on a quarter: every
     query through file lists (bitmaps and the anti-join for positions) and by path."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.oracle.many_files", "--files", "1500"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert " 0 differences" in proc.stdout
-    print(proc.stdout)
+    summary = run_harness("many_files", "--files", "1500", timeout=1200)
+    assert " 0 differences" in summary
+    print(summary)
 
 
 @pytest.mark.parametrize("suite,count", [("tpch", 22), ("tpcds", 99)])
@@ -94,15 +65,7 @@ def test_tpc_queries_match_iceberg_reader(suite: str, count: int) -> None:
     Java writer made merge-on-read: position deletes from DELETE/UPDATE, equality deletes through
     RowDelta (partition-scoped and global), deleted rows appended again."""
     export = MATRIX / suite  # the tables and Iceberg's answers, for tests/test_matrix.py
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.oracle.tpc", suite, "--sf", "0.01", "--export", str(export)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-    )
-    summary = proc.stdout
-    assert proc.returncode == 0, summary[-6000:] + proc.stderr[-3000:]
+    summary = run_harness("tpc", suite, "--sf", "0.01", "--export", str(export), timeout=1500)
     assert f"{count} queries" in summary and " 0 differences" in summary
     print(summary)
 
@@ -118,13 +81,6 @@ def test_column_types_match_the_spec_and_iceberg_reader() -> None:
     from tests.oracle.runtime import spark_line
 
     export = MATRIX / f"types-{spark_line()}"
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.oracle.column_types", "--export", str(export)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert " 0 differences" in proc.stdout
-    print(proc.stdout)
+    summary = run_harness("column_types", "--export", str(export), timeout=900)
+    assert " 0 differences" in summary
+    print(summary)

@@ -46,6 +46,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.oracle.histories import History, eq_delete_file  # noqa: E402
+from tests.oracle.run import _bag as run_bag  # noqa: E402
+from tests.oracle.run import first_cause  # noqa: E402
 from tests.oracle.runtime import RuntimeUnavailable, iceberg_session  # noqa: E402
 
 # keys on both sides of 0x80 in the first byte: bounds compared as signed bytes would put
@@ -359,9 +361,7 @@ META_QUERIES = ["SELECT id, _file, _pos FROM {t}", "SELECT id, _partition FROM {
 
 
 def _bag(rows: list[Any]) -> Counter:
-    from tests.oracle.run import _bag as bag
-
-    return bag([tuple(_plain(v) for v in r) for r in rows])
+    return run_bag([tuple(_plain(v) for v in r) for r in rows])
 
 
 def _plain(v: Any) -> Any:
@@ -703,10 +703,7 @@ def _shown(rows: list[Any]) -> str:
 
 
 def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    if "Caused by" in text:
-        text = text[text.find("Caused by") :]
-    return text.splitlines()[0][:140] if text else type(e).__name__
+    return first_cause(e)[:140]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -127,12 +127,7 @@ def compare(
         reuse.clear()
         again = mor_sql(sql.format(t=at, lineage=at), spark=spark, settings=settings).collect()
         runs.append((how, again))
-    try:
-        theirs = spark.sql(sql.format(t=h.table, lineage=lineage)).collect()
-    except Exception as e:  # noqa: BLE001 - reported apart from differences, with its cause
-        text = str(e)
-        cause = text[text.find("Caused by") :].splitlines()[0] if "Caused by" in text else ""
-        raise OracleFailed(cause or text.splitlines()[0][:200]) from e
+    theirs = _iceberg(spark, sql.format(t=h.table, lineage=lineage))
     b = _bag(theirs)
     for how, rows in runs:
         a = _bag(rows)
@@ -149,12 +144,20 @@ def compare(
 
 
 def _iceberg(spark: Any, sql: str) -> list[Any]:
+    """Iceberg's rows of `sql`; OracleFailed with the reason when its reader fails."""
     try:
         return spark.sql(sql).collect()
     except Exception as e:  # noqa: BLE001 - reported apart from differences, with its cause
-        text = str(e)
-        cause = text[text.find("Caused by") :].splitlines()[0] if "Caused by" in text else ""
-        raise OracleFailed(cause or text.splitlines()[0][:200]) from e
+        raise OracleFailed(first_cause(e)) from e
+
+
+def first_cause(e: BaseException, width: int = 200) -> str:
+    """Why a JVM call failed, in one line: the first `Caused by` line of its error, else the
+    error's first line (cut to `width`)."""
+    text = str(e).strip()
+    if "Caused by" in text:
+        return text[text.find("Caused by") :].splitlines()[0]
+    return text.splitlines()[0][:width] if text else type(e).__name__
 
 
 CHANGE_COLS = ("_change_type", "_change_ordinal", "_commit_snapshot_id")
