@@ -59,13 +59,9 @@ def _bag(rows: list[Any]) -> list[tuple]:
 
 def clear_caches() -> None:
     """Forget what mor keeps across queries of a process, as a new process would have it."""
-    from mor.physical.positions import clear_position_cache
-    from mor.physical.resolution import clear_resolved
-    from mor.planner.scan_planning import clear_manifest_cache
+    import mor
 
-    clear_manifest_cache()
-    clear_position_cache()
-    clear_resolved()
+    mor.clear_caches()
 
 
 def run_table(

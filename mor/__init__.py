@@ -1,4 +1,4 @@
-"""mor: SQL over Apache Iceberg v2 merge-on-read tables on Apache Spark.
+"""mor: SQL over Apache Iceberg v2 and v3 merge-on-read tables on Apache Spark.
 
     from mor import mor_sql, explain
     df = mor_sql("SELECT region, count(*) FROM demo.orders GROUP BY region")
@@ -9,7 +9,9 @@ JVM.
 """
 
 from mor.api import (
+    cache_figures,
     changes,
+    clear_caches,
     default_catalog,
     explain,
     health,
@@ -49,6 +51,8 @@ __all__ = [
     "plan_query",
     "default_catalog",
     "mor_errors",
+    "clear_caches",
+    "cache_figures",
     "MorError",
     "ArgumentError",
     "DataFileError",

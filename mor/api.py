@@ -1,4 +1,8 @@
-"""The public Python API: mor_sql() and explain()."""
+"""The public Python API: queries (`mor_sql`, `table`), their plans (`explain`, `plan_query`,
+`metrics`), row-level changes (`changes`), table health (`health`), the catalogs they read
+(`default_catalog`, `resolve_catalog`) and the process's caches (`clear_caches`,
+`cache_figures`). The CLI and the shell call these; nothing here starts a JVM unless a query
+runs or is checked."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from mor.planner.requests import REQUESTS, since
 from mor.planner.settings import Settings, applied, user_config
 from mor.planner.sources import PathMap, Resolver, is_table_path, load_named_catalog
 from mor.planner.sql import Statement, bind, one_statement
+from mor.planner.state import CacheFigures, caches
 from mor.rules import MOR_RULES, TraceStep, optimize
 
 if TYPE_CHECKING:
@@ -418,6 +423,22 @@ def _s3a_section(session: Any) -> str:
 
         line = s3a_status(session)
     return f"== Object storage ==\ns3a       {line}\n"
+
+
+def clear_caches() -> None:
+    """Forget everything this process keeps between queries (planner/state.py: manifests,
+    planned scans, delete files read, resolved positions, DataFrames built): the next query
+    plans and reads as a new process's first query would. Results never depend on it."""
+    import mor.physical.reuse  # noqa: F401 - registers what physical/ keeps per Spark session
+
+    caches().clear()
+
+
+def cache_figures() -> list[CacheFigures]:
+    """Every cache of this process: what it holds, its entries and weight now, its bound."""
+    import mor.physical.reuse  # noqa: F401 - registers what physical/ keeps per Spark session
+
+    return caches().figures()
 
 
 @checked

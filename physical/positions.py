@@ -29,10 +29,10 @@ from pyspark.sql import functions as F
 from mor.physical import reuse
 from mor.physical.dv import decode
 from mor.physical.files import read_bytes, read_range
-from mor.planner.cache import BoundedCache
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import RESOLVED, DataTask, DeleteTask
 from mor.planner.settings import current
+from mor.planner.state import caches
 
 
 def first_line(e: BaseException) -> str:
@@ -42,16 +42,15 @@ def first_line(e: BaseException) -> str:
 
 
 # Position delete files are immutable: what each holds, grouped by the data file path it
-# names, is kept across queries of one process (setting position_cache_rows), keyed by the
-# path read and its size (guards.check_files holds every file to the size its manifest records).
-_POSITIONS: BoundedCache[dict[str, pa.Array]] = BoundedCache()
+# names, is kept across queries of one process (caches().positions), keyed by the path read
+# and its size (guards.check_files holds every file to the size its manifest records).
 
 
 def clear_position_cache() -> None:
     """Forget what was read of delete files, and the DataFrames built from it
     (physical/reuse.py): the next query reads them again, as a new process would."""
-    _POSITIONS.clear()
-    _BITMAPS.clear()
+    caches().positions.clear()
+    caches().bitmaps.clear()
     reuse.clear()
 
 
@@ -62,7 +61,8 @@ def _delete_file(source_key: str, d: DeleteTask, table: str, limit: int) -> dict
         path, positions = d.positions
         return {path: positions}
     key = (d.read_path, d.size_bytes, d.dv.offset if d.dv else -1)
-    hit = _POSITIONS.get(key)
+    kept = caches().positions
+    hit = kept.get(key)
     if hit is not None:
         return hit
     if d.dv is not None:
@@ -76,7 +76,7 @@ def _delete_file(source_key: str, d: DeleteTask, table: str, limit: int) -> dict
                 f"{where}: the file ends {d.dv.length - len(blob)} bytes before the blob does"
             )
         dv = {d.dv.referenced_data_file: decode(blob, where, d.record_count)}
-        _POSITIONS.put(key, dv, d.record_count, limit)
+        kept.put(key, dv, d.record_count, limit)
         return dv
     try:
         tab = pq.read_table(
@@ -96,7 +96,7 @@ def _delete_file(source_key: str, d: DeleteTask, table: str, limit: int) -> dict
         for k, i in enumerate(grouped.column("i").to_pylist())
         if i is not None  # a NULL path names no data file
     }
-    _POSITIONS.put(key, out, len(pos), limit)
+    kept.put(key, out, len(pos), limit)
     return out
 
 
@@ -154,10 +154,9 @@ def bitmap_words(positions: pa.Array) -> bytes:
     return data
 
 
-# A data file's bitmap as the text of its words, kept across queries of one process (setting
-# position_cache_rows, a word weighing three positions): keyed by the data file's path and row
+# A data file's bitmap as the text of its words, kept across queries of one process
+# (caches().bitmaps, a word weighing three positions): keyed by the data file's path and row
 # count and the identities of the deletes that apply to it, which is all the bitmap depends on.
-_BITMAPS: BoundedCache[str] = BoundedCache()
 
 
 def bitmap_key(task: DataTask, deletes: Mapping[int, DeleteTask]) -> tuple:
@@ -173,7 +172,7 @@ def bitmap_text(positions: pa.Array, key: tuple | None = None) -> str:
     it an array<bigint> with `CAST(split(text, ',') AS array<bigint>)`. Empty when no
     position is left."""
     if key is not None:
-        hit = _BITMAPS.get(key)
+        hit = caches().bitmaps.get(key)
         if hit is not None:
             return hit
     if len(positions) <= FEW:
@@ -193,7 +192,7 @@ def bitmap_text(positions: pa.Array, key: tuple | None = None) -> str:
         n_words = len(words) // 8
     if key is not None:
         # a word's text takes ~20 bytes, a cached position 8: a word weighs three positions
-        _BITMAPS.put(key, text, 3 * n_words + 1, current().position_cache_rows)
+        caches().bitmaps.put(key, text, 3 * n_words + 1, current().position_cache_rows)
     return text
 
 

@@ -46,7 +46,6 @@ from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
-from mor.planner.cache import BoundedCache
 from mor.planner.errors import InternalError
 from mor.planner.nodes import (
     GLOBAL_PART,
@@ -60,28 +59,28 @@ from mor.planner.nodes import (
     ReadField,
 )
 from mor.planner.settings import current
+from mor.planner.state import JOINED_KEYS, caches
 
-_CACHE: BoundedCache[pa.Array] = BoundedCache()
-# keys of files a filtered query joined rather than resolved: a query reading them again
-# resolves them (a filtered query reads part of each file, resolving reads all of it)
-_SEEN: BoundedCache[bool] = BoundedCache()
-SEEN_KEYS = 1_000_000
+# Resolved positions are kept per data file (caches().resolved), and so are the keys of files
+# a filtered query joined rather than resolved (caches().joined): a query reading them again
+# resolves them (a filtered query reads part of each file, resolving reads all of it).
 
 
 def clear_resolved() -> None:
     """Forget every resolved position: the next query joins (and resolves) again."""
-    _CACHE.clear()
-    _SEEN.clear()
+    caches().resolved.clear()
+    caches().joined.clear()
 
 
 def held() -> tuple[int, int]:
     """(data files, positions) held."""
-    return len(_CACHE), _CACHE.held
+    kept = caches().resolved
+    return len(kept), kept.held
 
 
 def seen() -> int:
     """Data files a filtered query joined, to be resolved when read again."""
-    return len(_SEEN)
+    return len(caches().joined)
 
 
 def chain_of(node: AntiJoin) -> tuple[IcebergScan, tuple[AntiJoin, ...]] | None:
@@ -173,13 +172,14 @@ def decide(scan: IcebergScan, joins: Sequence[AntiJoin]) -> Resolution:
     sets = frozenset(j.eq_set for j in joins)
     keys = {t.file_id: file_key(t, scan, deletes, fields, sets) for t in tasks}
     positions = {}
+    kept, joined_before = caches().resolved, caches().joined
     for t in tasks:
-        hit = _CACHE.get(keys[t.file_id])
+        hit = kept.get(keys[t.file_id])
         if hit is not None:
             positions[t.file_id] = hit  # kept here: the cache may drop it before it is used
     held = tuple(t for t in tasks if t.file_id in positions)
     missing = tuple(t for t in tasks if t.file_id not in positions)
-    if missing and scan.pushed and not all(_SEEN.get(keys[t.file_id]) for t in missing):
+    if missing and scan.pushed and not all(joined_before.get(keys[t.file_id]) for t in missing):
         return Resolution(
             "join",
             keys,
@@ -206,8 +206,9 @@ def decide(scan: IcebergScan, joins: Sequence[AntiJoin]) -> Resolution:
 def joined(res: Resolution) -> None:
     """Remember the files a filtered query joined, to resolve them when read again."""
     if res.keys is not None:
+        kept = caches().joined
         for t in res.missing:
-            _SEEN.put(res.keys[t.file_id], True, 1, SEEN_KEYS)
+            kept.put(res.keys[t.file_id], True, 1, JOINED_KEYS)
 
 
 def store(res: Resolution, found: Mapping[str, pa.Array]) -> None:
@@ -216,9 +217,10 @@ def store(res: Resolution, found: Mapping[str, pa.Array]) -> None:
     assert res.keys is not None
     limit = current().resolved_cache_rows
     empty = pa.array([], pa.int64())
+    kept = caches().resolved
     for t in res.missing:
         positions = found.get(t.path, empty)
-        _CACHE.put(res.keys[t.file_id], positions, len(positions) + 1, limit)
+        kept.put(res.keys[t.file_id], positions, len(positions) + 1, limit)
 
 
 def resolved_scan(

@@ -26,6 +26,7 @@ from typing import Any
 
 from mor.physical.session import is_connect
 from mor.planner.nodes import Expr, Plan
+from mor.planner.state import caches
 
 FRAMES = 256
 
@@ -205,3 +206,35 @@ def clear() -> None:
     with _lock:
         _by_session.clear()
     uncache_all()
+
+
+def _sizes(kept: weakref.WeakKeyDictionary[Any, _Kept]) -> Callable[[], tuple[int, int]]:
+    def size() -> tuple[int, int]:
+        with _lock:
+            sessions = list(kept.values())
+        return sum(len(k.frames) for k in sessions), sum(k.held for k in sessions)
+
+    return size
+
+
+def _clear_built() -> None:
+    with _lock:
+        _by_session.clear()
+
+
+caches().register(
+    "built DataFrames",
+    "reads and bitmap tables an earlier query built, per classic Spark session (reused)",
+    "bitmap bytes",
+    f"{FRAMES} frames a session, their bitmaps within the broadcast limit",
+    _sizes(_by_session),
+    _clear_built,
+)
+caches().register(
+    "Spark-cached deletes",
+    "equality delete keys and deleted positions persisted in Spark's cache, per session",
+    "bytes (estimated)",
+    "delete_cache_bytes",
+    _sizes(_cached),
+    uncache_all,
+)

@@ -1,8 +1,8 @@
 """A least-recently-used cache bounded by the total weight of what it holds (thread-safe).
 
-Used for what is immutable once written and read again by later queries of one process:
-manifest entries (weight: entries) and the parsed content of position delete files (weight:
-positions). The bound is passed with each `put`, from the settings in effect."""
+Used for what is immutable once written and read again by later queries of one process; each
+cache of the process is one of these, owned by planner/state.py (which says what each holds
+and what its weight counts). The bound is passed with each `put`, from the settings in effect."""
 
 from __future__ import annotations
 

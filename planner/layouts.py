@@ -41,7 +41,6 @@ from pyiceberg.types import (
     StructType,
 )
 
-from mor.planner.cache import BoundedCache
 from mor.planner.defaults import defaulted_ids
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import Layout
@@ -50,9 +49,7 @@ from mor.planner.sources import TableSource
 NAME_MAPPING = "schema.name-mapping.default"
 
 # A file's layout depends on the file (immutable: its path and size) and the table's schemas and
-# name mapping: kept across queries of the process (planning.py), bounded by the files held.
-LAYOUTS: BoundedCache[Layout] = BoundedCache()
-LAYOUT_CACHE_FILES = 1_000_000
+# name mapping: kept across queries of the process (planning.py, in planner/state.py).
 
 
 def _primitive_ids(struct: StructType, out: dict[int, IcebergType]) -> dict[int, IcebergType]:

@@ -20,7 +20,7 @@ from pyiceberg.types import (
 
 from mor.planner.defaults import default_sql
 from mor.planner.errors import MetadataError
-from mor.planner.layouts import LAYOUT_CACHE_FILES, LAYOUTS, NAME_MAPPING, layout_of, needs_footers
+from mor.planner.layouts import NAME_MAPPING, layout_of, needs_footers
 from mor.planner.nodes import (
     SNAPSHOT_METADATA_TABLES,
     EqField,
@@ -35,6 +35,7 @@ from mor.planner.scan_planning import plan_scan
 from mor.planner.schemas import find_field
 from mor.planner.settings import current
 from mor.planner.sources import Resolver, TableSource
+from mor.planner.state import LAYOUT_CACHE_FILES, caches
 
 
 def attach_files(plan: Plan, resolver: Resolver) -> Plan:
@@ -92,18 +93,19 @@ def _with_layouts(files: ScanFiles, src: TableSource, schema: Schema) -> ScanFil
     )
     wanted = [d for d in files.data] + [d for d in files.deletes if d.kind == "equality"]
     keys = {d.path: (d.read_path, d.size_bytes, history) for d in wanted}
-    missing = [p for p, k in keys.items() if LAYOUTS.get(k) is None]
+    layouts = caches().layouts
+    missing = [p for p, k in keys.items() if layouts.get(k) is None]
     if missing:
         workers = max(1, min(len(missing), current().io_threads))
         with ThreadPoolExecutor(workers, thread_name_prefix="mor-footers") as pool:
             found = list(pool.map(lambda p: layout_of(src, p, schema), missing))
         shared: dict[Layout, Layout] = {}
         for p, lay in zip(missing, found):
-            LAYOUTS.put(keys[p], shared.setdefault(lay, lay), 1, LAYOUT_CACHE_FILES)
+            layouts.put(keys[p], shared.setdefault(lay, lay), 1, LAYOUT_CACHE_FILES)
     index: dict[Layout, int] = {Layout(): 0}
 
     def idx(path: str) -> int:
-        lay = LAYOUTS.get(keys[path])
+        lay = layouts.get(keys[path])
         if lay is None:  # evicted meanwhile by another scan's footers: read it again
             lay = layout_of(src, path, schema)
         return index.setdefault(lay, len(index))

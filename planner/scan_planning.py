@@ -48,11 +48,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.types import UUIDType
 
-from mor.planner.cache import BoundedCache
 from mor.planner.delete_index import DeleteIndex, Entry, InvalidDeletes, is_dv
 from mor.planner.eq_bounds import may_apply, metrics_of
 from mor.planner.errors import MetadataError, UnsupportedError
-from mor.planner.layouts import LAYOUTS
 from mor.planner.manifests import (
     EntryFile,
     ListedManifest,
@@ -76,6 +74,7 @@ from mor.planner.nodes import (
 )
 from mor.planner.settings import current
 from mor.planner.sources import TableSource
+from mor.planner.state import caches
 
 _OPS: dict[str, Callable[[str, Any], BooleanExpression]] = {
     "=": EqualTo,
@@ -133,7 +132,7 @@ def _manifests(src: TableSource, snap: Snapshot) -> list[ListedManifest]:
     except Exception as e:  # noqa: BLE001 - any FileIO's error: one line, never a traceback
         raise _list_error(src, snap, e) from e
     key = ("list", src.read_path(path), len(raw))
-    hit = _LISTS.get(key)
+    hit = caches().manifest_lists.get(key)
     if hit is not None:
         return hit
     try:
@@ -145,7 +144,7 @@ def _manifests(src: TableSource, snap: Snapshot) -> list[ListedManifest]:
             out = [ListedManifest.of(m) for m in snap.manifests(src.io)]
         except Exception as e:  # noqa: BLE001 - unreadable or truncated: never a traceback
             raise _list_error(src, snap, e) from e
-    _LISTS.put(key, out, len(out), current().manifest_cache_entries)
+    caches().manifest_lists.put(key, out, len(out), current().manifest_cache_entries)
     return out
 
 
@@ -157,23 +156,18 @@ def _list_error(src: TableSource, snap: Snapshot, e: Exception) -> MetadataError
     )
 
 
-# Manifests are immutable: their live entries are kept across queries of one process, keyed
-# by the path actually read, its length and the manifest's sequence number (inherited numbers
-# depend on it), bounded by the entries held (setting manifest_cache_entries).
-_CACHE: BoundedCache[list[ManifestEntry]] = BoundedCache()
-# manifest lists likewise, keyed by path and length, bounded by the entries held
-_LISTS: BoundedCache[list[ListedManifest]] = BoundedCache()
-# planned scans, weighed by their files, within the same limit (_plan_key says by what)
-_PLANS: BoundedCache[ScanFiles] = BoundedCache()
+# Manifests are immutable: their live entries are kept across queries of one process
+# (planner/state.py), keyed by the path actually read, its length and the manifest's sequence
+# number (inherited numbers depend on it); manifest lists by path and length; planned scans by
+# what _plan_key says.
 
 
 def clear_manifest_cache() -> None:
     """Forget what planning read of manifests, manifest lists and footers, and the scans it
-    planned from them."""
-    _CACHE.clear()
-    _LISTS.clear()
-    _PLANS.clear()
-    LAYOUTS.clear()
+    planned from them (cold planning; `caches().clear()` forgets everything)."""
+    kept = caches()
+    for k in (kept.manifest_lists, kept.manifests, kept.scans, kept.layouts):
+        k.clear()
 
 
 def moved_hint(src: TableSource, recorded: str) -> str:
@@ -228,7 +222,7 @@ def _decoded(
             f"table {src.name}: cannot read manifest {manifest.manifest_path}: "
             f"{type(e).__name__}: {e}"
         ) from e
-    _CACHE.put(_cache_key(src, manifest, metrics), entries, len(entries), limit)
+    caches().manifests.put(_cache_key(src, manifest, metrics), entries, len(entries), limit)
     return entries
 
 
@@ -289,12 +283,12 @@ def _plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles
     preds = pushed_preds(scan.pushed)
     manifests = _manifests(src, snap)
     key = _plan_key(scan, src, schema, snap, manifests, preds)
-    planned = _PLANS.get(key) if key is not None else None
+    planned = caches().scans.get(key) if key is not None else None
     if planned is None:
         planned = _plan_manifests(scan, src, schema, snap, manifests, preds)
         if key is not None:
             weight = len(planned.data) + len(planned.deletes) + 1
-            _PLANS.put(key, planned, weight, current().manifest_cache_entries)
+            caches().scans.put(key, planned, weight, current().manifest_cache_entries)
     return planned
 
 
@@ -468,9 +462,11 @@ def _read_all(
     settings = current()  # read here, in the caller's thread: the pool's threads see no context
     limit = settings.manifest_cache_entries
 
+    manifests_kept = caches().manifests
+
     def cached(m: ListedManifest) -> list[ManifestEntry] | None:
-        hit = _CACHE.get(_cache_key(src, m, True))
-        return hit if hit is not None or metrics else _CACHE.get(_cache_key(src, m, False))
+        hit = manifests_kept.get(_cache_key(src, m, True))
+        return hit if hit is not None or metrics else manifests_kept.get(_cache_key(src, m, False))
 
     hits = {id(m): cached(m) for m in manifests}
     missing = [m for m in manifests if hits[id(m)] is None]

@@ -187,9 +187,10 @@ def test_files_without_field_ids_use_the_name_mapping(
 
 def _footers_opened(monkeypatch: Any) -> list[str]:
     """The paths whose Parquet footer planning opens from now on."""
-    from mor.planner import layouts, planning
+    from mor.planner import planning
+    from mor.planner.state import caches
 
-    layouts.LAYOUTS.clear()
+    caches().layouts.clear()
     opened: list[str] = []
     real = planning.layout_of
 

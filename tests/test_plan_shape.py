@@ -148,13 +148,9 @@ def _counting() -> Iterator[dict[str, int]]:
 
 
 def _built(spark: Any, catalog: Any, sql: str) -> tuple[Any, dict[str, int]]:
-    from mor.physical.positions import clear_position_cache
-    from mor.physical.resolution import clear_resolved
-    from mor.planner.scan_planning import clear_manifest_cache
+    import mor
 
-    clear_position_cache()  # nothing reused from an earlier query: a first build each time
-    clear_manifest_cache()
-    clear_resolved()
+    mor.clear_caches()  # nothing reused from an earlier query: a first build each time
     with _counting() as counts:
         df = mor_sql(sql, catalog=catalog, spark=spark)
     counts = dict(counts)

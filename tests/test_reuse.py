@@ -220,3 +220,40 @@ def test_cached_deleted_positions_follow_the_snapshot(catalog: Any, spark: Any) 
         settings={**antijoin, "delete_cache_bytes": 0},
     )
     assert "persist" not in plan
+
+
+def test_every_cache_is_listed_filled_and_cleared_together(catalog: Any, spark: Any) -> None:
+    """What a process keeps between queries is one object (planner/state.py): each cache a
+    query fills is listed by `mor.cache_figures()` with its entries, and `mor.clear_caches()`
+    empties every one, after which the same query gives the same rows, read afresh."""
+    import mor
+
+    w, f = _table(catalog)
+    w.commit(deletes=[w.position_delete_file({f.file_path: [0]}, f)])
+    w.commit(deletes=[w.equality_delete_file([1], [{1: 3}])])
+    mor.clear_caches()
+    names = [c.name for c in mor.cache_figures()]
+    assert len(names) == len(set(names)) == 10
+    assert all(c.entries == 0 and c.held == 0 for c in mor.cache_figures())
+
+    def ids() -> list[int]:
+        return sorted(
+            r.id for r in mor_sql("SELECT id FROM r.t", catalog=catalog, spark=spark).collect()
+        )
+
+    assert ids() == [2]
+    assert ids() == [2]  # the second query resolves the equality delete to positions
+    filled = {c.name for c in mor.cache_figures() if c.entries}
+    # (file layouts are read only for files written under another schema: test_evolution)
+    assert filled >= {
+        "manifest lists",
+        "manifests",
+        "planned scans",
+        "position deletes",
+        "bitmaps",
+        "resolved positions",
+        "built DataFrames",
+    }, filled
+    mor.clear_caches()
+    assert all(c.entries == 0 and c.held == 0 for c in mor.cache_figures())
+    assert ids() == [2]
