@@ -1,4 +1,9 @@
-"""The `mor` command: run or explain SQL files against an Iceberg catalog, or build the demo.
+"""The `mor` command: `run` and `explain` SQL (a file or -e) against an Iceberg catalog,
+`shell` (a prompt over a warm Spark session), `tables` and `describe` (metadata only), `health`
+(delete files and what to compact), `changes` (row-level changes consumed once, with a
+checkpoint), `config` (the settings in effect and the caches) and `demo` (builds a table and
+queries it). Options shared by subcommands are declared once in mor/options.py; output
+formats are in mor/output.py.
 
 Exit codes: 0 success, 1 query or data error, 2 usage error. `--debug` shows tracebacks.
 """
@@ -13,60 +18,42 @@ import traceback
 from typing import Any
 
 from mor import progress
+from mor.options import (
+    CATALOG,
+    DEBUG,
+    FILES,
+    SETTINGS,
+    SPARK,
+    WAREHOUSE,
+    UsageError,
+    file_io,
+    pairs,
+    path_map,
+    run_spark,
+    spark_session,
+)
+from mor.output import format_rows, replace_atomically, write_text
 from mor.planner.errors import MorError, SqlSyntaxError
 from mor.planner.sql import Statement, check_is_query, split_statements
 
 
-class UsageError(Exception):
-    pass
-
-
 def _parser() -> argparse.ArgumentParser:
+    """Each subcommand declares only its own options; the shared ones come from
+    mor/options.py's parents (debug, catalog, files, Spark, settings)."""
     p = argparse.ArgumentParser(prog="mor", description="SQL over Iceberg merge-on-read tables")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks")
     p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="cmd", required=True)
+    query = [DEBUG, CATALOG, FILES, SPARK, SETTINGS]
 
-    def common(sp: argparse.ArgumentParser) -> None:
+    def statements(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
         sp.add_argument("file", nargs="?", help="a .sql file of ;-separated statements")
         sp.add_argument("-e", dest="sql", help="SQL text instead of a file")
-        sp.add_argument("--catalog", help="a catalog name from pyiceberg's configuration")
-        sp.add_argument(
-            "--warehouse", help="warehouse of the embedded catalog (default ./warehouse)"
-        )
-        sp.add_argument(
-            "--path-map",
-            action="append",
-            default=[],
-            metavar="OLD=NEW",
-            help="read files recorded under OLD from NEW (repeatable)",
-        )
-        sp.add_argument(
-            "--io",
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help="a pyiceberg FileIO property for tables named by path, e.g. "
-            "s3.endpoint=http://host:port (repeatable; also over a catalog's)",
-        )
-        sp.add_argument("--debug", action="store_true", help="show Python tracebacks")
-        sp.add_argument("--master", help="Spark master URL (default: setting master, local[*])")
-        sp.add_argument(
-            "--remote",
-            metavar="sc://HOST:PORT",
-            help="run on a Spark Connect server (default: $SPARK_REMOTE; no JVM needed here)",
-        )
-        sp.add_argument(
-            "--conf",
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help="a Spark setting for the session (repeatable)",
-        )
-        _set_option(sp)
+        return sp
 
-    run = sub.add_parser("run", help="run the statements and print their results")
-    common(run)
+    run = statements(
+        sub.add_parser("run", parents=query, help="run the statements and print their results")
+    )
     run.add_argument("--format", choices=["table", "csv", "json", "parquet"], default="table")
     run.add_argument("--output", help="write results here (required for parquet)")
     run.add_argument(
@@ -75,8 +62,11 @@ def _parser() -> argparse.ArgumentParser:
         help="replace an existing --output (never done without it)",
     )
     run.add_argument("--limit", type=int, help="print at most N rows of each result")
-    ex = sub.add_parser("explain", help="print the query plan and its merge-on-read scans")
-    common(ex)
+    ex = statements(
+        sub.add_parser(
+            "explain", parents=query, help="print the query plan and its merge-on-read scans"
+        )
+    )
     ex.add_argument("--verbose", action="store_true", help="add the rule trace")
     ex.add_argument("--physical", action="store_true", help="add the DataFrame operations")
     ex.add_argument(
@@ -89,37 +79,29 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="add merge-on-read metrics and count the rows each delete kind removes (runs Spark)",
     )
-    shell = sub.add_parser("shell", help="an interactive prompt; Spark stays warm between queries")
-    shell.add_argument("--catalog", help="a catalog name from pyiceberg's configuration")
-    shell.add_argument("--warehouse", help="warehouse of the embedded catalog")
-    shell.add_argument("--debug", action="store_true", help="show Python tracebacks")
-    shell.add_argument("--master", help="Spark master URL (default: setting master, local[*])")
-    shell.add_argument("--remote", metavar="sc://HOST:PORT", help="a Spark Connect server")
-    shell.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
-    _set_option(shell)
-    tables = sub.add_parser("tables", help="list the tables of a catalog (metadata only)")
+    sub.add_parser(
+        "shell",
+        parents=[DEBUG, CATALOG, SPARK, SETTINGS],
+        help="an interactive prompt; Spark stays warm between queries",
+    )
+    tables = sub.add_parser(
+        "tables", parents=[DEBUG, CATALOG], help="list the tables of a catalog (metadata only)"
+    )
     tables.add_argument("namespace", nargs="?", help="only this namespace")
-    describe = sub.add_parser("describe", help="schema, partitioning, snapshots of a table")
+    describe = sub.add_parser(
+        "describe",
+        parents=[DEBUG, CATALOG, FILES],
+        help="schema, partitioning, snapshots of a table",
+    )
     describe.add_argument("table", help="ns.table, catalog.ns.table, or a table's path")
-    for sp in (tables, describe):
-        sp.add_argument("--catalog", help="a catalog name from pyiceberg's configuration")
-        sp.add_argument("--warehouse", help="warehouse of the embedded catalog")
-        sp.add_argument("--debug", action="store_true", help="show Python tracebacks")
-    describe.add_argument(
-        "--path-map", action="append", default=[], metavar="OLD=NEW", help="as for run"
-    )
-    describe.add_argument(
-        "--io", action="append", default=[], metavar="KEY=VALUE", help="as for run"
-    )
     hp = sub.add_parser(
-        "health", help="delete files, delete ratio and read cost per partition; what to compact"
+        "health",
+        parents=[DEBUG, CATALOG, FILES, SPARK],
+        help="delete files, delete ratio and read cost per partition; what to compact "
+        "(Spark only for --exact)",
     )
     hp.add_argument("table", help="ns.table, catalog.ns.table, or a table's path")
     hp.add_argument("--format", choices=["table", "json"], default="table")
-    hp.add_argument("--catalog", help="a catalog name from pyiceberg's configuration")
-    hp.add_argument("--warehouse", help="warehouse of the embedded catalog")
-    hp.add_argument("--path-map", action="append", default=[], metavar="OLD=NEW", help="as for run")
-    hp.add_argument("--io", action="append", default=[], metavar="KEY=VALUE", help="as for run")
     hp.add_argument("--snapshot", type=int, help="report on this snapshot (default: the current)")
     hp.add_argument(
         "--exact",
@@ -136,14 +118,9 @@ def _parser() -> argparse.ArgumentParser:
         default=5,
         help="advise a rewrite of data files with this many delete files applying",
     )
-    hp.add_argument("--debug", action="store_true", help="show Python tracebacks")
-    hp.add_argument("--master", help="Spark master URL, for --exact")
-    hp.add_argument(
-        "--remote", metavar="sc://HOST:PORT", help="a Spark Connect server, for --exact"
-    )
-    hp.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     ch = sub.add_parser(
         "changes",
+        parents=[DEBUG, CATALOG, FILES, SPARK, SETTINGS],
         help="the changes since a checkpoint, each commit once: write them, then move it",
     )
     ch.add_argument("table", help="ns.table, catalog.ns.table, or a table's path")
@@ -167,46 +144,17 @@ def _parser() -> argparse.ArgumentParser:
         help="a new checkpoint starts after this snapshot (default: the first commit); "
         "ignored once the checkpoint exists",
     )
-    ch.add_argument("--catalog", help="a catalog name from pyiceberg's configuration")
-    ch.add_argument("--warehouse", help="warehouse of the embedded catalog")
-    ch.add_argument("--path-map", action="append", default=[], metavar="OLD=NEW", help="as for run")
-    ch.add_argument("--io", action="append", default=[], metavar="KEY=VALUE", help="as for run")
-    ch.add_argument("--debug", action="store_true", help="show Python tracebacks")
-    ch.add_argument("--master", help="Spark master URL (default: setting master, local[*])")
-    ch.add_argument("--remote", metavar="sc://HOST:PORT", help="a Spark Connect server")
-    ch.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
-    _set_option(ch)
-    config = sub.add_parser("config", help="show the settings in effect and where each comes from")
-    config.add_argument("--warehouse", help="warehouse of the embedded catalog")
-    config.add_argument("--debug", action="store_true", help="show Python tracebacks")
-    _set_option(config)
-    demo = sub.add_parser("demo", help="create demo.orders in the embedded catalog and query it")
-    demo.add_argument("--warehouse", help="warehouse directory (default ./warehouse)")
-    demo.add_argument("--debug", action="store_true", help="show Python tracebacks")
-    return p
-
-
-def _set_option(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a mor setting for this command, e.g. position_bitmap_bytes=0 (repeatable; "
-        "`mor config` lists them)",
+    sub.add_parser(
+        "config",
+        parents=[DEBUG, WAREHOUSE, SETTINGS],
+        help="show the settings in effect and where each comes from",
     )
-
-
-def _pairs(items: list[str], flag: str, form: str = "KEY=VALUE") -> dict[str, str]:
-    """`--flag K=V` options as a dict (a later K wins); one without `=` is a usage error.
-    Keys are stripped, except path prefixes (OLD=NEW), which are taken exactly."""
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise UsageError(f"{flag} needs {form}, got {item!r}")
-        k, v = item.split("=", 1)
-        out[k if form == "OLD=NEW" else k.strip()] = v
-    return out
+    sub.add_parser(
+        "demo",
+        parents=[DEBUG, WAREHOUSE],
+        help="create demo.orders in the embedded catalog and query it",
+    )
+    return p
 
 
 def _statements(args: argparse.Namespace) -> list[Statement]:
@@ -244,21 +192,6 @@ def _version() -> str:
     )
 
 
-def _spark(args: argparse.Namespace, s3a: bool = False) -> Any:
-    """The Spark session of this command: Spark Connect with --remote (or $SPARK_REMOTE), else
-    a local or --master session, with --conf applied; `s3a`: its queries read s3a:// paths
-    (a session started here gets Hadoop's s3a connector: physical/s3a.py)."""
-    from mor.physical import local_session, remote_session
-
-    conf = _pairs(args.conf, "--conf")
-    remote = getattr(args, "remote", None) or os.environ.get("SPARK_REMOTE")
-    if remote:
-        if args.master:
-            raise UsageError("give either --remote (Spark Connect) or --master, not both")
-        return remote_session(remote, conf)
-    return local_session(args.master, conf, s3a=s3a)
-
-
 def _table_on_s3(args: argparse.Namespace, table: str, catalog: Any = None) -> bool:
     """The table's files are read through s3a (its location, after the path map)."""
     from mor.api import effective_path_map, resolve_catalog
@@ -266,19 +199,11 @@ def _table_on_s3(args: argparse.Namespace, table: str, catalog: Any = None) -> b
 
     resolver = Resolver(
         catalog if catalog is not None else lambda: resolve_catalog(args.catalog, args.warehouse),
-        PathMap.of(effective_path_map(_path_map(args.path_map))),
-        _io(args),
+        PathMap.of(effective_path_map(path_map(args))),
+        file_io(args),
     )
     src = resolver.by_text(table)
     return src.read_path(src.metadata.location).startswith("s3a://")
-
-
-def _path_map(items: list[str]) -> dict[str, str]:
-    return _pairs(items, "--path-map", "OLD=NEW")
-
-
-def _io(args: argparse.Namespace) -> dict[str, str]:
-    return _pairs(getattr(args, "io", None) or [], "--io", "KEY=VALUE")
 
 
 def _catalog(args: argparse.Namespace) -> Any:
@@ -293,7 +218,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from mor.api import explain
 
     cat = _catalog(args)
-    pm = _path_map(args.path_map)
+    pm = path_map(args)
     stmts = _statements(args)
     spark = None
     if args.analyze or not args.no_check:
@@ -305,18 +230,22 @@ def cmd_explain(args: argparse.Namespace) -> int:
         s3a = args.analyze and any(
             reads_s3a(
                 plan_query(
-                    s, catalog=cat, path_map=pm, io_properties=_io(args), warehouse=args.warehouse
+                    s,
+                    catalog=cat,
+                    path_map=pm,
+                    io_properties=file_io(args),
+                    warehouse=args.warehouse,
                 ).optimized
             )
             for s in stmts
         )
-        spark = _spark(args, s3a=s3a)
+        spark = spark_session(args, s3a=s3a)
     texts = [
         explain(
             s,
             catalog=cat,
             path_map=pm,
-            io_properties=_io(args),
+            io_properties=file_io(args),
             verbose=args.verbose,
             physical=args.physical,
             analyze=args.analyze,
@@ -340,7 +269,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--limit needs a number of rows, 0 or more, not {args.limit}")
     targets = _targets(args, len(stmts))  # checked before any query runs
     cat = _catalog(args)
-    pm, io = _path_map(args.path_map), _io(args)
+    pm, io = path_map(args), file_io(args)
     progress.note("planning ...")
     planned = [  # all planned before any output
         plan_query(s, catalog=cat, path_map=pm, io_properties=io, warehouse=args.warehouse)
@@ -350,7 +279,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from mor.physical import to_dataframe
     from mor.physical.s3a import reads_s3a
 
-    spark = _spark(args, s3a=any(reads_s3a(p.optimized) for p in planned))
+    spark = spark_session(args, s3a=any(reads_s3a(p.optimized) for p in planned))
     progress.clear()
     results = []
     for p in planned:
@@ -361,29 +290,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.format == "parquet":
         for (df, plan), out in zip(results, targets):
             with progress.spark_stages(spark, f"writing {out}"):
-                _replace_atomically(
+                replace_atomically(
                     out,
                     args.overwrite,
-                    lambda tmp, df=df, plan=plan: _run_spark(lambda: df.write.parquet(tmp), plan),
+                    lambda tmp, df=df, plan=plan: run_spark(lambda: df.write.parquet(tmp), plan),
                 )
         return 0
     collected = []
     for i, (df, plan) in enumerate(results, start=1):
         with progress.spark_stages(spark, f"statement {i}/{len(results)}"):
-            collected.append(_run_spark(lambda df=df: (df.columns, df.collect()), plan))
-    texts = [_format(cols, rows, args.format) for cols, rows in collected]
+            collected.append(run_spark(lambda df=df: (df.columns, df.collect()), plan))
+    texts = [format_rows(cols, rows, args.format) for cols, rows in collected]
     if args.output:  # one file per statement (PATH.N when there are several)
         for text, out in zip(texts, targets):
-            _replace_atomically(out, args.overwrite, lambda tmp, text=text: _write_text(tmp, text))
+            replace_atomically(out, args.overwrite, lambda tmp, text=text: write_text(tmp, text))
     else:
         # tables are separated by a blank line; CSV and JSON Lines follow each other directly
         sys.stdout.write(("\n" if args.format == "table" else "").join(texts))
     return 0
-
-
-def _write_text(path: str, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
 
 
 def _targets(args: argparse.Namespace, n: int) -> list[str]:
@@ -408,72 +332,6 @@ def _targets(args: argparse.Namespace, n: int) -> list[str]:
     return outs
 
 
-def _replace_atomically(out: str, overwrite: bool, write: Any) -> None:
-    """`write(tmp)` writes next to `out` under a temporary name, which then takes `out`'s
-    place: a failed query leaves nothing half-written, and what was there stays until then."""
-    import shutil
-    import uuid
-
-    out = os.path.abspath(out)
-    tmp = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.mor-{uuid.uuid4().hex[:8]}")
-    try:
-        write(tmp)
-        old = None
-        if os.path.lexists(out):
-            if not overwrite and not (os.path.isdir(out) and not os.listdir(out)):
-                raise UsageError(f"--output {out} appeared while the query ran: not replaced")
-            old = f"{tmp}.old"
-            os.rename(out, old)
-        os.rename(tmp, out)
-        if old is not None:
-            shutil.rmtree(old) if os.path.isdir(old) else os.remove(old)
-    finally:
-        if os.path.isdir(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
-        elif os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def _run_spark(fn: Any, plan: Any = None) -> Any:
-    """Run a Spark action; its failure becomes one MorError line (physical/errors.py)."""
-    try:
-        return fn()
-    except MorError:
-        raise
-    except Exception as e:  # noqa: BLE001 - Spark errors arrive as Py4J/Analysis/gRPC exceptions
-        from mor.physical.errors import spark_failure
-
-        raise spark_failure(e, plan) from e
-
-
-def _format(cols: list[str], rows: list[Any], fmt: str) -> str:
-    if fmt == "json":
-        return "".join(
-            json.dumps(dict(zip(cols, [_plain(v) for v in r])), default=str) + "\n" for r in rows
-        )
-    if fmt == "csv":
-        import csv
-        import io
-
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")  # Unix line ends, as Spark writes CSV
-        w.writerow(cols)
-        for r in rows:
-            w.writerow(["" if v is None else v for v in r])
-        return buf.getvalue()
-    cells = [[("NULL" if v is None else str(v)) for v in r] for r in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
-    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-    out = [line, "| " + " | ".join(c.ljust(w) for c, w in zip(cols, widths)) + " |", line]
-    out += ["| " + " | ".join(v.ljust(w) for v, w in zip(r, widths)) + " |" for r in cells]
-    out += [line, f"({len(rows)} row{'s' if len(rows) != 1 else ''})", ""]
-    return "\n".join(out)
-
-
-def _plain(v: Any) -> Any:
-    return v.asDict(recursive=True) if hasattr(v, "asDict") else v
-
-
 def cmd_tables(args: argparse.Namespace) -> int:
     from mor.api import resolve_catalog
     from mor.catalog_info import list_tables
@@ -491,8 +349,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
     catalog = args.catalog
     resolver = Resolver(
         lambda: resolve_catalog(catalog, args.warehouse),
-        PathMap.of(effective_path_map(_path_map(args.path_map))),
-        _io(args),
+        PathMap.of(effective_path_map(path_map(args))),
+        file_io(args),
     )
     sys.stdout.write(describe(resolver.by_text(args.table)))
     return 0
@@ -510,11 +368,11 @@ def cmd_health(args: argparse.Namespace) -> int:
         args.table,
         catalog=args.catalog,
         warehouse=args.warehouse,
-        path_map=_path_map(args.path_map),
-        io_properties=_io(args),
+        path_map=path_map(args),
+        io_properties=file_io(args),
         snapshot_id=args.snapshot,
         exact=args.exact,
-        spark=_spark(args, s3a=_table_on_s3(args, args.table)) if args.exact else None,
+        spark=spark_session(args, s3a=_table_on_s3(args, args.table)) if args.exact else None,
         thresholds=Thresholds(
             delete_ratio=args.delete_ratio_threshold, delete_files=args.delete_file_threshold
         ),
@@ -554,7 +412,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
         if os.path.exists(out_dir) and not os.path.isdir(out_dir):
             raise UsageError(f"--output {args.output} is a file: batches go into a folder")
     cat = _catalog(args)
-    opts = dict(catalog=cat, path_map=_path_map(args.path_map), io_properties=_io(args))
+    opts = dict(catalog=cat, path_map=path_map(args), io_properties=file_io(args))
     if cat is None and not is_table_path(args.table):
         opts["catalog"] = resolve_catalog(None, args.warehouse)
     checkpoint = os.path.abspath(args.checkpoint)
@@ -563,7 +421,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
         print("mor: no new commits since the checkpoint", file=sys.stderr)
         return 0
     progress.note("starting Spark ...")
-    spark = _spark(args, s3a=_table_on_s3(args, args.table, opts["catalog"]))
+    spark = spark_session(args, s3a=_table_on_s3(args, args.table, opts["catalog"]))
     progress.clear()
     batches = stream_changes(
         args.table,
@@ -595,13 +453,13 @@ def cmd_changes(args: argparse.Namespace) -> int:
     rows = ""
     if fmt == "parquet":
         with progress.spark_stages(spark, f"writing {out}"):
-            _replace_atomically(out, True, lambda tmp: _run_spark(lambda: df.write.parquet(tmp)))
+            replace_atomically(out, True, lambda tmp: run_spark(lambda: df.write.parquet(tmp)))
     else:
         with progress.spark_stages(spark, what):
-            cols, got = _run_spark(lambda: (df.columns, df.collect()))
-        text = _format(cols, got, fmt)
+            cols, got = run_spark(lambda: (df.columns, df.collect()))
+        text = format_rows(cols, got, fmt)
         if out is not None:
-            _replace_atomically(out, True, lambda tmp: _write_text(tmp, text))
+            replace_atomically(out, True, lambda tmp: write_text(tmp, text))
         else:
             sys.stdout.write(text)
             sys.stdout.flush()
@@ -655,6 +513,12 @@ def cmd_config(args: argparse.Namespace) -> int:
     rows += [("spark", f"{k} = {v} (config file)") for k, v in sorted(cfg.spark.items())]
     rows.append(("s3a", _s3a_line(cfg.spark)))
     rows += [("path-map", f"{k} = {v} (config file)") for k, v in sorted(cfg.path_map.items())]
+    from mor.api import cache_figures
+
+    rows += [
+        ("cache", f"{f.name} (bound: {f.bound}; weighed in {f.unit}): {f.holds}")
+        for f in cache_figures()
+    ]
     from mor.planner.sources import io_defaults
 
     secret = ("secret", "token", "password", "credential")
@@ -716,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         from mor.planner.settings import applied
 
-        with applied(_pairs(getattr(args, "set", []), "--set", "NAME=VALUE"), "--set"):
+        with applied(pairs(getattr(args, "set", []), "--set", "NAME=VALUE"), "--set"):
             return commands[args.cmd](args)
     except UsageError as e:
         if debug:

@@ -91,7 +91,7 @@ def run_demo(warehouse: str | None = None) -> int:
     print(f"Building demo.orders in the embedded catalog at {wh}/catalog.db ...", file=sys.stderr)
     build_demo_table(warehouse)
     cat = default_catalog(warehouse)
-    from mor.cli import _format
+    from mor.output import format_rows
 
     for path in sorted(glob.glob(os.path.join(EXAMPLES, "*.sql"))):
         with open(path, encoding="utf-8") as f:
@@ -99,7 +99,7 @@ def run_demo(warehouse: str | None = None) -> int:
         print(f"-- {os.path.basename(path)}")
         print("\n".join(ln for ln in sql.splitlines() if ln.startswith("--")))
         df = mor_sql(sql.strip().rstrip(";"), catalog=cat)
-        print(_format(df.columns, df.collect(), "table"))
+        print(format_rows(df.columns, df.collect(), "table"))
     q = "SELECT region, count(*) AS orders, sum(amount) AS revenue FROM demo.orders GROUP BY region"
     print(f"-- EXPLAIN {q}")
     print(explain(q, catalog=cat))

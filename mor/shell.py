@@ -2,7 +2,8 @@
 
 A statement ends with `;` (it may span lines; a `;` inside a string or comment does not count).
 `EXPLAIN [VERBOSE|PHYSICAL|ANALYZE] <query>;` prints mor's plan. Dot commands, alone on a line:
-`.tables [NAMESPACE]`, `.schema TABLE`, `.help`, `.quit`. Errors are one line; the shell goes on.
+`.tables [NAMESPACE]`, `.schema TABLE`, `.caches [clear]`, `.help`, `.quit`. Errors are one
+line; the shell goes on.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ Statements end with ';' and may span lines.
   EXPLAIN [VERBOSE|PHYSICAL|ANALYZE] SELECT ...;   mor's plan of a query
   .tables [NAMESPACE]                  the catalog's tables
   .schema TABLE                        a table's schema, partitioning, snapshots
+  .caches [clear]                      what this session keeps between queries (or forget it)
   .help                                this text
   .quit                                leave (or Ctrl-D)
 """
@@ -53,12 +55,12 @@ class Shell:
         """The shell's session, started for the first query that needs one: with Hadoop's
         s3a connector when that query's tables are on S3 (a later query reading s3a:// paths
         from a session started without it is refused, naming what to add)."""
-        from mor.cli import _spark
+        from mor.options import spark_session
         from mor.physical.s3a import reads_s3a
 
         s3a = plan is not None and reads_s3a(plan, counts=True)
         if self._spark is None:
-            self._spark = _spark(self.args, s3a=s3a)
+            self._spark = spark_session(self.args, s3a=s3a)
         elif s3a:
             from mor.physical.session import check_s3a
 
@@ -97,6 +99,12 @@ class Shell:
                 self.out("".join(f"{n}\n" for n in list_tables(self.catalog(), rest or None)))
             elif cmd == ".schema" and rest:
                 self.out(describe(self.resolver().by_name(tuple(rest.split(".")))))
+            elif cmd == ".caches" and rest in ("", "clear"):
+                from mor.api import cache_figures, clear_caches
+
+                if rest == "clear":
+                    clear_caches()
+                self.out("".join(f"{f.line()}\n" for f in cache_figures()))
             else:
                 self.err(f"mor: unknown command {line!r}: .help lists them\n")
         except MorError as e:
@@ -115,7 +123,8 @@ class Shell:
         return Resolver(self.catalog, PathMap.of(effective_path_map(None)))
 
     def statements(self, text: str) -> None:
-        from mor.cli import _format, _run_spark
+        from mor.options import run_spark
+        from mor.output import format_rows
         from mor.planner.sql import split_statements
 
         try:
@@ -125,7 +134,7 @@ class Shell:
             return
         for stmt in stmts:
             try:
-                self.out(self.one(stmt, _format, _run_spark))
+                self.out(self.one(stmt, format_rows, run_spark))
             except MorError as e:
                 self.err(f"mor: {e}\n")
             except KeyboardInterrupt:

@@ -324,7 +324,7 @@ def test_cli_writes_each_batch_then_moves_the_checkpoint(
     whole = changes("cli.t", catalog=cat, spark=spark)
     assert got == _rows(whole)
     capsys.readouterr()
-    monkeypatch.setattr("mor.cli._spark", lambda a: pytest.fail("Spark started"))
+    monkeypatch.setattr("mor.cli.spark_session", lambda a: pytest.fail("Spark started"))
     assert main([*args, "--format", "json"]) == 0  # nothing new: no Spark
     assert "no new commits" in capsys.readouterr().err
     assert (
