@@ -1,5 +1,6 @@
-"""Compile an optimized plan into PySpark: each merge-on-read scan into DataFrame operations, and
-the query around them into `spark.sql` over uniquely named views of those scans."""
+"""Compile an optimized plan into PySpark: its physical plan (physical/plan.py, where every
+decision is taken) translated into DataFrame operations, and the query around the scans into
+`spark.sql` over uniquely named views of them."""
 
 from __future__ import annotations
 
@@ -20,19 +21,27 @@ from mor.physical.eq_deletes import scan_eq_deletes
 from mor.physical.errors import query_error, recognised, spark_failure
 from mor.physical.guards import check_files
 from mor.physical.metadata_columns import hidden_type
-from mor.physical.reads import ReadContext, session_facts
-from mor.physical.resolution import (
-    chain_of,
-    decide,
-    joined,
-    key_fields,
-    resolved_scan,
-    store,
+from mor.physical.plan import (
+    AntiJoinExec,
+    ChangesExec,
+    CountRows,
+    MetadataRows,
+    PhysicalNode,
+    Planner,
+    QueryExec,
+    ReadData,
+    ReadEqDeletes,
+    ResolvedBranch,
+    ResolveEqDeletes,
+    UnionExec,
+    ViewExec,
 )
+from mor.physical.reads import ReadContext, session_facts
+from mor.physical.resolution import joined, key_fields, store
 from mor.physical.reuse import fingerprint, reused
 from mor.physical.scan import scan_data
 from mor.physical.session import is_connect
-from mor.physical.strategy import bitmap_weight, named_as_table, needs_barrier, scoped_only
+from mor.physical.strategy import bitmap_weight, scoped_only
 from mor.physical.types import spark_type
 from mor.planner.errors import InternalError, MorError, UnsupportedError
 from mor.planner.nodes import (
@@ -42,7 +51,6 @@ from mor.planner.nodes import (
     GLOBAL_PART,
     PART,
     AntiJoin,
-    DataTask,
     EqDeleteScan,
     IcebergScan,
     MetadataTable,
@@ -87,16 +95,22 @@ def join_condition(node: AntiJoin) -> Column:
 
 
 class Compiler:
-    """Compiles each plan node once: a subtree shared by two parents becomes one DataFrame, and
-    on a classic session a node made of the same files, columns and filters as one an earlier
-    query compiled reuses its DataFrame (physical/reuse.py), its files checked again."""
+    """Translates a physical plan (physical/plan.py) into DataFrames, deciding nothing: each
+    node once (a subtree two parents share is one DataFrame), and on a classic session a node
+    made of the same files, columns and filters as one an earlier query translated reuses its
+    DataFrame (physical/reuse.py), its files checked again. The plan's one step with effects,
+    resolving equality deletes to positions, runs here when its branch is first needed
+    (`execute`)."""
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
-        self._memo: dict[int, tuple[Plan, DataFrame]] = {}
+        self._memo: dict[int, tuple[PhysicalNode, DataFrame]] = {}
         self._fingerprints: dict[int, tuple[Plan, Hashable]] = {}
         self._reads: ReadContext | None = None
-        self._decided: dict[int, tuple[Plan, IcebergScan | None]] = {}
+        self._planner: Planner | None = None
+        self._found: dict[int, tuple[ResolveEqDeletes, dict[str, pa.Array]]] = {}
+        self.translated: list[PhysicalNode] = []  # every node translated, in order
+        self.executed: list[ResolveEqDeletes] = []  # every step run
 
     @property
     def reads(self) -> ReadContext:
@@ -110,11 +124,27 @@ class Compiler:
         the session's facts (listing threshold, broadcast limit, whether file lists serve)."""
         return (current(), self.reads.facts)
 
+    def plan(self, node: Plan) -> PhysicalNode:
+        """The physical plan of a logical node, for this session (one planner per query: a
+        node planned twice is one physical node)."""
+        if self._planner is None:
+            self._planner = Planner(self.reads.facts)
+        return self._planner.plan(node)
+
     def compile(self, node: Plan) -> DataFrame:
+        """A logical node's DataFrame: planned, then translated."""
+        return self.run(self.plan(node))
+
+    def run(self, node: PhysicalNode) -> DataFrame:
+        """The DataFrame of a physical node."""
         hit = self._memo.get(id(node))
         if hit is not None and hit[0] is node:
             return hit[1]
-        df = self.reused("plan", node, lambda: self._compile(node))
+        kind, logical = _reuse_key(node)
+        if logical is not None:
+            df = self.reused(kind, logical, lambda: self._translate(node))
+        else:
+            df = self._translate(node)
         self._memo[id(node)] = (node, df)
         return df
 
@@ -136,47 +166,20 @@ class Compiler:
             lambda: self.reads.facts.broadcast_limit,
         )
 
-    def _resolved(self, node: AntiJoin, needed: frozenset[str] | None) -> IcebergScan | None:
-        """The branch as a plain scan over resolved positions (physical/resolution.py),
-        resolving first the files no earlier query did; None when it joins instead. Decided
-        once per node and query."""
-        hit = self._decided.get(id(node))
-        if hit is not None and hit[0] is node:
+    def execute(self, step: ResolveEqDeletes) -> dict[str, pa.Array]:
+        """Run the step: the positions the equality deletes of `step.joins` remove from each
+        file it resolves, by recorded path, kept in the process's caches. One Spark job reads
+        their key columns (every row: no filter of the query, no position delete applied),
+        semi-joined with each delete side (unfiltered) on the anti-joins' own conditions;
+        (_file, _pos) of the matches are collected per file."""
+        hit = self._found.get(id(step))
+        if hit is not None and hit[0] is step:
             return hit[1]
-        chain = chain_of(node)
-        out = self._resolve_chain(chain, needed) if chain is not None else None
-        self._decided[id(node)] = (node, out)
-        return out
-
-    def _resolve_chain(
-        self, chain: tuple[IcebergScan, tuple[AntiJoin, ...]], needed: frozenset[str] | None
-    ) -> IcebergScan | None:
-        base, joins = chain
-        res = decide(base, joins)
-        if res.method != "positions":
-            joined(res)
-            return None
-        found = None
-        if res.missing:
-            found = self._resolve(base, joins, res.missing, joins[-1])
-            store(res, found)
-        return resolved_scan(base, res, needed, found)
-
-    def _resolve(
-        self,
-        base: IcebergScan,
-        joins: tuple[AntiJoin, ...],
-        missing: tuple[DataTask, ...],
-        top: AntiJoin,
-    ) -> dict[str, pa.Array]:
-        """The positions the equality deletes of `joins` remove from each of `missing`, by
-        recorded path: one Spark job reading their key columns (every row: no filter of the
-        query, no position delete applied) semi-joined with each delete side, unfiltered, on
-        the anti-joins' own conditions; (_file, _pos) of the matches collected per file."""
+        base, joins, res = step.base, step.joins, step.resolution
         assert base.files is not None
         files = replace(
             base.files,
-            data=tuple(replace(t, pos_deletes=()) for t in missing),
+            data=tuple(replace(t, pos_deletes=()) for t in res.missing),
             deletes=tuple(d for d in base.files.deletes if d.kind == "equality"),
         )
         left = replace(
@@ -184,8 +187,8 @@ class Compiler:
         )
         ldf = self.compile(left)
         matched = [
-            ldf.join(self.compile(replace(j.right, pushed=())), join_condition(j), "left_semi")
-            for j in joins
+            ldf.join(self.run(side), join_condition(j), "left_semi")
+            for j, side in zip(joins, step.sides)
         ]
         rows = reduce(lambda a, b: a.unionAll(b), [m.select("_file", "_pos") for m in matched])
         per_file = rows.groupBy("_file").agg(F.collect_list("_pos").alias("p"))
@@ -193,51 +196,58 @@ class Compiler:
             got = per_file.collect()
         except Exception as e:  # noqa: BLE001 - a Spark failure, as the query's would be
             # named as mor_errors names a query's: a column of another type by the chain's files
-            raise spark_failure(e, top) from e
+            raise spark_failure(e, joins[-1]) from e
         found = {}
         for r in got:
-            positions = pa.array(sorted(set(r["p"])), pa.int64())
-            found[r["_file"]] = positions
+            found[r["_file"]] = pa.array(sorted(set(r["p"])), pa.int64())
+        store(res, found)
+        self._found[id(step)] = (step, found)
+        self.executed.append(step)
         return found
 
-    def _compile(self, node: Plan) -> DataFrame:
+    def _translate(self, node: PhysicalNode) -> DataFrame:
+        self.translated.append(node)
         match node:
-            case IcebergScan():
+            case ReadData() | CountRows():
                 return scan_data(self.reads, node)
-            case EqDeleteScan():
+            case ReadEqDeletes():
                 return scan_eq_deletes(self.reads, node)
-            case MetadataTable(data=data) if data is not None:
-                return arrow.to_dataframe(self.spark, data)
-            case TableChanges():
-                return compile_changes(self.spark, node, self.compile)
-            case AntiJoin(left=left, right=right):
-                resolved = self._resolved(node, None)
-                if resolved is not None:
-                    return self.compile(resolved)
-                if isinstance(left, AntiJoin):
-                    # a chain is resolved whole or joined whole: its inner anti-joins join
-                    self._decided[id(left)] = (left, None)
-                cond = join_condition(node)
-                return self.compile(left).join(self.compile(right), cond, "left_anti")
-            case Union(inputs=inputs, columns=cols):
-                names = [_c(c.name) for c in cols]
-                needed = frozenset(c.name for c in cols)
-                parts = []
-                for p in inputs:
-                    resolved = self._resolved(p, needed) if isinstance(p, AntiJoin) else None
-                    parts.append(self.compile(resolved or p).select(*names))
+            case MetadataRows(node=meta):
+                return arrow.to_dataframe(self.spark, meta.data)
+            case ChangesExec():
+                return compile_changes(self.spark, node.node, lambda p: self.run(node.part(p)))
+            case AntiJoinExec(node=aj, left=left, right=right):
+                if node.joined is not None:
+                    joined(node.joined)  # its files are resolved when a query reads them again
+                return self.run(left).join(self.run(right), join_condition(aj), "left_anti")
+            case ResolvedBranch(step=step):
+                found = self.execute(step) if step is not None else None
+                return self.run(node.final(found))
+            case UnionExec(node=union, inputs=inputs):
+                names = [_c(c.name) for c in union.columns]
+                parts = [self.run(p).select(*names) for p in inputs]
                 return reduce(lambda a, b: a.unionAll(b), parts)
-        raise InternalError(f"no physical operator for {type(node).__name__}")
+            case QueryExec(node=query, views=views):
+                return run_query(self.spark, query, [self.run(v) for v in views])
+            case ViewExec(logical=logical, input=inner):
+                df = self.run(inner)
+                if not node.named and not isinstance(logical, MetadataTable):
+                    df = df.select(*[_c(c.name).alias(c.label) for c in logical.output])
+                return barrier(df) if node.barrier else df
+        raise InternalError(f"no translation for {type(node).__name__}")
 
 
-def _user_columns(df: DataFrame, scan: Plan) -> DataFrame:
-    """A scan's rows with the table's column names, as the query sees the table (a scan of
-    one IcebergScan already has them: scan_data selects its output by name)."""
-    if isinstance(scan, MetadataTable):
-        return df
-    if named_as_table(scan):
-        return df
-    return df.select(*[_c(c.name).alias(c.label) for c in scan.output])
+def _reuse_key(node: PhysicalNode) -> tuple[str, Plan | None]:
+    """Under what a node's DataFrame is kept for later queries: "scan" for a table read of
+    the query, "plan" for the nodes made of files alone; nothing for the others (a resolved
+    branch is kept as its final scan)."""
+    if isinstance(node, ViewExec):
+        return "scan", node.logical
+    if isinstance(node, (ReadData, CountRows)):
+        return "plan", node.scan
+    if isinstance(node, (ReadEqDeletes, AntiJoinExec, UnionExec)):
+        return "plan", node.node
+    return "", None
 
 
 def barrier(df: DataFrame) -> DataFrame:
@@ -266,19 +276,15 @@ def to_dataframe(plan: Plan, spark: SparkSession, *, analyse_only: bool = False)
     (and name its columns) without reading any file."""
     if not isinstance(plan, SparkQuery):
         raise InternalError("a plan to run must be a SparkQuery")
+    compiler, query = None, None
     try:
         if analyse_only:
             frames = [_empty(spark, s) for s in plan.scans]
         else:
             compiler = Compiler(spark)
-            frames = []
-            for s in plan.scans:
-
-                def make(s: Plan = s) -> DataFrame:
-                    df = _user_columns(compiler.compile(s), s)
-                    return barrier(df) if needs_barrier(s, compiler.reads.facts) else df
-
-                frames.append(compiler.reused("scan", s, make))
+            query = compiler.plan(plan)
+            assert isinstance(query, QueryExec)
+            frames = [compiler.run(v) for v in query.views]
     except MorError:
         raise
     except Exception as e:  # noqa: BLE001 - Spark refusing what mor built: one line, not py4j's
@@ -291,6 +297,8 @@ def to_dataframe(plan: Plan, spark: SparkSession, *, analyse_only: bool = False)
             f"Spark refused the scan mor built ({text[0] if text else type(e).__name__}"
             f"{'; ' + detail.strip()[:200] if detail and detail != text[0] else ''})"
         ) from e
+    if compiler is not None and query is not None:
+        return compiler.run(query)  # the views' frames are built: spark.sql over them
     return run_query(spark, plan, frames)
 
 

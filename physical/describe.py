@@ -1,48 +1,38 @@
-"""EXPLAIN PHYSICAL: the DataFrame operations `Compiler` builds, in order, without a JVM.
+"""EXPLAIN PHYSICAL: the physical plan (physical/plan.py) as numbered DataFrame operations.
 
-Kept beside compile.py and scan.py: each line names what those modules do for a node.
-This module does not import pyspark.
+It formats the nodes `plan_physical` made and decides nothing: the plan the compiler translates
+is the plan printed. This module does not import pyspark.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
-from mor.physical.resolution import chain_of, decide, resolved_scan
+from mor.physical.plan import (
+    AntiJoinExec,
+    ChangesExec,
+    CommitExec,
+    CountRows,
+    MetadataRows,
+    PhysicalNode,
+    QueryExec,
+    ReadData,
+    ReadEqDeletes,
+    ResolvedBranch,
+    UnionExec,
+    ViewExec,
+    plan_physical,
+)
 from mor.physical.resolution import describe as explain_line
-from mor.physical.reuse import keeps
 from mor.physical.strategy import (
     Reading,
     SessionFacts,
-    broadcast_text,
-    compacted_keys,
-    counted_from_metadata,
     default_broadcast_bytes,
-    eq_relation_bytes,
-    named_as_table,
-    needs_barrier,
-    position_relation_bytes,
-    position_strategy,
-    reading,
     scoped_only,
+    side_text,
     spark_tasks,
 )
-from mor.planner.nodes import (
-    RESOLVED,
-    AntiJoin,
-    CommitChanges,
-    DataTask,
-    DeleteTask,
-    EqDeleteScan,
-    IcebergScan,
-    MetadataTable,
-    Plan,
-    SparkQuery,
-    TableChanges,
-    Union,
-    show_ids,
-)
+from mor.planner.nodes import RESOLVED, DataTask, DeleteTask, EqDeleteScan, Plan, show_ids
 from mor.planner.settings import current
 
 
@@ -56,10 +46,7 @@ class _Describer:
         self.limit = facts.broadcast_limit
         self.lines: list[str] = []
         self.done: dict[int, int] = {}
-        self.needed: dict[int, frozenset[str]] = {}  # a union's columns, by input
-        self.inner: set[int] = set()  # anti-joins under another one
-        self.kept: list[Plan] = []  # nodes made here, kept alive so that no id is reused
-        self.unfiltered: dict[int, Plan] = {}  # delete sides for resolution, by side
+        self.formatted: list[PhysicalNode] = []  # every node formatted, in order
 
     def read(
         self, files: Sequence[DataTask | DeleteTask], what: str, how: Reading, detail: str
@@ -85,76 +72,90 @@ class _Describer:
         self.lines.append(f"{len(self.lines) + 1:>3}. {text}")
         return len(self.lines)
 
-    def visit(self, node: Plan) -> int:
+    def visit(self, node: PhysicalNode) -> int:
         if id(node) in self.done:
             return self.done[id(node)]
+        self.formatted.append(node)
         step = self._visit(node)
         self.done[id(node)] = step
         return step
 
-    def _visit(self, node: Plan) -> int:
+    def _visit(self, node: PhysicalNode) -> int:
         match node:
-            case IcebergScan():
-                return self._scan(node)
-            case EqDeleteScan():
-                kinds = sorted(
-                    {"global" if f.partition_id < 0 else "partition" for f in node.files}
+            case CountRows(scan=scan):
+                tasks = scan.data_files()
+                with_pos = sum(1 for t in tasks if t.pos_deletes)
+                return self.emit(
+                    f"spark.range(rows): {len(tasks)} data file(s) of {scan.table} hold "
+                    f"{sum(t.record_count for t in tasks)} row(s) by their metadata, less the "
+                    f"positions deleted from {with_pos} of them (position delete files and "
+                    "deletion vectors read on the driver); no column is needed, so no data "
+                    "file is read"
                 )
-                how = reading(node.files, self.facts)
-                keys = ", ".join(k.col.show() for k in node.keys)
-                detail = f"of {node.table} {show_ids(node.eq_set)}, key columns by name: {keys}"
-                self.emit(self.read(node.files, "equality delete", how, detail))
-                if node.pushed:
-                    self.emit("where " + " AND ".join(e.text for e in node.pushed))
-                compact = compacted_keys(node, self.limit)
-                if not node.meta:
-                    if compact:
+            case ReadData():
+                return self._scan(node)
+            case ReadEqDeletes(node=eq, reading=how):
+                kinds = sorted({"global" if f.partition_id < 0 else "partition" for f in eq.files})
+                keys = ", ".join(k.col.show() for k in eq.keys)
+                detail = f"of {eq.table} {show_ids(eq.eq_set)}, key columns by name: {keys}"
+                self.emit(self.read(eq.files, "equality delete", how, detail))
+                if eq.pushed:
+                    self.emit("where " + " AND ".join(e.text for e in eq.pushed))
+                if not eq.meta:
+                    if node.compact:
                         self.emit("distinct keys")
                 else:
                     self.emit(
                         f"join broadcast(delete file table) on {how.key.describe()} "
                         f"-> $del_seq, $del_partition ({', '.join(kinds)})"
                     )
-                    if compact:
+                    if node.compact:
                         self.emit("compact: one row per key and $del_partition with max($del_seq)")
-                est = eq_relation_bytes(node)
-                self._persist(est)
-                side = broadcast_text("keys", node.rows(), est, self.limit)
+                self._persist(node.persist)
+                side = side_text("keys", node.broadcast, eq.rows(), node.estimate, self.limit)
                 return self.emit(f"as {side}")
-            case AntiJoin() if (step := self._resolved(node)) is not None:
-                return step
-            case AntiJoin(left=left, right=right):
-                self.inner.add(id(left))
+            case ResolvedBranch(resolution=res, base=base, step=step):
+                if step is not None:
+                    sides = [self.visit(s) for s in step.sides]
+                    self.formatted.append(step)
+                    self.emit(explain_line(res, base, ", ".join(f"[{s}]" for s in sides)))
+                else:
+                    self.emit(explain_line(res, base))
+                return self.visit(node.scan)
+            case AntiJoinExec(node=aj, left=left, right=right):
+                if node.joined is not None and node.branch is not None:
+                    n = len(node.branch.data_files())
+                    self.emit(
+                        f"branch of {n} data file(s): " + explain_line(node.joined, node.branch)
+                    )
                 a, b = self.visit(left), self.visit(right)
-                op = "<=>" if node.null_safe else "="
-                texts = right.text_keys() if isinstance(right, EqDeleteScan) else frozenset()
+                op = "<=>" if aj.null_safe else "="
+                rs = aj.right
+                texts = rs.text_keys() if isinstance(rs, EqDeleteScan) else frozenset()
                 cond = [
                     f"string({lk}) {op} {rk}" if rk in texts else f"{lk} {op} {rk}"
-                    for lk, rk in node.keys
+                    for lk, rk in aj.keys
                 ]
-                if node.seq_guard:
+                if aj.seq_guard:
                     cond.append("$data_seq < $del_seq")
-                if node.part_guard and scoped_only(right):
+                if aj.part_guard and scoped_only(rs):
                     cond.append("$partition = $del_partition")
-                elif node.part_guard:
+                elif aj.part_guard:
                     cond.append("($del_partition = -1 OR $partition = $del_partition)")
                 return self.emit(f"left_anti join [{a}] with [{b}] on " + " AND ".join(cond))
-            case Union(inputs=inputs, columns=cols):
-                needed = frozenset(c.name for c in cols)
-                for i in inputs:
-                    self.needed[id(i)] = needed
+            case UnionExec(inputs=inputs):
                 steps = [self.visit(i) for i in inputs]
                 return self.emit(
                     "unionAll "
                     + ", ".join(f"[{s}]" for s in steps)
                     + " (each projected to the scan's columns)"
                 )
-            case CommitChanges():
-                parts = {k: self.visit(p) for k, p in node.parts()}
+            case CommitExec(node=commit):
+                parts = {k: self.visit(p) for k, p in node.parts}
                 pieces = []
                 if "removed" in parts:
                     pieces.append(f"[{parts['removed']}] as DELETE")
-                if "before" in parts and node.deletes_only:
+                if "before" in parts and commit.deletes_only:
                     pieces.append(
                         f"left_anti join [{parts['before']}] with [{parts['after']}] on _file, "
                         "_pos: rows the commit's new deletes removed, as DELETE"
@@ -168,45 +169,46 @@ class _Describer:
                     pieces.append(f"[{parts['added']}] as INSERT")
                 if not pieces:
                     return self.emit(
-                        f"commit {node.ordinal} (snapshot {node.snapshot_id}, "
-                        f"{node.operation}): nothing to read"
+                        f"commit {commit.ordinal} (snapshot {commit.snapshot_id}, "
+                        f"{commit.operation}): nothing to read"
                     )
                 return self.emit(
-                    f"commit {node.ordinal} (snapshot {node.snapshot_id}, {node.operation}): "
-                    + "; ".join(pieces)
+                    f"commit {commit.ordinal} (snapshot {commit.snapshot_id}, "
+                    f"{commit.operation}): " + "; ".join(pieces)
                 )
-            case TableChanges(commits=commits):
-                steps = [self.visit(c) for c in commits or ()]
-                mixed = [c for c in commits or () if c.mixed]
+            case ChangesExec(node=changes, commits=commits):
+                steps = [self.visit(c) for c in commits]
+                mixed = [c for c in commits if c.node.mixed]
                 text = "unionAll " + (", ".join(f"[{s}]" for s in steps) or "(no commits)")
                 if mixed:
                     text += (
                         f"; the {len(mixed)} commit(s) with both kinds through one window "
                         "over (ordinal, every column): identical DELETE/INSERT pairs cancelled"
                     )
-                    if node.identifier:
+                    if changes.identifier:
                         text += (
-                            ", a key (" + ", ".join(node.identifier) + ") both deleted and "
+                            ", a key (" + ", ".join(changes.identifier) + ") both deleted and "
                             "inserted by one commit is UPDATE_BEFORE / UPDATE_AFTER"
                         )
                 return self.emit(text)
-            case MetadataTable():
+            case MetadataRows(node=meta):
                 return self.emit(
-                    f"createDataFrame: {node.rows()} row(s) of {node.table}.{node.kind} "
+                    f"createDataFrame: {meta.rows()} row(s) of {meta.table}.{meta.kind} "
                     "(pyiceberg's inspect, read at planning)"
                 )
-            case SparkQuery(scans=scans):
-                steps = [self.visit(i) for i in scans]
-                for i, (scan, step) in enumerate(zip(scans, steps), start=1):
+            case QueryExec(views=views):
+                steps = [self.visit(v.input) for v in views]
+                for i, (view, step) in enumerate(zip(views, steps), start=1):
+                    self.formatted.append(view)
                     fence = (
                         ", where spark_partition_id() >= 0 (a barrier: Spark pushes no join "
                         "into the scan's reads)"
-                        if needs_barrier(scan, self.facts)
+                        if view.barrier
                         else ""
                     )
                     select = (
                         f"[{step}]"
-                        if named_as_table(scan)
+                        if view.named
                         else f"select [{step}] the table's columns by name"
                     )
                     self.emit(f"{select}{fence} -> temporary view scan_{i}")
@@ -214,77 +216,32 @@ class _Describer:
                     "spark.sql(the query above, over the views); the views are dropped once "
                     "Spark has analysed it"
                 )
+            case ViewExec():
+                return self.visit(node.input)
         return self.emit(type(node).__name__)
 
-    def _resolved(self, node: AntiJoin) -> int | None:
-        """The steps of a branch whose equality deletes are resolved (compile.py _resolved),
-        its last step's number; None when it joins."""
-        chain = chain_of(node)
-        if chain is None or id(node) in self.inner:
-            return None
-        base, joins = chain
-        res = decide(base, joins)
-        if res.method != "positions":
-            n = len(base.data_files())
-            self.emit(f"branch of {n} data file(s): " + explain_line(res, base))
-            return None
-        needed = self.needed.get(id(node))
-        if res.missing:
-            sides = [self.visit(self._unfiltered(j.right)) for j in joins]
-            self.emit(explain_line(res, base, ", ".join(f"[{s}]" for s in sides)))
-        else:
-            self.emit(explain_line(res, base))
-        scan = resolved_scan(base, res, needed, preview=True)
-        self.kept.append(scan)
-        return self.visit(scan)
-
-    def _unfiltered(self, side: Plan) -> Plan:
-        """A delete side without the query's filters, one per side (as the compiler's
-        reuse makes one DataFrame of it), kept alive while described: steps are found by id."""
-        if id(side) not in self.unfiltered:
-            self.unfiltered[id(side)] = replace(side, pushed=())
-        return self.unfiltered[id(side)]
-
-    def _persist(self, est: int) -> None:
+    def _persist(self, persist: bool) -> None:
         """The step of a delete side kept in Spark's cache (as reuse.cached keeps it)."""
-        if keeps(est, current().delete_cache_bytes):
+        if persist:
             self.emit(
                 "persist: kept in Spark's cache for later queries of the session "
                 "(delete_cache_bytes)"
             )
 
-    def _scan(self, node: IcebergScan) -> int:
-        tasks = node.data_files()
-        deletes = node.deletes_by_id()
-        if tasks and counted_from_metadata(
-            len(node.fields),
-            len(node.hidden),
-            len(node.meta),
-            len(node.pushed),
-            len(node.eq_sets),
-            tasks,
-            deletes,
-        ):
-            with_pos = sum(1 for t in tasks if t.pos_deletes)
-            return self.emit(
-                f"spark.range(rows): {len(tasks)} data file(s) of {node.table} hold "
-                f"{sum(t.record_count for t in tasks)} row(s) by their metadata, less the "
-                f"positions deleted from {with_pos} of them (position delete files and "
-                "deletion vectors read on the driver); no column is needed, so no data file "
-                "is read"
-            )
-        cols = ", ".join(f.col.show() for f in node.fields) or "no columns"
-        how = reading(tasks, self.facts)
-        step = self.emit(self.read(tasks, "data", how, f"of {node.table}, columns by name: {cols}"))
-        if node.pushed:
+    def _scan(self, node: ReadData) -> int:
+        scan, how, strategy = node.scan, node.reading, node.positions
+        tasks = scan.data_files()
+        deletes = scan.deletes_by_id()
+        cols = ", ".join(f.col.show() for f in scan.fields) or "no columns"
+        step = self.emit(self.read(tasks, "data", how, f"of {scan.table}, columns by name: {cols}"))
+        if scan.pushed:
             step = self.emit(
                 "where "
-                + " AND ".join(e.text for e in node.pushed)
+                + " AND ".join(e.text for e in scan.pushed)
                 + " (pushed into the Parquet scan)"
             )
         fk = how.key
         key = fk.describe()
-        strategy = position_strategy(tasks, deletes, fk)
         if strategy is not None:
             used = {p for t in tasks for p in t.pos_deletes}
             n_dv = sum(1 for p in used if deletes[p].is_dv)
@@ -315,7 +272,7 @@ class _Describer:
                     f"read on the driver: {n_files} position delete file(s) "
                     "(file_path, pos), rows kept for the applicable (delete, data file) pairs"
                 )
-            elif n_files:
+            elif n_files and node.delete_reading is not None:
                 files = [
                     deletes[p]
                     for p in sorted(used)
@@ -325,27 +282,32 @@ class _Describer:
                     "(file_path, pos), joined with broadcast(applicable pairs) on the delete "
                     "file's key and the recorded data file path"
                 )
-                self.emit(self.read(files, "position delete", reading(files, self.facts), detail))
-            est = position_relation_bytes(strategy, fk.is_long)
+                self.emit(self.read(files, "position delete", node.delete_reading, detail))
             if strategy.method != "bitmap":
-                self._persist(est)
+                self._persist(node.persist)
                 self.emit(
                     f"join broadcast(recorded row counts) on {key}: a row at or past its file's "
                     "count stops the query"
                 )
-            side = broadcast_text("deleted positions", strategy.delete_rows, est, self.limit)
+            side = side_text(
+                "deleted positions",
+                node.broadcast,
+                strategy.delete_rows,
+                node.estimate,
+                self.limit,
+            )
             step = self.emit(
                 strategy.describe(key, side) + ": deleted positions removed in the scan"
             )
-        if "_pos" in node.hidden:
+        if "_pos" in scan.hidden:
             step = self.emit("_pos = _metadata.row_index")
-        per_file = [h for h in node.hidden if h != "_pos"]
+        per_file = [h for h in scan.hidden if h != "_pos"]
         if per_file:
             step = self.emit(
                 f"join broadcast(file metadata table) on {key} -> {', '.join(per_file)}"
             )
-        if node.meta:
-            step = self.emit(f"join broadcast(data file table) on {key} -> {', '.join(node.meta)}")
+        if scan.meta:
+            step = self.emit(f"join broadcast(data file table) on {key} -> {', '.join(scan.meta)}")
         return step
 
 
@@ -353,14 +315,25 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):g} MiB"
 
 
-def describe(plan: Plan, facts: SessionFacts | None = None) -> str:
-    """EXPLAIN PHYSICAL of `plan`, for a session of these facts (reads.session_facts; default:
-    a session of mor's own, whose broadcast limit follows the driver_memory setting)."""
-    if facts is None:
-        s = current()
-        limit = s.broadcast_bytes or default_broadcast_bytes(s.driver_memory, None)
-        lists = None if s.file_lists else "setting file_lists is off"
-        facts = SessionFacts(broadcast_limit=limit, lists=lists)
+def own_session_facts() -> SessionFacts:
+    """The facts of a session of mor's own, whose broadcast limit follows the driver_memory
+    setting (EXPLAIN without a session)."""
+    s = current()
+    limit = s.broadcast_bytes or default_broadcast_bytes(s.driver_memory, None)
+    lists = None if s.file_lists else "setting file_lists is off"
+    return SessionFacts(broadcast_limit=limit, lists=lists)
+
+
+def describe_plan(plan: PhysicalNode, facts: SessionFacts) -> tuple[str, list[PhysicalNode]]:
+    """EXPLAIN PHYSICAL of a physical plan, and the nodes formatted (in order)."""
     d = _Describer(facts)
     d.visit(plan)
-    return "== Physical Plan (DataFrame operations) ==\n" + "\n".join(d.lines) + "\n"
+    text = "== Physical Plan (DataFrame operations) ==\n" + "\n".join(d.lines) + "\n"
+    return text, d.formatted
+
+
+def describe(plan: Plan, facts: SessionFacts | None = None) -> str:
+    """EXPLAIN PHYSICAL of a logical plan, for a session of these facts (reads.session_facts;
+    default: a session of mor's own)."""
+    facts = facts or own_session_facts()
+    return describe_plan(plan_physical(plan, facts), facts)[0]

@@ -18,32 +18,34 @@ from pyspark.sql import types as T
 
 from mor.physical.columns import column, float_key, read_schema
 from mor.physical.guards import check_files, guard
+from mor.physical.plan import ReadEqDeletes
 from mor.physical.reads import KEY, Group, ReadContext, read_files, where_all
 from mor.physical.reuse import cached, fingerprint
-from mor.physical.strategy import broadcast_allowed, compacted_keys, eq_relation_bytes
+from mor.physical.strategy import Reading
 from mor.physical.tables import FKEY, file_table
 from mor.planner.nodes import DEL_PART, DEL_SEQ, EqDeleteScan
 from mor.planner.settings import current
 
 
-def scan_eq_deletes(ctx: ReadContext, node: EqDeleteScan) -> DataFrame:
+def scan_eq_deletes(ctx: ReadContext, planned: ReadEqDeletes) -> DataFrame:
+    """The keys of a planned equality delete scan (physical/plan.py), as its node decided:
+    compacted, kept in Spark's cache, broadcast or not."""
+    node = planned.node
     check_files(node)
-    # several files' keys are compacted only for a shuffled join (strategy.compacted_keys)
-    compact = compacted_keys(node, ctx.facts.broadcast_limit)
-    est = eq_relation_bytes(node)
     df = cached(
         ctx.spark,
-        ("equality deletes", fingerprint(node), compact),
-        lambda: _rows(ctx, node, compact),
-        est,
+        ("equality deletes", fingerprint(node), planned.compact),
+        lambda: _rows(ctx, node, planned.compact, planned.reading),
+        planned.estimate,
         current().delete_cache_bytes,
+        planned.persist,
     )
-    if broadcast_allowed(node.rows(), est, ctx.facts.broadcast_limit):
+    if planned.broadcast:
         return F.broadcast(df)
     return df
 
 
-def _rows(ctx: ReadContext, node: EqDeleteScan, compact: bool) -> DataFrame:
+def _rows(ctx: ReadContext, node: EqDeleteScan, compact: bool, how: Reading) -> DataFrame:
     """The keys of an equality delete scan's files (with $del_seq and $del_partition when a
     guard needs them), compacted when `compact`."""
     where = f"equality deletes of {node.table}"
@@ -54,7 +56,7 @@ def _rows(ctx: ReadContext, node: EqDeleteScan, compact: bool) -> DataFrame:
         files = [f for f in node.files if f.layout == lay_idx]
         cols = [column(k, layout, where) for k in node.keys]
         groups.append(Group(files, read_schema(node.keys, where, layout), cols))
-    read = read_files(ctx, groups, where, [(FKEY, KEY)])
+    read = read_files(ctx, groups, where, [(FKEY, KEY)], how)
     df = read.df
     if node.pushed:
         df = where_all(df, node.pushed)

@@ -27,14 +27,14 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from mor.physical.guards import POS, row_count_check
+from mor.physical.plan import ReadData
 from mor.physical.positions import bitmap_files, bitmap_keep, read_positions
 from mor.physical.reads import KEY, Group, Read, ReadContext, read_files
 from mor.physical.reuse import cached, reused
 from mor.physical.strategy import (
     FileKey,
     PositionStrategy,
-    broadcast_allowed,
-    position_relation_bytes,
+    Reading,
 )
 from mor.physical.tables import (
     BITMAP,
@@ -59,14 +59,16 @@ def remove_deleted(
     read: Read,
     tasks: Sequence[DataTask],
     deletes: dict[int, DeleteTask],
-    strategy: PositionStrategy,
-    table: str,
-    source_key: str,
+    node: ReadData,
 ) -> DataFrame:
-    """`df` (the scan's rows with $fkey and $pos) without the rows its deletes remove."""
+    """`df` (the scan's rows with $fkey and $pos) without the rows its deletes remove, by the
+    method the physical plan chose (`node.positions`)."""
+    strategy = node.positions
+    assert strategy is not None
+    table, source_key = node.scan.table, node.scan.source_key
     if strategy.method == "bitmap":
         return _by_bitmaps(ctx, df, read, tasks, deletes, strategy, table, source_key)
-    return _by_join(ctx, df, read, tasks, deletes, strategy, table, source_key)
+    return _by_join(ctx, df, read, tasks, deletes, node)
 
 
 def _by_bitmaps(
@@ -104,25 +106,25 @@ def _by_join(
     read: Read,
     tasks: Sequence[DataTask],
     deletes: dict[int, DeleteTask],
-    strategy: PositionStrategy,
-    table: str,
-    source_key: str,
+    node: ReadData,
 ) -> DataFrame:
     spark, fk, keys = ctx.spark, read.key, read.keys
+    strategy, table, source_key = node.positions, node.scan.table, node.scan.source_key
+    assert strategy is not None
     shift = strategy.shift
 
     def deleted() -> DataFrame:
-        found = _positions(ctx, tasks, deletes, fk, keys, table, source_key)
+        found = _positions(ctx, tasks, deletes, fk, keys, table, source_key, node.delete_reading)
         if shift is None:
             return found
         return found.where((F.col(POS) >= 0) & (F.col(POS) < F.lit(1 << shift))).select(
             packed(F.col(FKEY), F.col(POS), shift).alias(PKEY)
         )
 
-    est = position_relation_bytes(strategy, fk.is_long)
     identity = _identity(tasks, deletes, keys)
+    limit = current().delete_cache_bytes
     positions = cached(
-        spark, ("positions", identity, shift), deleted, est, current().delete_cache_bytes
+        spark, ("positions", identity, shift), deleted, node.estimate, limit, node.persist
     )
     on: list[str] = [FKEY, POS]
     if shift is not None:
@@ -133,7 +135,7 @@ def _by_join(
     types = (T.LongType(), T.StringType())
     df = df.join(file_table(spark, fk, counted, (COUNT, RECORDED), types), FKEY, "left")
     df = row_count_check(df, table)
-    if broadcast_allowed(strategy.delete_rows, est, ctx.facts.broadcast_limit):
+    if node.broadcast:
         positions = F.broadcast(positions)
     return df.join(positions, on, "left_anti")
 
@@ -150,8 +152,10 @@ def _positions(
     keys: dict[int, Any],
     table: str,
     source_key: str,
+    how: Reading | None,
 ) -> DataFrame:
-    """($fkey, position) of every deleted row of these data files."""
+    """($fkey, position) of every deleted row of these data files (`how`: how the position
+    delete files are read, as planned)."""
     # deletion vectors and resolved equality deletes are positions the driver holds; position
     # delete files are read by Spark (a data file may have both kinds: their union is deleted)
     dv_tasks, files = [], []
@@ -166,7 +170,7 @@ def _positions(
     if dv_tasks:
         parts.append(_dv_positions(ctx.spark, dv_tasks, deletes, fk, keys, table, source_key))
     if files:
-        parts.append(_file_positions(ctx, files, deletes, fk, keys, table))
+        parts.append(_file_positions(ctx, files, deletes, fk, keys, table, how))
     out = parts[0]
     for other in parts[1:]:
         out = out.unionByName(other)
@@ -230,6 +234,7 @@ def _file_positions(
     fk: FileKey,
     keys: dict[int, Any],
     table: str,
+    how: Reading | None,
 ) -> DataFrame:
     """($fkey, position) from position delete files, read by Spark (one read through a file
     list, whatever their number): each row kept only for a (delete file, data file) pair
@@ -239,7 +244,7 @@ def _file_positions(
         [T.StructField("file_path", T.StringType()), T.StructField("pos", T.LongType())]
     )  # no field ids: the spec fixes these names
     group = Group(used, schema, [F.col("file_path"), F.col("pos")])
-    read = read_files(ctx, [group], f"position deletes of {table}", [(DKEY, KEY)])
+    read = read_files(ctx, [group], f"position deletes of {table}", [(DKEY, KEY)], how)
     pairs = [(read.keys[p], t.path, keys[t.file_id]) for t in tasks for p in t.pos_deletes]
     fields = [(DKEY, key_type(read.key)), ("$recorded", T.StringType()), (FKEY, key_type(fk))]
     ptab = F.broadcast(local_table(ctx.spark, fields, pairs))

@@ -181,11 +181,13 @@ def read_files(
     groups: Sequence[Group],
     what: str,
     meta: Sequence[tuple[str, str]] = (),
+    how: Reading | None = None,
 ) -> Read:
     """The rows of every group's files (unioned by name), with `meta`: (alias, KEY or
-    ROW_INDEX) columns after the groups' own."""
+    ROW_INDEX) columns after the groups' own, read as the physical plan decided (`how`;
+    a read it did not plan is decided here, by the same function)."""
     files = [f for g in groups for f in g.files]
-    how = reading(files, ctx.facts, len(groups))
+    how = how or reading(files, ctx.facts, len(groups))
     keys = _keys(files, how.key, ctx.paths) if how.key.is_long else {}
     key_col = _KeyColumn(how.key, files, keys, ctx.paths, what)
     frames = [

@@ -97,14 +97,12 @@ def reused(
 _cached: weakref.WeakKeyDictionary[Any, _Kept] = weakref.WeakKeyDictionary()
 
 
-def keeps(weight: int, limit: int) -> bool:
-    """Whether `cached` keeps a frame of `weight` estimated bytes under `limit` (0: none)."""
-    return 0 < limit and weight <= limit
-
-
-def cached(spark: Any, key: Hashable, make: Callable[[], Any], weight: int, limit: int) -> Any:
-    """`make()` kept in Spark's cache (`persist`: memory, spilling to local disk) for later
-    queries of this session, classic or Connect, that read the same files the same way:
+def cached(
+    spark: Any, key: Hashable, make: Callable[[], Any], weight: int, limit: int, keep: bool
+) -> Any:
+    """`make()`, when `keep` (the physical plan's decision: strategy.keeps), kept in Spark's
+    cache (`persist`: memory, spilling to local disk) for later queries of this session,
+    classic or Connect, that read the same files the same way:
     Spark then reads the cached rows instead of the files. What a session keeps weighs at
     most `limit` estimated bytes; the least recently used is unpersisted first, and a frame
     heavier than `limit` alone is made every time, uncached. The files are immutable and
@@ -114,14 +112,14 @@ def cached(spark: Any, key: Hashable, make: Callable[[], Any], weight: int, limi
     with _lock:
         kept = _cached.get(spark)
         hit = kept.frames.get(key) if kept is not None else None
-        if hit is not None and keeps(weight, limit):
+        if hit is not None and keep:
             kept.frames.move_to_end(key)
             return hit[0]
         # a lowered limit drops what it no longer allows, at once
         gone = kept.trim(bound) if kept is not None else []
     for old in gone:
         _unpersist(old)
-    if not keeps(weight, limit):
+    if not keep:
         return make()
     df = make().persist()
     with _lock:

@@ -27,17 +27,19 @@ from pyspark.sql import types as T
 from mor.physical.columns import column, merged_fields, read_schema
 from mor.physical.guards import POS, check_deletes, check_files, guard
 from mor.physical.metadata_columns import STORED, hidden_type, with_hidden
+from mor.physical.plan import CountRows, ReadData
 from mor.physical.position_deletes import remove_deleted
 from mor.physical.positions import read_positions
 from mor.physical.reads import KEY, ROW_INDEX, Group, ReadContext, read_files, where_all
-from mor.physical.strategy import counted_from_metadata, position_strategy
 from mor.physical.tables import FKEY, file_table
 from mor.physical.types import spark_type
-from mor.planner.nodes import DATA_SEQ, LINEAGE_COLUMNS, PART, IcebergScan, Layout
+from mor.planner.nodes import DATA_SEQ, LINEAGE_COLUMNS, PART, Layout
 
 
-def scan_data(ctx: ReadContext, scan: IcebergScan) -> DataFrame:
+def scan_data(ctx: ReadContext, node: ReadData | CountRows) -> DataFrame:
+    """The DataFrame of a planned scan (physical/plan.py), as its node decided."""
     spark = ctx.spark
+    scan = node.scan
     tasks = scan.data_files()
     out_cols = [f.col.name for f in scan.fields]
     if not tasks:
@@ -49,15 +51,7 @@ def scan_data(ctx: ReadContext, scan: IcebergScan) -> DataFrame:
         return spark.createDataFrame([], empty)
     deletes = scan.deletes_by_id()
     used = sorted({p for t in tasks for p in t.pos_deletes})
-    if counted_from_metadata(
-        len(scan.fields),
-        len(scan.hidden),
-        len(scan.meta),
-        len(scan.pushed),
-        len(scan.eq_sets),
-        tasks,
-        deletes,
-    ):
+    if isinstance(node, CountRows):
         # no column and no filter: the rows are the files' record counts less the exactly
         # deleted positions (unique, within each file's count); no data file is read, so only
         # the delete files read on the driver are checked
@@ -83,13 +77,12 @@ def scan_data(ctx: ReadContext, scan: IcebergScan) -> DataFrame:
         groups.append(Group([t for t in tasks if t.layout == lay_idx], schema, cols))
     need_key = bool(used) or bool(scan.hidden) or bool(scan.meta)
     meta = [(FKEY, KEY), (POS, ROW_INDEX)] if need_key else []
-    read = read_files(ctx, groups, f"data files of {scan.table}", meta)
+    read = read_files(ctx, groups, f"data files of {scan.table}", meta, node.reading)
     df = read.df
     if scan.pushed:
         df = where_all(df, scan.pushed)
-    strategy = position_strategy(tasks, deletes, read.key)
-    if strategy is not None:
-        df = remove_deleted(ctx, df, read, tasks, deletes, strategy, scan.table, scan.source_key)
+    if node.positions is not None:
+        df = remove_deleted(ctx, df, read, tasks, deletes, node)
     hidden = []
     if scan.hidden:
         df = with_hidden(spark, scan, df, read)

@@ -337,9 +337,15 @@ def compacted_keys(deletes: EqDeleteScan, limit_bytes: int) -> bool:
     )
 
 
-def broadcast_text(what: str, rows: int, est: int, limit: int) -> str:
+def keeps(weight: int, limit: int) -> bool:
+    """Whether a delete side of `weight` estimated bytes is kept in Spark's cache under `limit`
+    (setting delete_cache_bytes; 0: nothing is kept): reuse.cached keeps what this allows."""
+    return 0 < limit and weight <= limit
+
+
+def side_text(what: str, broadcast: bool, rows: int, est: int, limit: int) -> str:
     """How EXPLAIN PHYSICAL names a delete side: broadcast, or shuffled and why."""
-    if broadcast_allowed(rows, est, limit):
+    if broadcast:
         return f"broadcast({what}, ~{_kib(est)} est.)"
     return (
         f"{what} (shuffled, not broadcast: {rows} rows, ~{_kib(est)} est., limits "

@@ -17,7 +17,11 @@ from mor import explain, mor_sql
 from mor.fixtures import TableWriter
 from mor.physical import reuse
 from mor.physical.reuse import cached, fingerprint, reused
+from mor.physical.strategy import keeps
 from mor.planner.errors import DataFileError
+
+# the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
+pytestmark = [pytest.mark.spark4, pytest.mark.connect]
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),
@@ -137,7 +141,8 @@ def test_cached_frames_are_persisted_once_and_unpersisted_beyond_their_bound() -
     s = Session()
 
     def get(k: str, weight: int = 4, limit: int = 10) -> Frame:
-        return cached(s, k, lambda: Frame(k, log), weight, limit)
+        # what the physical plan decides (strategy.keeps) for this weight and limit
+        return cached(s, k, lambda: Frame(k, log), weight, limit, keeps(weight, limit))
 
     a = get("a")
     assert get("a") is a and log == ["persist a"]  # made and persisted once

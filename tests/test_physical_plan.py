@@ -1,0 +1,133 @@
+"""One physical plan (physical/plan.py) for EXPLAIN PHYSICAL and the compiler: what is printed
+is what runs. Each case plans a query once, formats the plan, translates the same plan into
+DataFrames and checks that the nodes formatted are the nodes translated (the one exception:
+a branch whose equality deletes a step resolves is printed with a preview of its scan and runs
+the scan planned over the positions the step found), and that the rows are the live ones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField, StringType
+
+from mor.api import plan_query
+from mor.fixtures import TableWriter
+from mor.physical import resolution, reuse
+from mor.physical.compile import Compiler
+from mor.physical.describe import describe_plan
+from mor.physical.plan import (
+    AntiJoinExec,
+    QueryExec,
+    ReadData,
+    ReadEqDeletes,
+    ResolvedBranch,
+    ResolveEqDeletes,
+    plan_physical,
+)
+from mor.physical.strategy import SessionFacts
+from mor.planner.settings import applied
+
+# the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
+pytestmark = [pytest.mark.spark4, pytest.mark.connect]
+
+SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=False),
+    NestedField(2, "s", StringType(), required=False),
+    NestedField(3, "g", LongType(), required=False),
+)
+
+
+def _table(catalog: Any) -> None:
+    """Three data files: one with a position delete and equality deletes of two id sets, one
+    with equality deletes of one set, one with none (appended after the deletes)."""
+    w = TableWriter(catalog, "pp.t", SCHEMA)
+
+    def rows(lo: int, hi: int) -> pa.Table:
+        ids = list(range(lo, hi))
+        return pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "s": [f"s{i}" for i in ids],
+                "g": pa.array([i % 3 for i in ids], pa.int64()),
+            }
+        )
+
+    _, (a,) = w.append(rows(0, 10))
+    w.append(rows(10, 20))
+    by_id = w.equality_delete_file([1], [{1: 3}, {1: 12}])
+    by_s = w.equality_delete_file([2], [{2: "s7"}])
+    w.commit(deletes=[by_id, by_s, w.position_delete_file({a.file_path: [5]}, a)])
+    w.append(rows(20, 25))
+
+
+LIVE = sorted(set(range(25)) - {3, 12, 7, 5})
+SQL = "SELECT id, g FROM pp.t"
+
+
+def _run(catalog: Any, spark: Any, sql: str = SQL) -> tuple[Any, str, list, Compiler, list]:
+    planned = plan_query(sql, catalog=catalog)
+    compiler = Compiler(spark)
+    physical = compiler.plan(planned.optimized)
+    text, formatted = describe_plan(physical, compiler.reads.facts)
+    rows = compiler.run(physical).collect()
+    return physical, text, formatted, compiler, sorted(r.id for r in rows)
+
+
+def _ids(nodes: list) -> set[int]:
+    return {id(n) for n in nodes}
+
+
+@pytest.mark.parametrize("resolve", [False, True])
+def test_every_node_printed_is_a_node_translated(catalog: Any, spark: Any, resolve: bool) -> None:
+    _table(catalog)
+    resolution.clear_resolved()
+    reuse.clear()  # nothing reused from an earlier query: every node is translated
+    with applied({"resolve_equality_deletes": resolve}, "test"):
+        physical, text, formatted, compiler, ids = _run(catalog, spark)
+    assert ids == LIVE
+    assert isinstance(physical, QueryExec)
+    kinds = {type(n).__name__ for n in formatted}
+    if not resolve:
+        # joined: every node printed is translated, and nothing else is
+        assert _ids(formatted) == _ids(compiler.translated), text
+        assert {"AntiJoinExec", "ReadEqDeletes", "ReadData", "UnionExec"} <= kinds
+        assert not compiler.executed
+        return
+    # resolving on the first call: a step, then the branches' scans planned again
+    steps = [n for n in formatted if isinstance(n, ResolveEqDeletes)]
+    assert steps and compiler.executed == steps, text
+    branches = [n for n in formatted if isinstance(n, ResolvedBranch)]
+    previews = {id(b.scan) for b in branches}
+    assert _ids(formatted) - _ids(compiler.translated) == previews | _ids(steps)
+    extra = [n for n in compiler.translated if id(n) not in _ids(formatted)]
+    # the final scan of each branch, and the key read of each step
+    assert len(extra) == len(branches) + len(steps), [type(n).__name__ for n in extra]
+    assert all(isinstance(n, ReadData) for n in extra)
+    assert not any(isinstance(n, AntiJoinExec) for n in formatted)
+
+    # again: the positions are held, the plan is final, and printed = translated
+    reuse.clear()
+    physical, text, formatted, compiler, ids = _run(catalog, spark)
+    assert ids == LIVE
+    assert not any(isinstance(n, ResolveEqDeletes) for n in formatted), text
+    assert _ids(formatted) == _ids(compiler.translated), text
+    assert "held from an earlier query" in text
+
+
+def test_decisions_are_taken_once_in_the_plan(catalog: Any) -> None:
+    """The plan holds every decision: with a broadcast limit of 1 byte, the delete sides are
+    shuffled and compacted in the plan, and EXPLAIN says so from the same nodes."""
+    _table(catalog)
+    planned = plan_query(SQL, catalog=catalog)
+    with applied({"resolve_equality_deletes": False}, "test"):
+        physical = plan_physical(planned.optimized, SessionFacts(broadcast_limit=1))
+        text, formatted = describe_plan(physical, SessionFacts(broadcast_limit=1))
+    sides = [n for n in formatted if isinstance(n, ReadEqDeletes)]
+    assert sides and not any(s.broadcast for s in sides)
+    assert "(shuffled, not broadcast" in text
+    scans = [n for n in formatted if isinstance(n, ReadData)]
+    assert any(s.positions is not None for s in scans)
+    assert all(s.reading.listed for s in scans)
