@@ -96,29 +96,21 @@ demo: java venv
 # histories, the real tables, S3 on a classic session and through Spark Connect); the newest
 # pyspark 4.x (classic, S3 without an oracle: no Iceberg runtime exists for it) and Spark
 # Connect (a server started on 127.0.0.1), with the suites that need no Iceberg runtime.
-S4_TESTS := tests/test_matrix.py tests/test_realdata.py tests/test_semantics.py \
-	tests/test_evolution.py tests/faults tests/test_sql_shapes.py tests/test_changes.py tests/test_reuse.py \
-	tests/test_plan_shape.py tests/test_resolution.py tests/test_objectstore.py
-S41_TESTS := tests/test_oracle.py::test_random_histories_match_iceberg_reader \
-	tests/test_oracle.py::test_real_tables_match_iceberg_reader tests/test_objectstore.py \
-	tests/test_oracle.py::test_column_types_match_the_spec_and_iceberg_reader
-CONNECT_TESTS := tests/test_realdata.py tests/test_evolution.py tests/faults \
-	tests/test_sql_shapes.py tests/test_cli.py tests/test_changes.py tests/test_reuse.py \
-	tests/test_plan_shape.py tests/test_resolution.py tests/test_consume.py
+# Which tests run in which leg is declared by the tests themselves (pytest markers: pyproject.toml).
 test: java dev spark4
 	$(BIN)/ruff check planner rules physical mor tests bench
 	@echo "== pyspark $(SPARK35), classic =="
-	$(BIN)/python -m pytest -q --ignore=tests/test_matrix.py
+	$(BIN)/python -m pytest -q -m "not replay"
 	@echo "== pyspark $(SPARK35), local-cluster[2,1,1024] =="
-	MOR_TEST_SPARK=local-cluster $(BIN)/python -m pytest -q tests/test_matrix.py tests/test_realdata.py -k "not tpcds and not listing_threshold"
+	MOR_TEST_SPARK=local-cluster $(BIN)/python -m pytest -q -m cluster -k "not tpcds and not listing_threshold"
 	@echo "== pyspark $(SPARK35), standalone master and worker on 127.0.0.1 =="
-	MOR_TEST_SPARK=standalone $(BIN)/python -m pytest -q tests/test_matrix.py tests/test_realdata.py -k "not tpcds and not listing_threshold and not column_types"
+	MOR_TEST_SPARK=standalone $(BIN)/python -m pytest -q -m cluster -k "not tpcds and not listing_threshold and not column_types"
 	@echo "== pyspark $(SPARK41), classic and Spark Connect, with Iceberg's reader =="
-	$(S41)/python -m pytest -q $(S41_TESTS)
+	$(S41)/python -m pytest -q -m spark41
 	@echo "== pyspark $(SPARK4), classic =="
-	$(S4)/python -m pytest -q $(S4_TESTS)
+	$(S4)/python -m pytest -q -m spark4
 	@echo "== pyspark $(SPARK4), Spark Connect =="
-	MOR_TEST_SPARK=connect $(S4)/python -m pytest -q $(CONNECT_TESTS) tests/test_matrix.py -k "not tpcds and not killed"
+	MOR_TEST_SPARK=connect $(S4)/python -m pytest -q -m connect -k "not tpcds and not killed"
 
 clean:
 	rm -rf $(VENV) warehouse .pytest_cache .hypothesis

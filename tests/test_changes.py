@@ -22,6 +22,9 @@ from test_semantics import PART_SPEC, SCHEMA, Reference, _history, op
 from mor import MorError, SqlSyntaxError, TableNotFoundError, changes, explain, mor_sql
 from mor.fixtures import TableWriter
 
+# the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
+pytestmark = [pytest.mark.spark4, pytest.mark.connect]
+
 DELETED = ("DELETE", "UPDATE_BEFORE")
 
 

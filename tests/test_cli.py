@@ -13,6 +13,9 @@ import pytest
 
 from mor.cli import main
 
+# the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
+pytestmark = [pytest.mark.connect]
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -27,6 +27,9 @@ from mor.consume import read_checkpoint
 from mor.fixtures import TableWriter
 from mor.planner.errors import ConsumeError
 
+# the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
+pytestmark = [pytest.mark.connect]
+
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),

@@ -6,6 +6,7 @@ from collections import Counter
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
@@ -13,6 +14,9 @@ from pyiceberg.types import LongType, NestedField, StringType, StructType
 
 from mor import mor_sql
 from mor.fixtures import TableWriter
+
+# the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
+pytestmark = [pytest.mark.spark4, pytest.mark.connect]
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),

@@ -21,6 +21,9 @@ import pytest
 
 from mor import mor_sql
 
+# the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
+pytestmark = [pytest.mark.replay, pytest.mark.cluster, pytest.mark.spark4, pytest.mark.connect]
+
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / ".venv" / "mor-matrix"
 

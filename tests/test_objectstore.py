@@ -17,6 +17,9 @@ from mor.planner.settings import applied
 from mor.planner.sources import PathMap, Resolver, io_defaults, prefix_rewrite, with_region
 from tests.oracle import run_harness
 
+# the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
+pytestmark = [pytest.mark.spark4, pytest.mark.spark41]
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -20,6 +20,7 @@ HISTORIES = os.environ.get("MOR_ORACLE_HISTORIES", "6")
 MATRIX = ROOT / ".venv" / "mor-matrix"
 
 
+@pytest.mark.spark41  # also on Spark 4.1, against Iceberg's reader there
 def test_random_histories_match_iceberg_reader() -> None:
     """The same histories and queries on every Spark with an Iceberg runtime; the consumer that
     polls each history while it is written (mor against mor) only on 3.5 (and Spark Connect
@@ -32,6 +33,7 @@ def test_random_histories_match_iceberg_reader() -> None:
     print(summary)
 
 
+@pytest.mark.spark41  # also on Spark 4.1, against Iceberg's reader there
 def test_real_tables_match_iceberg_reader() -> None:
     """The real tables of tests/realdata, every snapshot, read by Iceberg's reader where their
     recorded paths point and by mor through its path map, against each other and the expected
@@ -70,6 +72,7 @@ def test_tpc_queries_match_iceberg_reader(suite: str, count: int) -> None:
     print(summary)
 
 
+@pytest.mark.spark41  # also on Spark 4.1, against Iceberg's reader there
 def test_column_types_match_the_spec_and_iceberg_reader() -> None:
     """uuid tables from the Java writer (position deletes, deletion vectors, equality deletes
     keyed on uuids, bucket and identity partitions on them) and from pyiceberg, every snapshot

@@ -15,6 +15,9 @@ from mor import mor_sql
 from mor.physical import resolution, reuse
 from mor.planner.errors import MetadataError
 
+# the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
+pytestmark = [pytest.mark.cluster, pytest.mark.spark4, pytest.mark.connect]
+
 REALDATA = Path(__file__).resolve().parent / "realdata"
 _TABLES = json.loads((REALDATA / "tables.json").read_text())
 _EXPECTED = json.loads((REALDATA / "expected_results.json").read_text())

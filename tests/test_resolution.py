@@ -20,6 +20,9 @@ from mor.physical import resolution, reuse
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import AntiJoin, IcebergScan
 
+# the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
+pytestmark = [pytest.mark.spark4, pytest.mark.connect]
+
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),
     NestedField(2, "s", StringType(), required=False),

@@ -25,6 +25,9 @@ from pyiceberg.types import LongType, NestedField, StringType
 from mor import mor_sql
 from mor.fixtures import TableWriter
 
+# the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
+pytestmark = [pytest.mark.spark4]
+
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),
     NestedField(2, "p", StringType(), required=False),

@@ -16,6 +16,9 @@ import pytest
 
 from mor import explain, metrics, mor_sql
 
+# the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
+pytestmark = [pytest.mark.spark4, pytest.mark.connect]
+
 # {o}: demo.orders (partitioned by region, position and equality deletes on two id sets)
 # {n}: shapes.nested (struct s<a, b>, array tags, map attrs, date d; an equality delete on s.a)
 QUERIES = [

@@ -31,6 +31,9 @@ from mor import DataFileError, MorError, mor_errors, mor_sql
 from mor.cli import main
 from mor.fixtures import TableWriter
 
+# the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
+pytestmark = [pytest.mark.spark4, pytest.mark.connect]
+
 SQL = "SELECT id FROM f.t ORDER BY id"
 SPARK_MAJOR = int(__import__("pyspark").__version__.split(".")[0])
 LIVE = [2, 3, 4, 5, 7, 8]
