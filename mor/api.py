@@ -580,14 +580,14 @@ def health(
     spark: SparkSession | None = None,
     thresholds: Any = None,
 ) -> dict[str, Any]:
-    """How much the table's deletes cost its readers, and what to run (mor/table_health.py):
+    """How much the table's deletes cost its readers, and what to run (mor/health_figures.py):
     a JSON-ready dict with the table's counts at top level (data_files, data_records,
     position_delete_files, equality_delete_files, deletion_vectors, deleted_records,
     delete_ratio, equality_keys, small_files, read_amplification, advice) and a `partitions`
     list of the same counts. Metadata and position delete files only, no Spark, unless
     `exact`: the rows equality deletes remove are then counted by running the anti-joins."""
-    from mor.table_health import Thresholds
-    from mor.table_health import health as report
+    from mor.health_advice import Thresholds
+    from mor.health_figures import health as report
 
     # the catalog is loaded once (a path needs none): planning and the exact count share it
     cat = None if is_table_path(table) else resolve_catalog(catalog, warehouse)

@@ -358,7 +358,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 def cmd_health(args: argparse.Namespace) -> int:
     from mor.api import health
-    from mor.table_health import Thresholds, plot, render_table
+    from mor.health_advice import Thresholds
+    from mor.health_report import plot, render_table
 
     if not 0 < args.delete_ratio_threshold <= 1:
         raise UsageError("--delete-ratio-threshold must be in (0, 1]")

@@ -55,7 +55,7 @@ def query_error(e: BaseException, plan: SparkQuery, names: tuple[str, ...]) -> Q
     return QueryError(message)
 
 
-# mor's guards inside Spark tasks (physical/guards.py, positions.py, reads.py): "mor: <message>"
+# mor's guards inside Spark tasks (physical/guards.py, bitmaps.py, reads.py): "mor: <message>"
 _GUARDS: tuple[tuple[str, type[MorError]], ...] = (
     ("has more rows than its metadata records", DataFileError),
     ("came from a file the plan does not list", InternalError),

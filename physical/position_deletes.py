@@ -1,6 +1,6 @@
 """Position deletes removed inside a scan, by the method strategy.position_strategy chose:
 
-- **bitmap**: the delete files and deletion vectors are read on the driver (positions.py) and
+- **bitmap**: the delete files and deletion vectors are read on the driver (delete_files.py) and
   each data file with deletes gets one row of a broadcast table (file key, bitmap words,
   recorded row count, recorded path), joined on the file key; a row is kept iff the bit of its
   `_metadata.row_index` is clear.
@@ -26,9 +26,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from mor.physical.bitmaps import bitmap_files, bitmap_keep
+from mor.physical.delete_files import read_positions
 from mor.physical.guards import POS, row_count_check
 from mor.physical.plan import ReadData
-from mor.physical.positions import bitmap_files, bitmap_keep, read_positions
 from mor.physical.reads import KEY, Group, Read, ReadContext, read_files
 from mor.physical.reuse import cached, reused
 from mor.physical.strategy import (

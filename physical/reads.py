@@ -30,8 +30,8 @@ from pyspark.sql import types as T
 
 from mor.physical import file_lists
 from mor.physical.classic import read_parquet
+from mor.physical.delete_files import first_line
 from mor.physical.paths import SparkPaths
-from mor.physical.positions import first_line
 from mor.physical.reuse import Fingerprint, reused
 from mor.physical.session import is_connect
 from mor.physical.strategy import FileKey, Reading, SessionFacts, default_broadcast_bytes, reading

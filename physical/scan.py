@@ -25,11 +25,11 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from mor.physical.columns import column, merged_fields, read_schema
+from mor.physical.delete_files import read_positions
 from mor.physical.guards import POS, check_deletes, check_files, guard
 from mor.physical.metadata_columns import STORED, hidden_type, with_hidden
 from mor.physical.plan import CountRows, ReadData
 from mor.physical.position_deletes import remove_deleted
-from mor.physical.positions import read_positions
 from mor.physical.reads import KEY, ROW_INDEX, Group, ReadContext, read_files, where_all
 from mor.physical.tables import FKEY, file_table
 from mor.physical.types import spark_type

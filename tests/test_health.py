@@ -233,8 +233,8 @@ def test_partition_where_is_omitted_for_transforms(catalog: Any) -> None:
     `col = value`; one of a transform (bucket) cannot be named, and the call covers the table."""
     from pyiceberg.transforms import BucketTransform
 
+    from mor.health_advice import _where
     from mor.planner.sources import PathMap, Resolver
-    from mor.table_health import _where
 
     schema = Schema(
         NestedField(1, "id", LongType(), required=False),

@@ -194,7 +194,7 @@ def main() -> int:
             "a missing file": (None, "is missing"),
         }
         for name, (content, message) in cases.items():
-            from mor.physical.positions import clear_position_cache
+            from mor.physical.bitmaps import clear_position_cache
 
             clear_position_cache()
             if content is None:

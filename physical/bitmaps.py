@@ -1,49 +1,32 @@
 """Position deletes as bitmaps carried in the plan (the `bitmap` method of strategy.py).
 
-The delete files are read on the client with pyarrow, deletion vectors decoded by dv.py (local
-files directly, others through the table's own FileIO: physical/files.py), never through the
-JVM. Only the (delete file, data file) pairs that scan planning kept are used: a row of a
-delete file naming another data file, or a data file the delete does not apply to (sequence
-number, partition), is ignored, exactly as in the join method. Each data file gets one bitmap,
-bit p of word p >> 6 set iff position p is deleted. The bitmaps are data, not expressions: one
-row per data file, its words an array<bigint> column of a small inline table (built from a
-query parameter, so no SQL text holds them), broadcast and joined on the file key; the scan
-tests `bit_get(get(words, row_index >> 6), row_index & 63)`. As a literal in the filter, one
-array of 78k words (5M rows) made a grouped aggregate 2x slower: Spark renders, serializes and
+The positions come from delete_files.py (read on the driver, never through the JVM). Only
+the (delete file, data file) pairs that scan planning kept are used: a row of a delete file
+naming another data file, or a data file the delete does not apply to (sequence number,
+partition), is ignored, exactly as in the join method. Each data file gets one bitmap, bit p of
+word p >> 6 set iff position p is deleted. The bitmaps are data, not expressions: one row per
+data file, its words an array<bigint> column of a small inline table (built from a query
+parameter, so no SQL text holds them), broadcast and joined on the file key; the scan tests
+`bit_get(get(words, row_index >> 6), row_index & 63)`. As a literal in the filter, one array
+of 78k words (5M rows) made a grouped aggregate 2x slower: Spark renders, serializes and
 hashes a literal's every element with the plan, on the driver and in each task.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from mor.physical import reuse
-from mor.physical.dv import decode
-from mor.physical.files import read_bytes, read_range
-from mor.planner.errors import DataFileError
-from mor.planner.nodes import RESOLVED, DataTask, DeleteTask
+from mor.planner.nodes import DataTask, DeleteTask
 from mor.planner.settings import current
 from mor.planner.state import caches
-
-
-def first_line(e: BaseException) -> str:
-    """The first line of an error's text (Spark and pyarrow errors run to many lines)."""
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
-
-
-# Position delete files are immutable: what each holds, grouped by the data file path it
-# names, is kept across queries of one process (caches().positions), keyed by the path read
-# and its size (guards.check_files holds every file to the size its manifest records).
 
 
 def clear_position_cache() -> None:
@@ -52,86 +35,6 @@ def clear_position_cache() -> None:
     caches().positions.clear()
     caches().bitmaps.clear()
     reuse.clear()
-
-
-def _delete_file(source_key: str, d: DeleteTask, table: str, limit: int) -> dict[str, pa.Array]:
-    """One position delete file or deletion vector as {data file path as recorded: positions
-    (int64)}; for a resolved equality delete, the positions it carries."""
-    if d.kind == RESOLVED:
-        path, positions = d.positions
-        return {path: positions}
-    key = (d.read_path, d.size_bytes, d.dv.offset if d.dv else -1)
-    kept = caches().positions
-    hit = kept.get(key)
-    if hit is not None:
-        return hit
-    if d.dv is not None:
-        where = f"deletion vector {d.read_path} at offset {d.dv.offset} of {table}"
-        try:
-            blob = read_range(source_key, d.read_path, d.dv.offset, d.dv.length)
-        except Exception as e:  # noqa: BLE001 - a missing or unreadable file
-            raise DataFileError(f"cannot read {where}: {first_line(e)}") from e
-        if len(blob) != d.dv.length:
-            raise DataFileError(
-                f"{where}: the file ends {d.dv.length - len(blob)} bytes before the blob does"
-            )
-        dv = {d.dv.referenced_data_file: decode(blob, where, d.record_count)}
-        kept.put(key, dv, d.record_count, limit)
-        return dv
-    try:
-        tab = pq.read_table(
-            pa.BufferReader(read_bytes(source_key, d.read_path)), columns=["file_path", "pos"]
-        )
-    except Exception as e:  # noqa: BLE001 - a missing, unreadable or malformed file
-        raise DataFileError(
-            f"cannot read position delete file {d.read_path} of {table}: {first_line(e)}"
-        ) from e
-    paths = pc.dictionary_encode(tab.column("file_path").cast(pa.string())).combine_chunks()
-    pos = tab.column("pos").cast(pa.int64()).combine_chunks()
-    names = paths.dictionary.to_pylist()
-    grouped = pa.table({"i": paths.indices, "p": pos}).group_by("i").aggregate([("p", "list")])
-    lists = grouped.column("p_list").combine_chunks()
-    out = {
-        names[i]: lists[k].values
-        for k, i in enumerate(grouped.column("i").to_pylist())
-        if i is not None  # a NULL path names no data file
-    }
-    kept.put(key, out, len(pos), limit)
-    return out
-
-
-def read_positions(
-    tasks: Sequence[DataTask], deletes: Mapping[int, DeleteTask], table: str, source_key: str
-) -> dict[int, pa.Array]:
-    """Deleted positions of each data file named by its deletes (by file id): unique, in
-    [0, record count), int64; empty when all its positions were out of that range. The delete
-    files are read in parallel (setting io_threads) and cached (position_cache_rows)."""
-    pairs: dict[int, dict[str, int]] = {}  # delete file id -> recorded data path -> data file id
-    for t in tasks:
-        for d in t.pos_deletes:
-            pairs.setdefault(d, {})[t.path] = t.file_id
-    settings = current()  # in this thread: the pool's threads see no context
-    limit = settings.position_cache_rows
-    order = sorted(pairs)
-    workers = max(1, min(len(order), settings.io_threads))
-    with ThreadPoolExecutor(workers) as pool:
-        contents = list(
-            pool.map(lambda d: _delete_file(source_key, deletes[d], table, limit), order)
-        )
-    found: dict[int, list[pa.Array]] = {}
-    for d, content in zip(order, contents):
-        for recorded, fid in pairs[d].items():
-            hit = content.get(recorded)
-            if hit is not None:
-                found.setdefault(fid, []).append(hit)
-    counts = {t.file_id: t.record_count for t in tasks}
-    out: dict[int, pa.Array] = {}
-    for fid, parts in found.items():
-        p = pc.unique(pa.concat_arrays(parts).drop_null())
-        # a position the file does not have deletes nothing; the file is kept even when none
-        # is left, so that bitmap_keep checks its rows against the recorded count
-        out[fid] = p.filter(pc.and_(pc.greater_equal(p, 0), pc.less(p, counts[fid])))
-    return out
 
 
 def bitmap_words(positions: pa.Array) -> bytes:

@@ -1,0 +1,289 @@
+"""`mor health`, its figures: how much a merge-on-read table's deletes cost its readers.
+
+The advice drawn from them is in health_advice.py, the text and chart in health_report.py.
+
+Everything comes from the table's metadata and the planner's own matching of deletes to data
+files (the rules of SEMANTICS.md), plus, for exact counts, the position delete files themselves:
+
+- `deleted_records` is exact for position deletes and deletion vectors (distinct positions below
+  each data file's record count, from the delete files and vectors that apply to it, read by
+  the reader scans use: physical/delete_files.py). Rows that equality deletes remove are known
+  only by running the anti-joins: `exact=True` (`--exact`) counts the live rows of each data
+  file on Spark; without it they are estimated (each delete key removes one row, split between
+  the partitions its file applies to by their record counts, at most the rows left) and the
+  report says so.
+- `read_amplification` estimates what a scan costs against the same live rows compacted: the
+  data files, the delete files that apply, each data file again per equality id set it is
+  anti-joined with, and Spark's cost of opening a file (`spark.sql.files.openCostInBytes`,
+  4 MiB) per file; divided by the live rows' bytes (data bytes times 1 - delete ratio) in files
+  of the target size (`write.target-file-size-bytes`) with no delete file, plus their opening.
+- `advice` (health_advice.py) names the Spark procedure to run (Iceberg's
+  `rewrite_data_files`, `rewrite_position_delete_files`, `expire_snapshots`) with the figure
+  that triggered it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyiceberg.manifest import DataFileContent
+
+from mor.health_advice import Thresholds, advice
+from mor.planner.delete_index import is_dv
+from mor.planner.errors import MetadataError
+from mor.planner.nodes import DataTask, DeleteTask, IcebergScan, show_ids
+from mor.planner.scan_planning import delete_key, live_entries, plan_scan
+from mor.planner.sources import TableSource
+
+OPEN_COST = 4 * 1024 * 1024  # Spark's spark.sql.files.openCostInBytes default
+TARGET_FILE_SIZE = 512 * 1024 * 1024  # Iceberg's write.target-file-size-bytes default
+
+
+@dataclass
+class _Counts:
+    data_files: int = 0
+    data_records: int = 0
+    data_bytes: int = 0
+    position_delete_files: int = 0
+    equality_delete_files: int = 0
+    deletion_vectors: int = 0
+    delete_file_bytes: int = 0
+    position_deleted: int = 0
+    equality_deleted: float = 0.0
+    small_files: int = 0
+    probe_bytes: int = 0  # data bytes anti-joined, once per equality id set
+    max_delete_files: int = 0  # most delete files applying to one data file
+    over_threshold: int = 0  # data files with at least Thresholds.delete_files
+    deletes: set[int] = field(default_factory=set)  # delete file ids that apply here
+    target: int = TARGET_FILE_SIZE  # the table's target data file size
+
+    def report(self, exact: bool) -> dict[str, Any]:
+        deleted = self.position_deleted + round(self.equality_deleted)
+        deleted = min(deleted, self.data_records)
+        ratio = deleted / self.data_records if self.data_records else 0.0
+        live_bytes = self.data_bytes * (1 - ratio)
+        files = (
+            self.data_files
+            + self.position_delete_files
+            + self.equality_delete_files
+            + self.deletion_vectors
+        )
+        read = self.data_bytes + self.delete_file_bytes + self.probe_bytes + OPEN_COST * files
+        # the same rows compacted: their bytes in files of the target size, no delete file
+        ideal = live_bytes + OPEN_COST * max(1, math.ceil(live_bytes / self.target))
+        return {
+            "data_files": self.data_files,
+            "data_records": self.data_records,
+            "data_bytes": self.data_bytes,
+            "position_delete_files": self.position_delete_files,
+            "equality_delete_files": self.equality_delete_files,
+            "deletion_vectors": self.deletion_vectors,
+            "delete_file_bytes": self.delete_file_bytes,
+            "deleted_records": deleted,
+            "deleted_records_exact": exact,
+            "delete_ratio": round(ratio, 4),
+            "small_files": self.small_files,
+            "max_delete_files_per_data_file": self.max_delete_files,
+            "read_amplification": round(read / ideal, 2),
+        }
+
+
+def health(
+    src: TableSource,
+    *,
+    snapshot_id: int | None = None,
+    live_rows: Callable[[int], dict[str, int]] | None = None,
+    catalog_name: str = "catalog",
+    thresholds: Thresholds = Thresholds(),
+) -> dict[str, Any]:
+    """The health report of one table at one snapshot (default: the current one), as a
+    JSON-ready dict: the table's counts at top level and a `partitions` list of the same
+    counts per partition, `equality_keys`, and `advice`. `live_rows(snapshot_id)`: the live
+    rows of each data file by path, every delete applied (exact counts; else estimated)."""
+    md = src.metadata
+    sid = md.current_snapshot_id if snapshot_id is None else snapshot_id
+    snap = md.snapshot_by_id(sid) if sid is not None else None
+    if sid is not None and snap is None:
+        raise MetadataError(f"table {src.name} has no snapshot {sid}")
+    target = int(md.properties.get("write.target-file-size-bytes", TARGET_FILE_SIZE))
+    small = int(target * 0.75)  # Iceberg's min-file-size-bytes default for rewrite_data_files
+    out: dict[str, Any] = {
+        "table": src.name,
+        "snapshot_id": sid,
+        "format_version": md.format_version,
+        "snapshots": len(md.snapshots),
+    }
+    if snap is None:
+        return {
+            **out,
+            **_Counts().report(True),
+            "dangling_delete_files": 0,
+            "position_delete_files_per_data_file": 0.0,
+            "equality_keys": [],
+            "small_file_bytes": small,
+            "advice": [],
+            "partitions": [],
+        }
+    scan = IcebergScan(
+        table=src.name,
+        source_key=src.key,
+        snapshot_id=sid,
+        schema_id=md.current_schema_id,
+        fields=(),
+    )
+    files = plan_scan(scan, src, md.schema())
+    deletes = {d.file_id: d for d in files.deletes}
+    entries = live_entries(src, snap)
+    live_deletes = [e for e in entries if e.file.content != DataFileContent.DATA]
+
+    positions = _deleted_positions(src, files.data, deletes)
+    live = live_rows(sid) if live_rows is not None else None
+    eq_share = _equality_estimate(files.data, deletes) if live is None else {}
+
+    total = _Counts(target=target)
+    parts: dict[int, _Counts] = defaultdict(lambda: _Counts(target=target))
+    first: dict[int, DataTask] = {}  # a data file of each partition: its spec and values
+    for t in files.data:
+        first.setdefault(t.partition_id, t)
+        c = parts[t.partition_id]
+        applying = (*t.pos_deletes, *t.eq_deletes)
+        for x in (c, total):
+            x.data_files += 1
+            x.data_records += t.record_count
+            x.data_bytes += t.size_bytes
+            x.small_files += t.size_bytes < small
+            x.probe_bytes += t.size_bytes * len(t.eq_sets)
+            x.max_delete_files = max(x.max_delete_files, len(applying))
+            x.over_threshold += len(applying) >= thresholds.delete_files
+            if live is not None:
+                gone = t.record_count - live.get(t.path, 0)
+                x.position_deleted += gone
+            else:
+                x.position_deleted += positions.get(t.file_id, 0)
+                x.equality_deleted += eq_share.get(t.file_id, 0.0)
+        c.deletes.update(applying)
+    for c in parts.values():
+        for i in c.deletes:
+            _count_delete(c, deletes[i].kind, deletes[i].is_dv, deletes[i].size_bytes)
+    for e in live_deletes:
+        f = e.file
+        _count_delete(
+            total,
+            "position" if f.content == DataFileContent.POSITION_DELETES else "equality",
+            is_dv(f),
+            f.content_size_in_bytes if is_dv(f) else f.file_size_in_bytes,
+        )
+    used = {d.identity for d in files.deletes}
+    dangling = [e for e in live_deletes if delete_key(e) not in used]
+    estimated = live is None and any(t.eq_deletes for t in files.data)
+    # Parquet position delete files applying to a data file that has any (vectors are one each)
+    stacks = [
+        sum(1 for i in t.pos_deletes if not deletes[i].is_dv) for t in files.data if t.pos_deletes
+    ]
+    stacks = [n for n in stacks if n]
+    partitions = []
+    for pid in sorted(parts, key=lambda p: files.partitions[p]):
+        partitions.append(
+            {
+                "partition": files.partitions[pid],
+                "spec_id": first[pid].spec_id,
+                "values": {str(k): _plain(v) for k, v in first[pid].partition},
+                **parts[pid].report(not estimated),
+                "data_files_over_delete_file_threshold": parts[pid].over_threshold,
+            }
+        )
+    report = {
+        **out,
+        **total.report(not estimated),
+        "data_files_over_delete_file_threshold": total.over_threshold,
+        "dangling_delete_files": len(dangling),
+        "position_delete_files_per_data_file": round(sum(stacks) / len(stacks), 2)
+        if stacks
+        else 0.0,
+        "equality_keys": _equality_keys(src, live_deletes),
+        "small_file_bytes": small,
+        "thresholds": {
+            "delete_ratio": thresholds.delete_ratio,
+            "delete_files": thresholds.delete_files,
+            "small_files": thresholds.small_files,
+            "snapshots": thresholds.snapshots,
+        },
+    }
+    report["advice"] = advice(report, partitions, dangling, src, catalog_name, thresholds)
+    report["partitions"] = partitions
+    return report
+
+
+def _plain(v: Any) -> Any:
+    return v if isinstance(v, (int, float, str, bool)) or v is None else str(v)
+
+
+def _count_delete(c: _Counts, kind: str, dv: bool, size: int | None) -> None:
+    if dv:
+        c.deletion_vectors += 1
+    elif kind == "position":
+        c.position_delete_files += 1
+    else:
+        c.equality_delete_files += 1
+    c.delete_file_bytes += size or 0
+
+
+def _deleted_positions(
+    src: TableSource, data: Iterable[DataTask], deletes: dict[int, DeleteTask]
+) -> dict[int, int]:
+    """Exact count of deleted positions per data file: the distinct positions below its record
+    count in the position delete files and deletion vectors that apply, read by the reader
+    scans use (physical/delete_files.py: in parallel, cached for later queries)."""
+    from mor.physical.delete_files import read_positions
+
+    tasks = [t for t in data if t.pos_deletes]
+    found = read_positions(tasks, deletes, src.name, src.key) if tasks else {}
+    return {fid: len(p) for fid, p in found.items()}
+
+
+def _equality_estimate(
+    data: Iterable[DataTask], deletes: dict[int, DeleteTask]
+) -> dict[int, float]:
+    """Rows equality deletes remove, estimated per data file: each key of a delete file removes
+    one row, split between the data files it applies to by their record counts."""
+    served: dict[int, list[DataTask]] = defaultdict(list)
+    for t in data:
+        for i in t.eq_deletes:
+            served[i].append(t)
+    out: dict[int, float] = defaultdict(float)
+    for i, tasks in served.items():
+        rows = sum(t.record_count for t in tasks) or 1
+        for t in tasks:
+            out[t.file_id] += deletes[i].record_count * t.record_count / rows
+    return out
+
+
+def _equality_keys(src: TableSource, live: list[Any]) -> list[dict[str, Any]]:
+    """Per equality id set: its columns, delete files, key rows and sequence-number span."""
+    by_set: dict[frozenset[int], list[Any]] = defaultdict(list)
+    for e in live:
+        if e.file.content == DataFileContent.EQUALITY_DELETES:
+            by_set[frozenset(e.file.equality_ids or ())].append(e)
+    schema = src.metadata.schema()
+    out = []
+    for ids in sorted(by_set, key=sorted):
+        es = by_set[ids]
+        names = []
+        for i in sorted(ids):
+            name = schema.find_column_name(i)
+            names.append(name if name is not None else f"(dropped field {i})")
+        out.append(
+            {
+                "field_ids": show_ids(ids),
+                "columns": names,
+                "delete_files": len(es),
+                "delete_records": sum(e.file.record_count for e in es),
+                "min_sequence_number": min(e.seq for e in es),
+                "max_sequence_number": max(e.seq for e in es),
+            }
+        )
+    return out
