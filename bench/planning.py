@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from mor.api import plan_query
     from mor.planner import scan_planning
+    from mor.planner.attach import attach_files
     from mor.planner.nodes import IcebergScan
-    from mor.planner.planning import attach_files
     from mor.planner.settings import applied
 
     cat = build(Path(args.warehouse), args.files, args.manifests)

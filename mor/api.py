@@ -19,12 +19,12 @@ from weakref import WeakKeyDictionary
 
 from pyiceberg.catalog import Catalog
 
+from mor.planner.attach import attach_files
 from mor.planner.errors import ArgumentError, MorError, TableNotFoundError
 from mor.planner.explain import explain_text
-from mor.planner.metrics import MorMetrics, static_metrics
-from mor.planner.metrics import render as render_metrics
 from mor.planner.nodes import Plan
-from mor.planner.planning import attach_files
+from mor.planner.query_metrics import MorMetrics, static_metrics
+from mor.planner.query_metrics import render as render_metrics
 from mor.planner.requests import REQUESTS, since
 from mor.planner.settings import Settings, applied, user_config
 from mor.planner.sources import PathMap, Resolver, is_table_path, load_named_catalog

@@ -6,8 +6,8 @@ from pyspark.sql import SparkSession
 
 from mor.physical.compile import Compiler
 from mor.planner.errors import InternalError
-from mor.planner.metrics import MorMetrics
 from mor.planner.nodes import AntiJoin, IcebergScan, Plan, Union, show_ids
+from mor.planner.query_metrics import MorMetrics
 
 
 def _top_scans(plan: Plan) -> list[Plan]:

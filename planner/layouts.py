@@ -49,7 +49,7 @@ from mor.planner.sources import TableSource
 NAME_MAPPING = "schema.name-mapping.default"
 
 # A file's layout depends on the file (immutable: its path and size) and the table's schemas and
-# name mapping: kept across queries of the process (planning.py, in planner/state.py).
+# name mapping: kept across queries of the process (attach.py, in planner/state.py).
 
 
 def _primitive_ids(struct: StructType, out: dict[int, IcebergType]) -> dict[int, IcebergType]:

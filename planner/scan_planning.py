@@ -1,7 +1,9 @@
 """Scan planning over Iceberg metadata: which data files, which delete files apply to each.
 
 pyiceberg's `plan_files()` refuses equality deletes, so this module reads the manifest list and
-manifests itself (through pyiceberg's readers) and applies the rules of SEMANTICS.md:
+manifests itself (decoded by manifests.py with fastavro, pyiceberg's reader as the fallback;
+fetched in parallel, kept in the process's caches: state.py) and applies the rules of
+SEMANTICS.md:
 
 - data sequence numbers (inherited from the manifest when null);
 - a position delete applies when data_seq <= delete_seq and the delete is in the same spec and
@@ -48,6 +50,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.types import UUIDType
 
+from mor.planner.column_metrics import compile_inclusive
 from mor.planner.delete_index import DeleteIndex, Entry, InvalidDeletes, is_dv
 from mor.planner.eq_bounds import may_apply, metrics_of
 from mor.planner.errors import MetadataError, UnsupportedError
@@ -59,7 +62,6 @@ from mor.planner.manifests import (
     decode_manifest_list,
     gc_paused,
 )
-from mor.planner.metrics_eval import compile_inclusive
 from mor.planner.nodes import (
     GLOBAL_PART,
     DataTask,

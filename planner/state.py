@@ -76,7 +76,7 @@ class ProcessCaches:
     """The caches of one process. planner/ and physical/ take theirs from here by name."""
 
     def __init__(self) -> None:
-        # planning (planner/scan_planning.py, planner/planning.py)
+        # planning (planner/scan_planning.py, planner/attach.py)
         self.manifest_lists: Kept[list] = Kept(
             "manifest lists",
             "decoded manifest lists, by path and length",

@@ -150,7 +150,7 @@ def test_unsupported_file_format_is_refused(
     import pyarrow as pa
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 
-    from tests_support import small_table
+    from helpers import small_table
 
     w = small_table(catalog)
     real = w.data_files(

@@ -28,7 +28,7 @@ def test_syntax_error_has_line_and_column(catalog: object) -> None:
 def test_unknown_table_and_column(catalog: object, tmp_path: Path) -> None:
     with pytest.raises(TableNotFoundError, match="nope.t"):
         explain("SELECT * FROM nope.t", catalog=catalog)
-    from tests_support import small_table
+    from helpers import small_table
 
     small_table(catalog)
     # Spark's analyser finds it, before any job runs: explain reports it too
@@ -112,7 +112,7 @@ def test_deep_statements_plan_without_recursion_errors(catalog: object) -> None:
     reaching the scan; the interpreter's recursion limit is left as it was."""
     import sys
 
-    from tests_support import small_table
+    from helpers import small_table
 
     small_table(catalog)
     limit = sys.getrecursionlimit()
@@ -126,8 +126,8 @@ def test_deep_statements_plan_without_recursion_errors(catalog: object) -> None:
 def test_broken_metadata_behind_a_catalog_is_one_line(catalog: object, tmp_path: Path) -> None:
     """A truncated or missing metadata JSON and a truncated manifest list are MetadataErrors
     naming what is wrong, never a pydantic, FileNotFoundError or UnicodeDecodeError trace."""
+    from helpers import small_table
     from mor.planner.errors import MetadataError
-    from tests_support import small_table
 
     table = small_table(catalog).refresh()
     loc = table.metadata_location.removeprefix("file://")

@@ -191,18 +191,18 @@ def test_files_without_field_ids_use_the_name_mapping(
 
 def _footers_opened(monkeypatch: Any) -> list[str]:
     """The paths whose Parquet footer planning opens from now on."""
-    from mor.planner import planning
+    from mor.planner import attach
     from mor.planner.state import caches
 
     caches().layouts.clear()
     opened: list[str] = []
-    real = planning.layout_of
+    real = attach.layout_of
 
     def counted(src: Any, path: str, schema: Any) -> Any:
         opened.append(path)
         return real(src, path, schema)
 
-    monkeypatch.setattr(planning, "layout_of", counted)
+    monkeypatch.setattr(attach, "layout_of", counted)
     return opened
 
 

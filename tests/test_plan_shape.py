@@ -179,11 +179,11 @@ def tables(tmp_path_factory: Any) -> tuple[Any, dict[int, str]]:
 def test_building_a_query_costs_the_same_for_ten_times_the_files(
     tables: tuple[Any, dict[int, str]], spark: Any, sql: str, monkeypatch: Any
 ) -> None:
-    from mor.planner import planning
+    from mor.planner import attach
 
     footers: list[str] = []
-    real: Callable[..., Any] = planning.layout_of
-    monkeypatch.setattr(planning, "layout_of", lambda *a: footers.append(a[1]) or real(*a))
+    real: Callable[..., Any] = attach.layout_of
+    monkeypatch.setattr(attach, "layout_of", lambda *a: footers.append(a[1]) or real(*a))
     cat, names = tables
     for name in names.values():  # once untimed: what a process looks up on its first query
         _built(spark, cat, sql.format(t=name))

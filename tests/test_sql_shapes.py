@@ -4,7 +4,7 @@ The live rows of each table are read once through mor into a cached temporary vi
 then runs through `mor_sql` (table references bound to merge-on-read scans, the rest planned by
 Spark) and through Spark SQL over those views. The two must agree as multisets (in order, for
 queries with a total ORDER BY). The live rows themselves are checked against an independent
-expectation (tests_support.nested_table, the demo's known rows) before anything else.
+expectation (helpers.nested_table, the demo's known rows) before anything else.
 """
 
 from __future__ import annotations
@@ -239,9 +239,9 @@ def _rows(df: Any) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Any:
+    from helpers import nested_table
     from mor.api import default_catalog
     from mor.demo import build_demo_table
-    from tests_support import nested_table
 
     wh = tmp_path_factory.mktemp("shapes") / "wh"
     build_demo_table(str(wh))

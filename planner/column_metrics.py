@@ -8,7 +8,7 @@ pyiceberg builds a visitor per file (five metric maps read, a dispatch per predi
 bound filter becomes nested closures once, and each file's test reads only the metric maps
 its predicates name. Predicates without a closure here (starts-with, NaN tests) make `compile`
 return None, and the caller keeps pyiceberg's evaluator for the whole filter.
-tests/test_metrics_eval.py holds the two to the same answers on random metrics.
+tests/test_column_metrics.py holds the two to the same answers on random metrics.
 """
 
 from __future__ import annotations

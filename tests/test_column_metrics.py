@@ -1,4 +1,4 @@
-"""Data files pruned by their column metrics (planner/metrics_eval.py): the same answer as
+"""Data files pruned by their column metrics (planner/column_metrics.py): the same answer as
 pyiceberg's inclusive metrics evaluator for every file and filter, on random metrics. No Spark."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pyiceberg.expressions.visitors import _InclusiveMetricsEvaluator
 from pyiceberg.schema import Schema
 from pyiceberg.types import DoubleType, IntegerType, LongType, NestedField, StringType
 
-from mor.planner.metrics_eval import compile_inclusive
+from mor.planner.column_metrics import compile_inclusive
 
 SCHEMA = Schema(
     NestedField(1, "l", LongType(), required=False),
