@@ -409,6 +409,9 @@ def _explain(
         m = count_removed(planned.metrics(), planned.optimized, session)
         m.store_requests = since(before)  # planning, and building what the counts ran
         text += "\n" + render_metrics(m)
+        text += "\n== Process caches (after the counts) ==\n" + "".join(
+            f"{f.line()}\n" for f in cache_figures() if f.entries
+        )
     return text
 
 

@@ -286,6 +286,8 @@ def test_explain_analyze_counts_rows_removed_by_each_kind(
     assert "rows removed  by equality deletes {1} 2\n" in metrics
     assert "rows removed  by equality deletes {1,3} 3\n" in metrics
     assert "rows live     16 (of 22 in the files read)" in metrics
+    held = out[out.index("== Process caches (after the counts) ==") :]
+    assert "manifests: " in held and "planned scans: " in held  # what a later query reuses
     from mor import metrics as mor_metrics
     from mor.api import default_catalog
 
