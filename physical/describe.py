@@ -40,6 +40,22 @@ def _files(n: int, what: str) -> str:
     return f"{n} {what} file{'' if n == 1 else 's'}"
 
 
+# the method of _Describer that formats each kind of node
+_FORMATS = {
+    CountRows: "_count_rows",
+    ReadData: "_scan",
+    ReadEqDeletes: "_eq_deletes",
+    ResolvedBranch: "_resolved_branch",
+    AntiJoinExec: "_anti_join",
+    UnionExec: "_union",
+    CommitExec: "_commit",
+    ChangesExec: "_changes",
+    MetadataRows: "_metadata_rows",
+    QueryExec: "_query",
+    ViewExec: "_view",
+}
+
+
 class _Describer:
     def __init__(self, facts: SessionFacts) -> None:
         self.facts = facts  # the session's (reads.session_facts), or a session of mor's own
@@ -81,144 +97,154 @@ class _Describer:
         return step
 
     def _visit(self, node: PhysicalNode) -> int:
-        match node:
-            case CountRows(scan=scan):
-                tasks = scan.data_files()
-                with_pos = sum(1 for t in tasks if t.pos_deletes)
-                return self.emit(
-                    f"spark.range(rows): {len(tasks)} data file(s) of {scan.table} hold "
-                    f"{sum(t.record_count for t in tasks)} row(s) by their metadata, less the "
-                    f"positions deleted from {with_pos} of them (position delete files and "
-                    "deletion vectors read on the driver); no column is needed, so no data "
-                    "file is read"
+        how = getattr(self, _FORMATS.get(type(node), ""), None)
+        return how(node) if how is not None else self.emit(type(node).__name__)
+
+    def _count_rows(self, node: CountRows) -> int:
+        scan = node.scan
+        tasks = scan.data_files()
+        with_pos = sum(1 for t in tasks if t.pos_deletes)
+        return self.emit(
+            f"spark.range(rows): {len(tasks)} data file(s) of {scan.table} hold "
+            f"{sum(t.record_count for t in tasks)} row(s) by their metadata, less the "
+            f"positions deleted from {with_pos} of them (position delete files and "
+            "deletion vectors read on the driver); no column is needed, so no data "
+            "file is read"
+        )
+
+    def _eq_deletes(self, node: ReadEqDeletes) -> int:
+        eq, how = node.node, node.reading
+        kinds = sorted({"global" if f.partition_id < 0 else "partition" for f in eq.files})
+        keys = ", ".join(k.col.show() for k in eq.keys)
+        detail = f"of {eq.table} {show_ids(eq.eq_set)}, key columns by name: {keys}"
+        self.emit(self.read(eq.files, "equality delete", how, detail))
+        if eq.pushed:
+            self.emit("where " + " AND ".join(e.text for e in eq.pushed))
+        if not eq.meta:
+            if node.compact:
+                self.emit("distinct keys")
+        else:
+            self.emit(
+                f"join broadcast(delete file table) on {how.key.describe()} "
+                f"-> $del_seq, $del_partition ({', '.join(kinds)})"
+            )
+            if node.compact:
+                self.emit("compact: one row per key and $del_partition with max($del_seq)")
+        self._persist(node.persist)
+        side = side_text("keys", node.broadcast, eq.rows(), node.estimate, self.limit)
+        return self.emit(f"as {side}")
+
+    def _resolved_branch(self, node: ResolvedBranch) -> int:
+        res, base, step = node.resolution, node.base, node.step
+        if step is not None:
+            sides = [self.visit(s) for s in step.sides]
+            self.formatted.append(step)
+            self.emit(explain_line(res, base, ", ".join(f"[{s}]" for s in sides)))
+        else:
+            self.emit(explain_line(res, base))
+        return self.visit(node.scan)
+
+    def _anti_join(self, node: AntiJoinExec) -> int:
+        aj, left, right = node.node, node.left, node.right
+        if node.joined is not None and node.branch is not None:
+            n = len(node.branch.data_files())
+            self.emit(f"branch of {n} data file(s): " + explain_line(node.joined, node.branch))
+        a, b = self.visit(left), self.visit(right)
+        op = "<=>" if aj.null_safe else "="
+        rs = aj.right
+        texts = rs.text_keys() if isinstance(rs, EqDeleteScan) else frozenset()
+        cond = [
+            f"string({lk}) {op} {rk}" if rk in texts else f"{lk} {op} {rk}" for lk, rk in aj.keys
+        ]
+        if aj.seq_guard:
+            cond.append("$data_seq < $del_seq")
+        if aj.part_guard and scoped_only(rs):
+            cond.append("$partition = $del_partition")
+        elif aj.part_guard:
+            cond.append("($del_partition = -1 OR $partition = $del_partition)")
+        return self.emit(f"left_anti join [{a}] with [{b}] on " + " AND ".join(cond))
+
+    def _union(self, node: UnionExec) -> int:
+        inputs = node.inputs
+        steps = [self.visit(i) for i in inputs]
+        return self.emit(
+            "unionAll "
+            + ", ".join(f"[{s}]" for s in steps)
+            + " (each projected to the scan's columns)"
+        )
+
+    def _commit(self, node: CommitExec) -> int:
+        commit = node.node
+        parts = {k: self.visit(p) for k, p in node.parts}
+        pieces = []
+        if "removed" in parts:
+            pieces.append(f"[{parts['removed']}] as DELETE")
+        if "before" in parts and commit.deletes_only:
+            pieces.append(
+                f"left_anti join [{parts['before']}] with [{parts['after']}] on _file, "
+                "_pos: rows the commit's new deletes removed, as DELETE"
+            )
+        elif "before" in parts:
+            pieces.append(
+                f"full_outer join [{parts['before']}] with [{parts['after']}] on _file, "
+                "_pos: rows of one side only as DELETE / INSERT"
+            )
+        if "added" in parts:
+            pieces.append(f"[{parts['added']}] as INSERT")
+        if not pieces:
+            return self.emit(
+                f"commit {commit.ordinal} (snapshot {commit.snapshot_id}, "
+                f"{commit.operation}): nothing to read"
+            )
+        return self.emit(
+            f"commit {commit.ordinal} (snapshot {commit.snapshot_id}, "
+            f"{commit.operation}): " + "; ".join(pieces)
+        )
+
+    def _changes(self, node: ChangesExec) -> int:
+        changes, commits = node.node, node.commits
+        steps = [self.visit(c) for c in commits]
+        mixed = [c for c in commits if c.node.mixed]
+        text = "unionAll " + (", ".join(f"[{s}]" for s in steps) or "(no commits)")
+        if mixed:
+            text += (
+                f"; the {len(mixed)} commit(s) with both kinds through one window "
+                "over (ordinal, every column): identical DELETE/INSERT pairs cancelled"
+            )
+            if changes.identifier:
+                text += (
+                    ", a key (" + ", ".join(changes.identifier) + ") both deleted and "
+                    "inserted by one commit is UPDATE_BEFORE / UPDATE_AFTER"
                 )
-            case ReadData():
-                return self._scan(node)
-            case ReadEqDeletes(node=eq, reading=how):
-                kinds = sorted({"global" if f.partition_id < 0 else "partition" for f in eq.files})
-                keys = ", ".join(k.col.show() for k in eq.keys)
-                detail = f"of {eq.table} {show_ids(eq.eq_set)}, key columns by name: {keys}"
-                self.emit(self.read(eq.files, "equality delete", how, detail))
-                if eq.pushed:
-                    self.emit("where " + " AND ".join(e.text for e in eq.pushed))
-                if not eq.meta:
-                    if node.compact:
-                        self.emit("distinct keys")
-                else:
-                    self.emit(
-                        f"join broadcast(delete file table) on {how.key.describe()} "
-                        f"-> $del_seq, $del_partition ({', '.join(kinds)})"
-                    )
-                    if node.compact:
-                        self.emit("compact: one row per key and $del_partition with max($del_seq)")
-                self._persist(node.persist)
-                side = side_text("keys", node.broadcast, eq.rows(), node.estimate, self.limit)
-                return self.emit(f"as {side}")
-            case ResolvedBranch(resolution=res, base=base, step=step):
-                if step is not None:
-                    sides = [self.visit(s) for s in step.sides]
-                    self.formatted.append(step)
-                    self.emit(explain_line(res, base, ", ".join(f"[{s}]" for s in sides)))
-                else:
-                    self.emit(explain_line(res, base))
-                return self.visit(node.scan)
-            case AntiJoinExec(node=aj, left=left, right=right):
-                if node.joined is not None and node.branch is not None:
-                    n = len(node.branch.data_files())
-                    self.emit(
-                        f"branch of {n} data file(s): " + explain_line(node.joined, node.branch)
-                    )
-                a, b = self.visit(left), self.visit(right)
-                op = "<=>" if aj.null_safe else "="
-                rs = aj.right
-                texts = rs.text_keys() if isinstance(rs, EqDeleteScan) else frozenset()
-                cond = [
-                    f"string({lk}) {op} {rk}" if rk in texts else f"{lk} {op} {rk}"
-                    for lk, rk in aj.keys
-                ]
-                if aj.seq_guard:
-                    cond.append("$data_seq < $del_seq")
-                if aj.part_guard and scoped_only(rs):
-                    cond.append("$partition = $del_partition")
-                elif aj.part_guard:
-                    cond.append("($del_partition = -1 OR $partition = $del_partition)")
-                return self.emit(f"left_anti join [{a}] with [{b}] on " + " AND ".join(cond))
-            case UnionExec(inputs=inputs):
-                steps = [self.visit(i) for i in inputs]
-                return self.emit(
-                    "unionAll "
-                    + ", ".join(f"[{s}]" for s in steps)
-                    + " (each projected to the scan's columns)"
-                )
-            case CommitExec(node=commit):
-                parts = {k: self.visit(p) for k, p in node.parts}
-                pieces = []
-                if "removed" in parts:
-                    pieces.append(f"[{parts['removed']}] as DELETE")
-                if "before" in parts and commit.deletes_only:
-                    pieces.append(
-                        f"left_anti join [{parts['before']}] with [{parts['after']}] on _file, "
-                        "_pos: rows the commit's new deletes removed, as DELETE"
-                    )
-                elif "before" in parts:
-                    pieces.append(
-                        f"full_outer join [{parts['before']}] with [{parts['after']}] on _file, "
-                        "_pos: rows of one side only as DELETE / INSERT"
-                    )
-                if "added" in parts:
-                    pieces.append(f"[{parts['added']}] as INSERT")
-                if not pieces:
-                    return self.emit(
-                        f"commit {commit.ordinal} (snapshot {commit.snapshot_id}, "
-                        f"{commit.operation}): nothing to read"
-                    )
-                return self.emit(
-                    f"commit {commit.ordinal} (snapshot {commit.snapshot_id}, "
-                    f"{commit.operation}): " + "; ".join(pieces)
-                )
-            case ChangesExec(node=changes, commits=commits):
-                steps = [self.visit(c) for c in commits]
-                mixed = [c for c in commits if c.node.mixed]
-                text = "unionAll " + (", ".join(f"[{s}]" for s in steps) or "(no commits)")
-                if mixed:
-                    text += (
-                        f"; the {len(mixed)} commit(s) with both kinds through one window "
-                        "over (ordinal, every column): identical DELETE/INSERT pairs cancelled"
-                    )
-                    if changes.identifier:
-                        text += (
-                            ", a key (" + ", ".join(changes.identifier) + ") both deleted and "
-                            "inserted by one commit is UPDATE_BEFORE / UPDATE_AFTER"
-                        )
-                return self.emit(text)
-            case MetadataRows(node=meta):
-                return self.emit(
-                    f"createDataFrame: {meta.rows()} row(s) of {meta.table}.{meta.kind} "
-                    "(pyiceberg's inspect, read at planning)"
-                )
-            case QueryExec(views=views):
-                steps = [self.visit(v.input) for v in views]
-                for i, (view, step) in enumerate(zip(views, steps), start=1):
-                    self.formatted.append(view)
-                    fence = (
-                        ", where spark_partition_id() >= 0 (a barrier: Spark pushes no join "
-                        "into the scan's reads)"
-                        if view.barrier
-                        else ""
-                    )
-                    select = (
-                        f"[{step}]"
-                        if view.named
-                        else f"select [{step}] the table's columns by name"
-                    )
-                    self.emit(f"{select}{fence} -> temporary view scan_{i}")
-                return self.emit(
-                    "spark.sql(the query above, over the views); the views are dropped once "
-                    "Spark has analysed it"
-                )
-            case ViewExec():
-                return self.visit(node.input)
-        return self.emit(type(node).__name__)
+        return self.emit(text)
+
+    def _metadata_rows(self, node: MetadataRows) -> int:
+        meta = node.node
+        return self.emit(
+            f"createDataFrame: {meta.rows()} row(s) of {meta.table}.{meta.kind} "
+            "(pyiceberg's inspect, read at planning)"
+        )
+
+    def _query(self, node: QueryExec) -> int:
+        views = node.views
+        steps = [self.visit(v.input) for v in views]
+        for i, (view, step) in enumerate(zip(views, steps), start=1):
+            self.formatted.append(view)
+            fence = (
+                ", where spark_partition_id() >= 0 (a barrier: Spark pushes no join "
+                "into the scan's reads)"
+                if view.barrier
+                else ""
+            )
+            select = f"[{step}]" if view.named else f"select [{step}] the table's columns by name"
+            self.emit(f"{select}{fence} -> temporary view scan_{i}")
+        return self.emit(
+            "spark.sql(the query above, over the views); the views are dropped once "
+            "Spark has analysed it"
+        )
+
+    def _view(self, node: ViewExec) -> int:
+        return self.visit(node.input)
 
     def _persist(self, persist: bool) -> None:
         """The step of a delete side kept in Spark's cache (as reuse.cached keeps it)."""
