@@ -392,15 +392,25 @@ def _explain(
         output = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
     trace = [(t.rule, t.changed, t.plan) for t in planned.trace] if verbose else None
     text = explain_text(planned.optimized, trace, output)
-    if physical:
-        from mor.physical.describe import describe
+    if physical or verbose:
+        # one physical plan for both sections: the plan the compiler would translate
+        from mor.physical.describe import describe_plan, own_session_facts
+        from mor.rules.physical import plan_physical
+        from mor.rules.physical import trace as physical_trace
 
         if session is not None:
             from mor.physical.reads import session_facts
 
-            text += "\n" + describe(planned.optimized, session_facts(session, packing=True))
+            facts = session_facts(session, packing=True)
         else:
-            text += "\n" + describe(planned.optimized)
+            facts = own_session_facts()
+        physical_plan = plan_physical(planned.optimized, facts)
+        if verbose:
+            text += "\n== Physical rules ==\n" + "".join(
+                f"{line}\n" for line in physical_trace(physical_plan)
+            )
+        if physical:
+            text += "\n" + describe_plan(physical_plan, facts)[0]
     if reads_s3a(planned.optimized):
         text += "\n" + _s3a_section(session)
     if analyze and session is not None:

@@ -1,4 +1,5 @@
-"""Position deletes as bitmaps carried in the plan (the `bitmap` method of strategy.py).
+"""Position deletes as bitmaps carried in the plan (the `bitmap` method of
+rules/physical/positions.py).
 
 The positions come from delete_files.py (read on the driver, never through the JVM). Only
 the (delete file, data file) pairs that scan planning kept are used: a row of a delete file

@@ -1,4 +1,4 @@
-"""Compile an optimized plan into PySpark: its physical plan (physical/plan.py, where every
+"""Compile an optimized plan into PySpark: its physical plan (rules/physical/, where every
 decision is taken) translated into DataFrame operations, and the query around the scans into
 `spark.sql` over uniquely named views of them."""
 
@@ -21,27 +21,10 @@ from mor.physical.eq_deletes import scan_eq_deletes
 from mor.physical.errors import query_error, recognised, spark_failure
 from mor.physical.guards import check_files
 from mor.physical.metadata_columns import hidden_type
-from mor.physical.plan import (
-    AntiJoinExec,
-    ChangesExec,
-    CountRows,
-    MetadataRows,
-    PhysicalNode,
-    Planner,
-    QueryExec,
-    ReadData,
-    ReadEqDeletes,
-    ResolvedBranch,
-    ResolveEqDeletes,
-    UnionExec,
-    ViewExec,
-)
 from mor.physical.reads import ReadContext, session_facts
-from mor.physical.resolution import joined, key_fields, store
 from mor.physical.reuse import fingerprint, reused
 from mor.physical.scan import scan_data
 from mor.physical.session import is_connect
-from mor.physical.strategy import bitmap_weight, scoped_only
 from mor.physical.types import spark_type
 from mor.planner.errors import InternalError, MorError, UnsupportedError
 from mor.planner.nodes import (
@@ -60,6 +43,23 @@ from mor.planner.nodes import (
     Union,
 )
 from mor.planner.settings import current
+from mor.rules.physical import Planner
+from mor.rules.physical.broadcast import bitmap_weight
+from mor.rules.physical.equality import joined, key_fields, scoped_only, store
+from mor.rules.physical.nodes import (
+    AntiJoinExec,
+    ChangesExec,
+    CountRows,
+    MetadataRows,
+    PhysicalNode,
+    QueryExec,
+    ReadData,
+    ReadEqDeletes,
+    ResolvedBranch,
+    ResolveEqDeletes,
+    UnionExec,
+    ViewExec,
+)
 
 # nodes whose DataFrame depends on nothing but the node (MetadataTable holds rows read now;
 # TableChanges compiles its scans through the compiler, which reuses them)
@@ -95,7 +95,7 @@ def join_condition(node: AntiJoin) -> Column:
 
 
 class Compiler:
-    """Translates a physical plan (physical/plan.py) into DataFrames, deciding nothing: each
+    """Translates a physical plan (rules/physical/) into DataFrames, deciding nothing: each
     node once (a subtree two parents share is one DataFrame), and on a classic session a node
     made of the same files, columns and filters as one an earlier query translated reuses its
     DataFrame (physical/reuse.py), its files checked again. The plan's one step with effects,

@@ -1,4 +1,4 @@
-"""EXPLAIN PHYSICAL: the physical plan (physical/plan.py) as numbered DataFrame operations.
+"""EXPLAIN PHYSICAL: the physical plan (rules/physical/) as numbered DataFrame operations.
 
 It formats the nodes `plan_physical` made and decides nothing: the plan the compiler translates
 is the plan printed. This module does not import pyspark.
@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mor.physical.plan import (
+from mor.planner.nodes import RESOLVED, DataTask, DeleteTask, EqDeleteScan, Plan, show_ids
+from mor.planner.settings import current
+from mor.rules.physical import plan_physical
+from mor.rules.physical.broadcast import default_broadcast_bytes, side_text
+from mor.rules.physical.equality import describe as explain_line
+from mor.rules.physical.equality import scoped_only
+from mor.rules.physical.nodes import (
     AntiJoinExec,
     ChangesExec,
     CommitExec,
@@ -21,19 +27,8 @@ from mor.physical.plan import (
     ResolvedBranch,
     UnionExec,
     ViewExec,
-    plan_physical,
 )
-from mor.physical.resolution import describe as explain_line
-from mor.physical.strategy import (
-    Reading,
-    SessionFacts,
-    default_broadcast_bytes,
-    scoped_only,
-    side_text,
-    spark_tasks,
-)
-from mor.planner.nodes import RESOLVED, DataTask, DeleteTask, EqDeleteScan, Plan, show_ids
-from mor.planner.settings import current
+from mor.rules.physical.reading import Reading, SessionFacts, spark_tasks
 
 
 def _files(n: int, what: str) -> str:

@@ -5,9 +5,9 @@ key columns by name with the table's types, float and double keys as text (compa
 Iceberg's Java reader compares them). When a guard of a consumer needs them, each key carries
 its file's data sequence number (`$del_seq`) and partition (`$del_partition`) from a broadcast
 table on the file key. Several files' keys are compacted (one row per key and scope, with the
-newest sequence number) only when the side is too large to broadcast (strategy.compacted_keys).
-The side is kept in Spark's cache across queries of a session (reuse.cached) and broadcast
-when small (strategy.broadcast_allowed).
+newest sequence number) only when the side is too large to broadcast
+(rules/physical/broadcast.compacted_keys). The side is kept in Spark's cache across queries
+of a session (reuse.cached) and broadcast when small (broadcast.broadcast_allowed).
 """
 
 from __future__ import annotations
@@ -18,17 +18,17 @@ from pyspark.sql import types as T
 
 from mor.physical.columns import column, float_key, read_schema
 from mor.physical.guards import check_files, guard
-from mor.physical.plan import ReadEqDeletes
 from mor.physical.reads import KEY, Group, ReadContext, read_files, where_all
 from mor.physical.reuse import cached, fingerprint
-from mor.physical.strategy import Reading
 from mor.physical.tables import FKEY, file_table
 from mor.planner.nodes import DEL_PART, DEL_SEQ, EqDeleteScan
 from mor.planner.settings import current
+from mor.rules.physical.nodes import ReadEqDeletes
+from mor.rules.physical.reading import Reading
 
 
 def scan_eq_deletes(ctx: ReadContext, planned: ReadEqDeletes) -> DataFrame:
-    """The keys of a planned equality delete scan (physical/plan.py), as its node decided:
+    """The keys of a planned equality delete scan (rules/physical/), as its node decided:
     compacted, kept in Spark's cache, broadcast or not."""
     node = planned.node
     check_files(node)

@@ -70,13 +70,6 @@ def root() -> Path:
     return Path(tempfile.gettempdir()) / f"mor-{os.getuid()}" / "file-lists"
 
 
-def hidden_name(path: str) -> bool:
-    """Spark's file indexes skip files named `_x` or `.x` (`_x=y` is a partition folder):
-    such a file cannot be read through a list, only by its path."""
-    name = path.rstrip("/").rsplit("/", 1)[-1]
-    return (name.startswith("_") and "=" not in name) or name.startswith(".")
-
-
 def uri(path: str) -> str:
     """A file's path as the URI Spark's driver opens from the log (`new Path(new URI(...))`):
     a local path as `file:///...`, another scheme kept; the path part escaped, with duplicate

@@ -73,7 +73,7 @@ def _scan_groups(n: IcebergScan, data: bool) -> list[Checked]:
     # a resolved equality delete is no file: its positions are in memory
     files = [deletes[i] for i in used if deletes[i].kind != RESOLVED]
     # a branch read over resolved positions still answers for its equality delete files
-    # (physical/resolution.py): they are checked as an anti-join reading them is
+    # (rules/physical/equality.py): they are checked as an anti-join reading them is
     eq = [d for d in n.files.deletes if d.kind == "equality"] if n.files else []
     groups: list[Checked] = [
         (files, n.source_key, "delete", n.table),

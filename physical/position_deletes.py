@@ -1,4 +1,5 @@
-"""Position deletes removed inside a scan, by the method strategy.position_strategy chose:
+"""Position deletes removed inside a scan, by the method the physical plan chose
+(rules/physical/positions.position_strategy):
 
 - **bitmap**: the delete files and deletion vectors are read on the driver (delete_files.py) and
   each data file with deletes gets one row of a broadcast table (file key, bitmap words,
@@ -7,10 +8,11 @@
 - **join**: Spark reads the position delete files (deletion vectors are decoded on the driver
   and sent as rows), keeps the rows of the (delete file, data file) pairs planning matched
   (on the delete file's key and the data file's path as recorded), and the scan anti-joins
-  these positions, broadcast when small (strategy.broadcast_allowed) and kept in Spark's cache
-  across queries (reuse.cached): on one 64-bit key `file key << shift | row_index` when it
-  fits, else on (file key, row_index). A row at or past its file's recorded row count stops
-  the query here too (a broadcast table of the counts).
+  these positions, broadcast when small (rules/physical/broadcast.broadcast_allowed) and kept
+  in Spark's cache across queries (reuse.cached): on one 64-bit key
+  `file key << shift | row_index` when it fits, else on (file key, row_index). A row at or
+  past its file's recorded row count stops the query here too (a broadcast table of the
+  counts).
 
 Either way the plan grows by table rows (one per data file with deletes), never by a branch or
 a filter per file.
@@ -29,14 +31,8 @@ from pyspark.sql import types as T
 from mor.physical.bitmaps import bitmap_files, bitmap_keep
 from mor.physical.delete_files import read_positions
 from mor.physical.guards import POS, row_count_check
-from mor.physical.plan import ReadData
 from mor.physical.reads import KEY, Group, Read, ReadContext, read_files
 from mor.physical.reuse import cached, reused
-from mor.physical.strategy import (
-    FileKey,
-    PositionStrategy,
-    Reading,
-)
 from mor.physical.tables import (
     BITMAP,
     COUNT,
@@ -50,6 +46,9 @@ from mor.physical.tables import (
 )
 from mor.planner.nodes import RESOLVED, DataTask, DeleteTask
 from mor.planner.settings import current
+from mor.rules.physical.nodes import ReadData
+from mor.rules.physical.positions import PositionStrategy
+from mor.rules.physical.reading import FileKey, Reading
 
 PKEY = "$pkey"  # file key << shift | row_index
 

@@ -3,7 +3,7 @@
 A scan's data files, a scan's position delete files and an equality delete scan's files are
 each read by `read_files`: one DataFrame of their rows, with the columns asked for, and on
 request the file key (`$fkey`-like) and `_metadata.row_index`. How, is decided once per set of
-files (strategy.reading) from planning facts and the session (`session_facts`):
+files (rules/physical/reading.reading) from planning facts and the session (`session_facts`):
 
 - **through a file list** (physical/file_lists.py), the default: one Parquet read per layout
   of any number of files, no listing and no request per file; the key is the file's id in the
@@ -12,7 +12,7 @@ files (strategy.reading) from planning facts and the session (`session_facts`):
   that does not see the lists' folder, a session that ignores sink logs, a file named as Spark
   hides): groups of at most the session's listing threshold of paths (more would start a Spark
   job to list them), unioned; the key is `_metadata.file_size`, files of shared sizes told
-  apart by the path Spark reports (strategy.FileKey).
+  apart by the path Spark reports (rules/physical/reading.FileKey).
 
 Each group's read is reused by later queries of a classic session (physical/reuse.py).
 """
@@ -34,11 +34,12 @@ from mor.physical.delete_files import first_line
 from mor.physical.paths import SparkPaths
 from mor.physical.reuse import Fingerprint, reused
 from mor.physical.session import is_connect
-from mor.physical.strategy import FileKey, Reading, SessionFacts, default_broadcast_bytes, reading
 from mor.physical.tables import sql_literal
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import DataTask, DeleteTask, Expr
 from mor.planner.settings import current
+from mor.rules.physical.broadcast import default_broadcast_bytes
+from mor.rules.physical.reading import FileKey, Reading, SessionFacts, reading
 
 LISTING = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 IGNORED = "spark.sql.streaming.fileStreamSink.metadata.ignored"
@@ -70,7 +71,7 @@ def listing_threshold(spark: SparkSession) -> int:
 
 
 def broadcast_limit(spark: SparkSession) -> int:
-    """The most bytes a broadcast delete side may take (strategy.broadcast_allowed): the
+    """The most bytes a broadcast delete side may take (rules/physical/broadcast.py): the
     setting, else an eighth of the driver's memory within half its maxResultSize."""
     limit = current().broadcast_bytes
     if limit > 0:
@@ -108,7 +109,7 @@ def session_facts(spark: SparkSession, packing: bool = False) -> SessionFacts:
 
 
 def _size_conf(spark: SparkSession, key: str, default: int) -> int:
-    from mor.physical.strategy import memory_bytes
+    from mor.rules.physical.broadcast import memory_bytes
 
     return memory_bytes(_conf(spark, key, str(default))) or default
 

@@ -100,9 +100,9 @@ _cached: weakref.WeakKeyDictionary[Any, _Kept] = weakref.WeakKeyDictionary()
 def cached(
     spark: Any, key: Hashable, make: Callable[[], Any], weight: int, limit: int, keep: bool
 ) -> Any:
-    """`make()`, when `keep` (the physical plan's decision: strategy.keeps), kept in Spark's
-    cache (`persist`: memory, spilling to local disk) for later queries of this session,
-    classic or Connect, that read the same files the same way:
+    """`make()`, when `keep` (the physical plan's decision: rules/physical/broadcast.keeps),
+    kept in Spark's cache (`persist`: memory, spilling to local disk) for later queries of this
+    session, classic or Connect, that read the same files the same way:
     Spark then reads the cached rows instead of the files. What a session keeps weighs at
     most `limit` estimated bytes; the least recently used is unpersisted first, and a frame
     heavier than `limit` alone is made every time, uncached. The files are immutable and

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from mor.physical.strategy import counted_from_metadata
 from mor.planner.nodes import EqDeleteScan, IcebergScan, Plan
 from mor.planner.settings import current, user_config
+from mor.rules.physical.counts import counted_from_metadata
 
 HADOOP_AWS = "org.apache.hadoop:hadoop-aws"
 _HADOOP_JAR = re.compile(r"hadoop-(?:client-api|common)-(\d+\.\d+\.\d+)\.jar")

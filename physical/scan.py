@@ -28,16 +28,16 @@ from mor.physical.columns import column, merged_fields, read_schema
 from mor.physical.delete_files import read_positions
 from mor.physical.guards import POS, check_deletes, check_files, guard
 from mor.physical.metadata_columns import STORED, hidden_type, with_hidden
-from mor.physical.plan import CountRows, ReadData
 from mor.physical.position_deletes import remove_deleted
 from mor.physical.reads import KEY, ROW_INDEX, Group, ReadContext, read_files, where_all
 from mor.physical.tables import FKEY, file_table
 from mor.physical.types import spark_type
 from mor.planner.nodes import DATA_SEQ, LINEAGE_COLUMNS, PART, Layout
+from mor.rules.physical.nodes import CountRows, ReadData
 
 
 def scan_data(ctx: ReadContext, node: ReadData | CountRows) -> DataFrame:
-    """The DataFrame of a planned scan (physical/plan.py), as its node decided."""
+    """The DataFrame of a planned scan (rules/physical/), as its node decided."""
     spark = ctx.spark
     scan = node.scan
     tasks = scan.data_files()

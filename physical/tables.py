@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from mor.physical.session import is_connect
-from mor.physical.strategy import FileKey
+from mor.rules.physical.reading import FileKey
 
 SMALL = 1000  # rows up to which a classic session gets an inline VALUES relation
 FKEY = "$fkey"

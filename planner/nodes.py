@@ -24,7 +24,7 @@ DEL_SEQ = "$del_seq"  # data sequence number of the equality delete file a key c
 DEL_PART = "$del_partition"  # partition id of that delete file, GLOBAL_PART when global
 GLOBAL_PART = -1
 # DeleteTask.kind of an equality delete's positions in one data file, resolved by an earlier
-# read (physical/resolution.py): no file, the positions carried in memory
+# read (rules/physical/equality.py): no file, the positions carried in memory
 RESOLVED = "resolved"
 # metadata columns of every scan, read only when the query names them
 HIDDEN_COLUMNS = (

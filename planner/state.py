@@ -101,7 +101,7 @@ class ProcessCaches:
             "files",
             LAYOUT_CACHE_FILES,
         )
-        # reading (physical/delete_files.py, physical/bitmaps.py, physical/resolution.py)
+        # reading (physical/delete_files.py, physical/bitmaps.py, rules/physical/equality.py)
         self.positions: Kept[dict] = Kept(
             "position deletes",
             "positions of each position delete file and deletion vector read, per data file",

@@ -1,9 +1,11 @@
-"""Rewrite rules over logical plans: pure functions, no I/O, no pyspark.
+"""mor's rules: pure functions, no I/O, no pyspark.
 
-The query around the scans is Spark's to optimize; mor's rules rewrite the scans. They run after
-scan planning (I/O done by the planner), because equality-delete routing needs each scan's files:
+Logical rules (this module's MOR_RULES) rewrite the scans of a logical plan; the query around
+the scans is Spark's to optimize. They run after scan planning (I/O done by the planner),
+because equality-delete routing needs each scan's files. Physical rules (rules/physical/) then
+decide what each node becomes in Spark:
 
-    planner.sql.bind  ->  planner.planning.attach_files  ->  MOR_RULES
+    planner.sql.bind -> planner.attach.attach_files -> MOR_RULES -> rules.physical.plan_physical
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from mor.rules.split_equality_deletes import split_equality_deletes
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RuleContext:
-    """What rules may consult besides the plan. Empty today; kept so rules share one signature."""
+    """What logical rules may consult besides the plan (none needs anything yet: every fact they
+    use is in the plan). The physical rules get the session's facts (SessionFacts) and the
+    process's caches (planner/state.py) instead."""
 
 
 Rule = Callable[[Plan, RuleContext], Plan]

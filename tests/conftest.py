@@ -54,11 +54,11 @@ POSITION_METHODS = ("bitmap", "join-packed", "join-pairs")
 
 @pytest.fixture(params=POSITION_METHODS)
 def position_method(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each way of applying position deletes (physical/strategy.py), forced."""
+    """Each way of applying position deletes (rules/physical/), forced."""
     if request.param != "bitmap":
         monkeypatch.setenv("MOR_POSITION_BITMAP_BYTES", "0")  # always the join
     if request.param == "join-pairs":
-        import mor.physical.strategy
+        import mor.rules.physical.positions
 
-        monkeypatch.setattr(mor.physical.strategy, "packed_shift", lambda *_: None)
+        monkeypatch.setattr(mor.rules.physical.positions, "packed_shift", lambda *_: None)
     return request.param

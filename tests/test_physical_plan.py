@@ -1,4 +1,4 @@
-"""One physical plan (physical/plan.py) for EXPLAIN PHYSICAL and the compiler: what is printed
+"""One physical plan (rules/physical/) for EXPLAIN PHYSICAL and the compiler: what is printed
 is what runs. Each case plans a query once, formats the plan, translates the same plan into
 DataFrames and checks that the nodes formatted are the nodes translated (the one exception:
 a branch whose equality deletes a step resolves is printed with a preview of its scan and runs
@@ -15,20 +15,21 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from mor.api import plan_query
 from mor.fixtures import TableWriter
-from mor.physical import resolution, reuse
+from mor.physical import reuse
 from mor.physical.compile import Compiler
 from mor.physical.describe import describe_plan
-from mor.physical.plan import (
+from mor.planner.settings import applied
+from mor.rules.physical import equality as resolution
+from mor.rules.physical import plan_physical
+from mor.rules.physical.nodes import (
     AntiJoinExec,
     QueryExec,
     ReadData,
     ReadEqDeletes,
     ResolvedBranch,
     ResolveEqDeletes,
-    plan_physical,
 )
-from mor.physical.strategy import SessionFacts
-from mor.planner.settings import applied
+from mor.rules.physical.reading import SessionFacts
 
 # the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
 pytestmark = [pytest.mark.spark4, pytest.mark.connect]

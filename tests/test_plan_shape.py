@@ -194,7 +194,7 @@ def test_building_a_query_costs_the_same_for_ten_times_the_files(
         assert got == _expected(n, sql), name
     small, large = costs[N], costs[10 * N]
     # data, position and equality deletes, and the data's key columns read once more by an
-    # unfiltered query resolving its equality deletes (physical/resolution.py)
+    # unfiltered query resolving its equality deletes (rules/physical/equality.py)
     assert large["reads"] == small["reads"] <= 4, costs
     assert large.get("py4j") == small.get("py4j"), costs
     if "plan bytes" in small:

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from mor import mor_sql
-from mor.physical import resolution, reuse
+from mor.physical import reuse
 from mor.planner.errors import MetadataError
+from mor.rules.physical import equality as resolution
 
 # the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
 pytestmark = [pytest.mark.cluster, pytest.mark.spark4, pytest.mark.connect]
@@ -52,7 +53,7 @@ def test_snapshot_rows_and_count(case: tuple[str, dict], realdata: dict, spark: 
         return
     want = _expected_rows(snap)
     # equality deletes by the anti-join, then resolved by the query (cold), then from the
-    # positions held (physical/resolution.py)
+    # positions held (rules/physical/equality.py)
     resolution.clear_resolved()
     for how in ("anti-join", "resolved cold", "resolved held"):
         settings = {"resolve_equality_deletes": how != "anti-join"}

@@ -1,4 +1,4 @@
-"""Equality deletes resolved once (physical/resolution.py): the positions a first query finds
+"""Equality deletes resolved once (rules/physical/equality.py): the positions a first query finds
 are kept per data file and later queries read the file as one with position deletes. The
 answer must equal the anti-join's, and a key that forgot a delete file, a sequence number or a
 replaced file would reuse a stale answer: each of those is shown to matter here."""
@@ -16,9 +16,10 @@ from pyiceberg.types import LongType, NestedField, StringType
 from helpers import altered
 from mor import explain, mor_sql
 from mor.fixtures import TableWriter
-from mor.physical import resolution, reuse
+from mor.physical import reuse
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import AntiJoin, IcebergScan
+from mor.rules.physical import equality as resolution
 
 # the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
 pytestmark = [pytest.mark.spark4, pytest.mark.connect]

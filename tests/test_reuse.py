@@ -17,8 +17,8 @@ from mor import explain, mor_sql
 from mor.fixtures import TableWriter
 from mor.physical import reuse
 from mor.physical.reuse import cached, fingerprint, reused
-from mor.physical.strategy import keeps
 from mor.planner.errors import DataFileError
+from mor.rules.physical.broadcast import keeps
 
 # the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
 pytestmark = [pytest.mark.spark4, pytest.mark.connect]
@@ -141,7 +141,7 @@ def test_cached_frames_are_persisted_once_and_unpersisted_beyond_their_bound() -
     s = Session()
 
     def get(k: str, weight: int = 4, limit: int = 10) -> Frame:
-        # what the physical plan decides (strategy.keeps) for this weight and limit
+        # what the physical plan decides (rules/physical/broadcast.keeps) for this weight and limit
         return cached(s, k, lambda: Frame(k, log), weight, limit, keeps(weight, limit))
 
     a = get("a")

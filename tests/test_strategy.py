@@ -1,25 +1,23 @@
-"""How position deletes are applied (physical/strategy.py, no Spark) and the settings it reads."""
+"""How position deletes are applied (rules/physical/, no Spark) and the settings it reads."""
 
 from __future__ import annotations
 
 import pytest
 
 from helpers import data_file, eq_delete, scan
-from mor.physical.strategy import (
+from mor.planner.errors import ConfigError
+from mor.planner.nodes import DeleteTask, EqDeleteScan, IcebergScan, Plan, ScanFiles, Union
+from mor.rules.physical.equality import scoped_only
+from mor.rules.physical.positions import bitmap_bytes, packed_shift, position_strategy
+from mor.rules.physical.reading import (
     SHARED_SIZE_FILES,
     FileKey,
     SessionFacts,
-    bitmap_bytes,
     file_key,
-    needs_barrier,
-    packed_shift,
-    position_strategy,
     reading,
-    scoped_only,
     spark_tasks,
 )
-from mor.planner.errors import ConfigError
-from mor.planner.nodes import DeleteTask, EqDeleteScan, IcebergScan, Plan, ScanFiles, Union
+from mor.rules.physical.views import needs_barrier
 
 SIZES = FileKey("file_size")  # files read by path, keyed by their size
 
@@ -201,14 +199,14 @@ def test_the_scope_is_a_join_key_only_without_global_deletes() -> None:
 
 
 def test_broadcasts_are_bounded_by_estimated_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mor.physical.strategy import (
+    from mor.rules import MOR_RULES, optimize
+    from mor.rules.physical.broadcast import (
         broadcast_allowed,
         default_broadcast_bytes,
         eq_relation_bytes,
         memory_bytes,
         relation_bytes,
     )
-    from mor.rules import MOR_RULES, optimize
 
     assert [memory_bytes(t) for t in ("4g", "512m", "1024K", "2048", "1.5g", "lots")] == [
         4 << 30,

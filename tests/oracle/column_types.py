@@ -397,9 +397,10 @@ class Check:
         export: bool = True,
     ) -> None:
         """mor's rows of `ours_sql` must be `theirs`: cold, and again with the equality deletes
-        it resolved to positions (physical/resolution.py), as tests/oracle/run.compare does."""
+        it resolved to positions (rules/physical/equality.py), as tests/oracle/run.compare does."""
         from mor import mor_sql
-        from mor.physical import resolution, reuse
+        from mor.physical import reuse
+        from mor.rules.physical import equality as resolution
 
         self.queries += 1
         b = _bag(theirs)

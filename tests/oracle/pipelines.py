@@ -409,7 +409,8 @@ def mor_rows(spark: Any, sql: str, again: bool = True) -> list[tuple[str, list]]
     """mor's rows for `sql` (the table named through the catalog `lake`), with `again` run
     twice when the table has equality deletes: cold, then from what the first run resolved."""
     from mor import mor_sql
-    from mor.physical import resolution, reuse
+    from mor.physical import reuse
+    from mor.rules.physical import equality as resolution
 
     resolution.clear_resolved()
     runs = [("", [tuple(r) for r in mor_sql(sql, catalog=CATALOG, spark=spark).collect()])]

@@ -111,12 +111,13 @@ def compare(
     """`{t}` in `sql` is the table; `{lineage}` is the table for mor and `lineage` (a view of
     Iceberg's rows with the spec's lineage: lineage_view) for Iceberg's side.
 
-    mor runs the query twice when it has equality deletes (physical/resolution.py): cold
+    mor runs the query twice when it has equality deletes (rules/physical/equality.py): cold
     (nothing resolved: an unfiltered query resolves what it reads, a filtered one anti-joins),
     then with its DataFrames dropped (from the positions held, or resolving what the filtered
     query joined); each must give Iceberg's rows."""
     from mor import mor_sql
-    from mor.physical import resolution, reuse
+    from mor.physical import reuse
+    from mor.rules.physical import equality as resolution
 
     at = f"iceberg_scan('{h.location}')"
     resolution.clear_resolved()

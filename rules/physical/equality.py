@@ -35,7 +35,7 @@ files and of its delete files) is not resolved: it joins as before. Setting
 `resolve_equality_deletes` turns it off. EXPLAIN PHYSICAL shows per branch which files read
 resolved positions and which are resolved by the query.
 
-This module does not import pyspark (EXPLAIN PHYSICAL uses it); compile.py runs the job.
+A physical rule (no pyspark): the plan holds its decision, compile.py runs the job.
 """
 
 from __future__ import annotations
@@ -301,4 +301,12 @@ def describe(res: Resolution, scan: IcebergScan, sides: str = "the delete sides"
         f"without the query's filters); (_file, _pos) of at most ~{res.estimate} rows collected "
         f"to the driver and kept per data file (resolved_cache_rows); {len(res.held)} held "
         "from earlier queries"
+    )
+
+
+def scoped_only(deletes: Plan) -> bool:
+    """Every delete file of this equality delete scan is partition-scoped (none global): the
+    anti-join's scope check is then `$partition = $del_partition`, a join key."""
+    return isinstance(deletes, EqDeleteScan) and all(
+        f.partition_id != GLOBAL_PART for f in deletes.files
     )
