@@ -100,7 +100,11 @@ def test_wheel_installs_layers_under_mor(tmp_path: Path) -> None:
     tops = {n.split("/")[0] for n in names}
     assert tops == {"mor", next(t for t in tops if t.endswith(".dist-info"))}, tops
     for layer in ("planner", "rules", "physical"):
-        expected = {f"mor/{layer}/{p.name}" for p in (ROOT / layer).glob("*.py")}
+        # every module, in sub-packages too (rules/physical/)
+        expected = {
+            f"mor/{layer}/{p.relative_to(ROOT / layer).as_posix()}"
+            for p in (ROOT / layer).rglob("*.py")
+        }
         assert expected <= set(names), expected - set(names)
     examples = {f"mor/examples/{p.name}" for p in (ROOT / "examples").glob("*.sql")}
     assert examples and examples <= set(names)
