@@ -100,17 +100,17 @@ demo: java venv
 test: java dev spark4
 	$(BIN)/ruff check planner rules physical mor tests bench
 	@echo "== pyspark $(SPARK35), classic =="
-	$(BIN)/python -m pytest -q -m "not replay"
+	$(BIN)/python -m pytest -q --durations=12 -m "not replay"
 	@echo "== pyspark $(SPARK35), local-cluster[2,1,1024] =="
-	MOR_TEST_SPARK=local-cluster $(BIN)/python -m pytest -q -m cluster -k "not tpcds and not listing_threshold"
+	MOR_TEST_SPARK=local-cluster $(BIN)/python -m pytest -q --durations=12 -m cluster -k "not tpcds and not listing_threshold"
 	@echo "== pyspark $(SPARK35), standalone master and worker on 127.0.0.1 =="
-	MOR_TEST_SPARK=standalone $(BIN)/python -m pytest -q -m cluster -k "not tpcds and not listing_threshold and not column_types"
+	MOR_TEST_SPARK=standalone $(BIN)/python -m pytest -q --durations=12 -m cluster -k "not tpcds and not listing_threshold and not column_types"
 	@echo "== pyspark $(SPARK41), classic and Spark Connect, with Iceberg's reader =="
-	$(S41)/python -m pytest -q -m spark41
+	$(S41)/python -m pytest -q --durations=12 -m spark41
 	@echo "== pyspark $(SPARK4), classic =="
-	$(S4)/python -m pytest -q -m spark4
+	$(S4)/python -m pytest -q --durations=12 -m spark4
 	@echo "== pyspark $(SPARK4), Spark Connect =="
-	MOR_TEST_SPARK=connect $(S4)/python -m pytest -q -m connect -k "not tpcds and not killed"
+	MOR_TEST_SPARK=connect $(S4)/python -m pytest -q --durations=12 -m connect -k "not tpcds and not killed"
 
 clean:
 	rm -rf $(VENV) warehouse .pytest_cache .hypothesis
