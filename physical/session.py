@@ -1,4 +1,6 @@
-"""Spark session set-up: a local default; a user's session is used as it is."""
+"""Spark sessions: the one mor starts when the caller gives none (local or `--master`, with
+Hadoop's s3a connector when a query reads s3a:// paths), a Spark Connect session from a URL,
+and a user's own session, used as it is (classic or Connect: `is_connect`)."""
 
 from __future__ import annotations
 

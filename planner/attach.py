@@ -1,4 +1,6 @@
-"""The planner's I/O step between rule lists: attach to each scan the files it reads."""
+"""The planner's I/O step, between binding the SQL and the rules: each scan gets the files it
+reads (scan_planning.py), grouped by layout where the table's history needs their footers, and
+each metadata table its rows (pyiceberg's `inspect`)."""
 
 from __future__ import annotations
 
