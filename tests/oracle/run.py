@@ -541,6 +541,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--histories", type=int, default=6)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--seeds",
+        help="these seeds (comma-separated) instead of --histories from --seed, e.g. 1,4,5: "
+        "the v2, v2->v3 and v3 histories of seeds 1-6",
+    )
     ap.add_argument("--steps", type=int, default=10, help="operations per history")
     ap.add_argument("--keep", help="keep the warehouse here instead of a temporary folder")
     ap.add_argument(
@@ -563,8 +568,12 @@ def main(argv: list[str] | None = None) -> int:
     oracle_failed: Counter = Counter()
     diffs: list[str] = []
     n_queries = 0
-    for i in range(args.histories):
-        seed = args.seed + i
+    seeds = (
+        [int(x) for x in args.seeds.split(",")]
+        if args.seeds
+        else [args.seed + i for i in range(args.histories)]
+    )
+    for seed in seeds:
         rng = random.Random(seed * 7919)
         writer = Writer(spark, warehouse, seed)
         consumer = Consumer(spark, writer.h.location, random.Random(seed), str(warehouse))
@@ -587,8 +596,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(warehouse, ignore_errors=True)
 
     print(
-        f"oracle: {args.histories} histories "
-        f"(seeds {args.seed}..{args.seed + args.histories - 1}), "
+        f"oracle: {len(seeds)} histories (seeds {', '.join(map(str, seeds))}), "
         f"{n_queries} queries, {len(diffs)} differences, {time.monotonic() - started:.0f}s"
     )
     if oracle_failed:
