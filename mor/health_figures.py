@@ -6,12 +6,12 @@ Everything comes from the table's metadata and the planner's own matching of del
 files (the rules of SEMANTICS.md), plus, for exact counts, the position delete files themselves:
 
 - `deleted_records` is exact for position deletes and deletion vectors (distinct positions below
-  each data file's record count, from the delete files and vectors that apply to it, read by
-  the reader scans use: physical/delete_files.py). Rows that equality deletes remove are known
-  only by running the anti-joins: `exact=True` (`--exact`) counts the live rows of each data
-  file on Spark; without it they are estimated (each delete key removes one row, split between
-  the partitions its file applies to by their record counts, at most the rows left) and the
-  report says so.
+  each data file's record count, from the delete files that apply to it, read by the reader
+  scans use: physical/delete_files.py; a vector's cardinality is its manifest record count).
+  Rows that equality deletes remove are known only by running the anti-joins: `exact=True`
+  (`--exact`) counts the live rows of each data file on Spark; without it they are estimated
+  (each delete key removes one row, split between the partitions its file applies to by their
+  record counts, at most the rows left) and the report says so.
 - `read_amplification` estimates what a scan costs against the same live rows compacted: the
   data files, the delete files that apply, each data file again per equality id set it is
   anti-joined with, and Spark's cost of opening a file (`spark.sql.files.openCostInBytes`,
@@ -235,14 +235,23 @@ def _count_delete(c: _Counts, kind: str, dv: bool, size: int | None) -> None:
 def _deleted_positions(
     src: TableSource, data: Iterable[DataTask], deletes: dict[int, DeleteTask]
 ) -> dict[int, int]:
-    """Exact count of deleted positions per data file: the distinct positions below its record
-    count in the position delete files and deletion vectors that apply, read by the reader
-    scans use (physical/delete_files.py: in parallel, cached for later queries)."""
+    """Exact count of deleted positions per data file: a deletion vector's cardinality (its
+    manifest record count: no blob is read, a request per data file on an object store); else
+    the distinct positions below the file's record count in the position delete files that
+    apply, read by the reader scans use (physical/delete_files.py: in parallel, cached)."""
     from mor.physical.delete_files import read_positions
 
-    tasks = [t for t in data if t.pos_deletes]
-    found = read_positions(tasks, deletes, src.name, src.key) if tasks else {}
-    return {fid: len(p) for fid, p in found.items()}
+    out: dict[int, int] = {}
+    files = []
+    for t in data:
+        dv = next((deletes[i] for i in t.pos_deletes if deletes[i].is_dv), None)
+        if dv is not None:
+            out[t.file_id] = min(dv.record_count, t.record_count)
+        elif t.pos_deletes:
+            files.append(t)
+    found = read_positions(files, deletes, src.name, src.key) if files else {}
+    out.update({fid: len(p) for fid, p in found.items()})
+    return out
 
 
 def _equality_estimate(
