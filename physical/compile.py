@@ -231,7 +231,7 @@ class Compiler:
                 return run_query(self.spark, query, [self.run(v) for v in views])
             case ViewExec(logical=logical, input=inner):
                 df = self.run(inner)
-                if not node.named and not isinstance(logical, MetadataTable):
+                if not node.named:
                     df = df.select(*[_c(c.name).alias(c.label) for c in logical.output])
                 return barrier(df) if node.barrier else df
         raise InternalError(f"no translation for {type(node).__name__}")

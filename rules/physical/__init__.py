@@ -95,7 +95,7 @@ def plan_scan(scan: IcebergScan, facts: SessionFacts) -> PhysicalNode:
     ):
         return CountRows(scan)
     how = reading(tasks, facts)
-    strategy = position_strategy(tasks, deletes, how.key) if tasks else None
+    strategy = position_strategy(tasks, deletes, how.key)
     delete_reading, est, broadcast, persist = None, 0, False, False
     if strategy is not None:
         est = position_relation_bytes(strategy, how.key.is_long)
@@ -141,15 +141,14 @@ class Planner:
                     broadcast_allowed(node.rows(), est, limit),
                 )
             case AntiJoin(left=left, right=right):
-                decided = self._resolution(node)
-                if isinstance(decided, PhysicalNode):
-                    return decided
+                # a chain is resolved or joined whole: its inner anti-joins decide nothing
+                chain = None if id(node) in self.inner else chain_of(node)
+                res = decide(*chain) if chain is not None else None
+                if chain is not None and res is not None and res.method == "positions":
+                    return self._resolved(node, chain[0], chain[1], res)
                 self.inner.add(id(left))
-                branch = None
-                if decided is not None:
-                    chain = chain_of(node)
-                    branch = chain[0] if chain is not None else None
-                return AntiJoinExec(node, self.plan(left), self.plan(right), decided, branch)
+                base = chain[0] if chain is not None else None
+                return AntiJoinExec(node, self.plan(left), self.plan(right), res, base)
             case Union(inputs=inputs, columns=cols):
                 needed = frozenset(c.name for c in cols)
                 for i in inputs:
@@ -171,16 +170,11 @@ class Planner:
                 return QueryExec(node, views)
         raise InternalError(f"no physical operator for {type(node).__name__}")
 
-    def _resolution(self, node: AntiJoin) -> PhysicalNode | Resolution | None:
-        """The branch as a resolved scan (a node), or the decision to join it (None when
-        resolution does not apply: an inner anti-join, a chain over no planned files)."""
-        chain = chain_of(node)
-        if chain is None or id(node) in self.inner:
-            return None
-        base, joins = chain
-        res = decide(base, joins)
-        if res.method != "positions":
-            return res
+    def _resolved(
+        self, node: AntiJoin, base: IcebergScan, joins: tuple[AntiJoin, ...], res: Resolution
+    ) -> ResolvedBranch:
+        """The branch as a plain scan over resolved positions, after a step resolving the files
+        no earlier query did."""
         step = None
         if res.missing:
             sides = tuple(self.plan(self._unfiltered(j.right)) for j in joins)

@@ -191,8 +191,8 @@ class ChangesExec(PhysicalNode):
     def part(self, logical: Plan) -> PhysicalNode:
         """The node planned for one logical part of a commit."""
         for c in self.commits:
-            for _, p in c.parts:
-                if _logical(p) is logical:
+            for kind, p in c.parts:
+                if getattr(c.node, kind) is logical:
                     return p
         raise InternalError("a part of table_changes the physical plan does not hold")
 
@@ -222,11 +222,3 @@ class QueryExec(PhysicalNode):
     @property
     def children(self) -> tuple[PhysicalNode, ...]:
         return self.views
-
-
-def _logical(node: PhysicalNode) -> Plan | None:
-    for name in ("scan", "node", "logical"):
-        v = getattr(node, name, None)
-        if isinstance(v, Plan):
-            return v
-    return None

@@ -3,7 +3,7 @@ projected to the table's names unless it has them (physical rules)."""
 
 from __future__ import annotations
 
-from mor.planner.nodes import IcebergScan, Plan
+from mor.planner.nodes import IcebergScan, MetadataTable, Plan
 from mor.planner.settings import current
 from mor.rules.physical.reading import SessionFacts, reading
 
@@ -30,5 +30,8 @@ def needs_barrier(scan: Plan, facts: SessionFacts = SessionFacts()) -> bool:
 
 def named_as_table(scan: Plan) -> bool:
     """A scan whose DataFrame already has the table's column names (an IcebergScan selects
-    its output by name): no projection to the user's names is needed above it."""
+    its output by name; a metadata table's rows are its columns): no projection to the user's
+    names is needed above it."""
+    if isinstance(scan, MetadataTable):
+        return True
     return isinstance(scan, IcebergScan) and all(c.name == c.label for c in scan.output)
