@@ -33,9 +33,8 @@ WAREHOUSE.add_argument(
     "--warehouse", help="warehouse of the embedded catalog (default ./warehouse)"
 )
 
-CATALOG = _parent()
+CATALOG = argparse.ArgumentParser(add_help=False, parents=[WAREHOUSE])
 CATALOG.add_argument("--catalog", help="a catalog name from pyiceberg's configuration")
-CATALOG.add_argument("--warehouse", help="warehouse of the embedded catalog (default ./warehouse)")
 
 FILES = _parent()
 FILES.add_argument(
