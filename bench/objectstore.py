@@ -34,6 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from mor.planner.state import caches  # noqa: E402
 from tests.objectstore import KEY, SECRET, SeaweedFS  # noqa: E402
 from tests.oracle.runtime import iceberg_session  # noqa: E402
 
@@ -194,12 +195,12 @@ def main(argv: list[str] | None = None) -> int:
             proxy.latency = latency / 1000
             for q in args.queries:
                 # planning alone, cold: what the driver waits for before Spark starts
-                clear_manifest_cache()
+                clear_manifest_cache(caches())
                 proxy.requests.clear()
                 t0 = time.perf_counter()
                 plan_query(QUERIES[q].format(t=path))
                 plan_s, plan_n = time.perf_counter() - t0, sum(proxy.requests.values())
-                clear_manifest_cache()
+                clear_manifest_cache(caches())
                 a = timed(ours, q)
                 b = timed(native, q)
                 if bag(a[1]) != bag(b[1]):

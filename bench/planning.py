@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from mor.planner.state import caches
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -113,12 +115,12 @@ def main(argv: list[str] | None = None) -> int:
             n_py = len(list(table.scan(row_filter=expr).plan_files()))
             py.append(time.perf_counter() - t0)
             with applied(None):  # as in a query: settings loaded once, not per scan
-                scan_planning.clear_manifest_cache()
+                scan_planning.clear_manifest_cache(caches())
                 t0 = time.perf_counter()
-                attach_files(bound, resolver)
+                attach_files(bound, resolver, caches())
                 cold.append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
-                planned = attach_files(bound, resolver)
+                planned = attach_files(bound, resolver, caches())
                 warm.append(time.perf_counter() - t0)
             t0 = time.perf_counter()  # end to end: settings, binding, the table loaded
             plan_query(f"SELECT id FROM bench.many{where}", catalog=cat)

@@ -47,6 +47,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from mor.planner.state import caches  # noqa: E402
 from tests.oracle.many_files import ScaleSpec, build  # noqa: E402
 
 QUERIES = {
@@ -125,7 +126,7 @@ def planning(location: Path, spec: ScaleSpec, reps: int) -> dict[str, Any]:
         sql = f"SELECT * FROM iceberg_scan('{location}')" + (f" WHERE {where}" if where else "")
         cold, warm = [], []
         for _ in range(reps):
-            clear_manifest_cache()
+            clear_manifest_cache(caches())
             t0 = time.perf_counter()
             plan_query(sql)
             cold.append(time.perf_counter() - t0)

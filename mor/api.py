@@ -29,7 +29,7 @@ from mor.planner.requests import REQUESTS, since
 from mor.planner.settings import Settings, applied, user_config
 from mor.planner.sources import PathMap, Resolver, is_table_path, load_named_catalog
 from mor.planner.sql import Statement, bind, one_statement
-from mor.planner.state import CacheFigures, caches
+from mor.planner.state import CacheFigures, ProcessCaches, caches
 from mor.rules import MOR_RULES, TraceStep, optimize
 
 if TYPE_CHECKING:
@@ -228,12 +228,14 @@ def plan_query(
     io_properties: dict[str, str] | None = None,
     warehouse: str | None = None,
     settings: SettingsArg = None,
+    cache: ProcessCaches | None = None,
 ) -> Planned:
     """The one planning pipeline (API, EXPLAIN and CLI all call it): bind the statement (find
     its table references and what each needs), plan each scan's files, apply the merge-on-read
-    rules. `sql`: one statement's text, or a Statement from `planner.sql.split_statements`."""
+    rules. `sql`: one statement's text, or a Statement from `planner.sql.split_statements`.
+    `cache`: what planning keeps and reuses (default: this process's caches)."""
     with applied(settings):
-        return _plan(sql, catalog, path_map, io_properties, warehouse)
+        return _plan(sql, catalog, path_map, io_properties, warehouse, cache or caches())
 
 
 def _plan(
@@ -242,6 +244,7 @@ def _plan(
     path_map: dict[str, str] | None,
     io_properties: dict[str, str] | None,
     warehouse: str | None,
+    cache: ProcessCaches,
 ) -> Planned:
     if isinstance(catalog, str):
         catalog = resolve_catalog(catalog)  # an unknown catalog name fails even for iceberg_scan
@@ -255,7 +258,7 @@ def _plan(
     stmt = one_statement(sql) if isinstance(sql, str) else sql
     logical = bind(stmt, resolver)
     trace = [TraceStep("bind (table references, their columns and filters)", True, logical)]
-    planned = attach_files(logical, resolver)
+    planned = attach_files(logical, resolver, cache)
     trace.append(TraceStep("plan_files (scan planning)", planned is not logical, planned))
     optimized, rule_steps = optimize(planned, MOR_RULES)
     return Planned(logical, optimized, tuple(trace + rule_steps), time.perf_counter() - started)
@@ -286,7 +289,7 @@ def mor_sql(
             if spark is not None
             else local_session(s3a=reads_s3a(planned.optimized))
         )
-        df = to_dataframe(planned.optimized, session)
+        df = to_dataframe(planned.optimized, session, caches())
     _PLANS[df] = planned.optimized
     return df
 
@@ -388,7 +391,7 @@ def _explain(
             if spark is not None
             else local_session(s3a=reads_s3a(planned.optimized))
         )
-        schema = to_dataframe(planned.optimized, session, analyse_only=True).schema
+        schema = to_dataframe(planned.optimized, session, None, analyse_only=True).schema
         output = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
     trace = [(t.rule, t.changed, t.plan) for t in planned.trace] if verbose else None
     text = explain_text(planned.optimized, trace, output)
@@ -404,7 +407,7 @@ def _explain(
             facts = session_facts(session, packing=True)
         else:
             facts = own_session_facts()
-        physical_plan = plan_physical(planned.optimized, facts)
+        physical_plan = plan_physical(planned.optimized, facts, caches())
         if verbose:
             text += "\n== Physical rules ==\n" + "".join(
                 f"{line}\n" for line in physical_trace(physical_plan)
@@ -416,7 +419,7 @@ def _explain(
     if analyze and session is not None:
         from mor.physical.analyze import count_removed
 
-        m = count_removed(planned.metrics(), planned.optimized, session)
+        m = count_removed(planned.metrics(), planned.optimized, session, caches())
         m.store_requests = since(before)  # planning, and building what the counts ran
         text += "\n" + render_metrics(m)
         text += "\n== Process caches (after the counts) ==\n" + "".join(
@@ -622,6 +625,7 @@ def health(
     name = cat.name if cat is not None else "catalog"
     return report(
         src,
+        caches(),
         snapshot_id=snapshot_id,
         live_rows=live_rows if exact else None,
         catalog_name=name,

@@ -278,12 +278,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     progress.note("starting Spark ...")
     from mor.physical import to_dataframe
     from mor.physical.s3a import reads_s3a
+    from mor.planner.state import caches
 
     spark = spark_session(args, s3a=any(reads_s3a(p.optimized) for p in planned))
     progress.clear()
     results = []
     for p in planned:
-        df = to_dataframe(p.optimized, spark)
+        df = to_dataframe(p.optimized, spark, caches())
         if args.limit is not None:
             df = df.limit(args.limit)
         results.append((df, p.optimized))

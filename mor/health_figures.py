@@ -38,6 +38,7 @@ from mor.planner.errors import MetadataError
 from mor.planner.nodes import DataTask, DeleteTask, IcebergScan, show_ids
 from mor.planner.scan_planning import delete_key, live_entries, plan_scan
 from mor.planner.sources import TableSource
+from mor.planner.state import ProcessCaches
 
 OPEN_COST = 4 * 1024 * 1024  # Spark's spark.sql.files.openCostInBytes default
 TARGET_FILE_SIZE = 512 * 1024 * 1024  # Iceberg's write.target-file-size-bytes default
@@ -94,6 +95,7 @@ class _Counts:
 
 def health(
     src: TableSource,
+    cache: ProcessCaches,
     *,
     snapshot_id: int | None = None,
     live_rows: Callable[[int], dict[str, int]] | None = None,
@@ -103,7 +105,8 @@ def health(
     """The health report of one table at one snapshot (default: the current one), as a
     JSON-ready dict: the table's counts at top level and a `partitions` list of the same
     counts per partition, `equality_keys`, and `advice`. `live_rows(snapshot_id)`: the live
-    rows of each data file by path, every delete applied (exact counts; else estimated)."""
+    rows of each data file by path, every delete applied (exact counts; else estimated).
+    `cache`: the process's caches, which planning and the position delete files read use."""
     md = src.metadata
     sid = md.current_snapshot_id if snapshot_id is None else snapshot_id
     snap = md.snapshot_by_id(sid) if sid is not None else None
@@ -135,12 +138,12 @@ def health(
         schema_id=md.current_schema_id,
         fields=(),
     )
-    files = plan_scan(scan, src, md.schema())
+    files = plan_scan(scan, src, md.schema(), cache)
     deletes = {d.file_id: d for d in files.deletes}
-    entries = live_entries(src, snap)
+    entries = live_entries(src, snap, cache)
     live_deletes = [e for e in entries if e.file.content != DataFileContent.DATA]
 
-    positions = _deleted_positions(src, files.data, deletes)
+    positions = _deleted_positions(src, files.data, deletes, cache)
     live = live_rows(sid) if live_rows is not None else None
     eq_share = _equality_estimate(files.data, deletes) if live is None else {}
 
@@ -233,7 +236,10 @@ def _count_delete(c: _Counts, kind: str, dv: bool, size: int | None) -> None:
 
 
 def _deleted_positions(
-    src: TableSource, data: Iterable[DataTask], deletes: dict[int, DeleteTask]
+    src: TableSource,
+    data: Iterable[DataTask],
+    deletes: dict[int, DeleteTask],
+    cache: ProcessCaches,
 ) -> dict[int, int]:
     """Exact count of deleted positions per data file: a deletion vector's cardinality (its
     manifest record count: no blob is read, a request per data file on an object store); else
@@ -249,7 +255,7 @@ def _deleted_positions(
             out[t.file_id] = min(dv.record_count, t.record_count)
         elif t.pos_deletes:
             files.append(t)
-    found = read_positions(files, deletes, src.name, src.key) if files else {}
+    found = read_positions(files, deletes, src.name, src.key, cache) if files else {}
     out.update({fid: len(p) for fid, p in found.items()})
     return out
 

@@ -144,6 +144,7 @@ class Shell:
         from mor.api import explain, plan_query
         from mor.physical import to_dataframe
         from mor.planner.sql import split_statements
+        from mor.planner.state import caches
 
         words = stmt.text.split(None, 2)
         if words and words[0].upper() == "EXPLAIN":
@@ -165,7 +166,7 @@ class Shell:
                 ),
             )
         planned = plan_query(stmt, catalog=self.args.catalog, warehouse=self.args.warehouse)
-        df = to_dataframe(planned.optimized, self.spark(planned.optimized))
+        df = to_dataframe(planned.optimized, self.spark(planned.optimized), caches())
         cols, rows = run_spark(
             lambda: (df.columns, df.limit(SHOWN_ROWS + 1).collect()), planned.optimized
         )

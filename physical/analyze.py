@@ -8,6 +8,7 @@ from mor.physical.compile import Compiler
 from mor.planner.errors import InternalError
 from mor.planner.nodes import AntiJoin, IcebergScan, Plan, Union, show_ids
 from mor.planner.query_metrics import MorMetrics
+from mor.planner.state import ProcessCaches
 
 
 def _top_scans(plan: Plan) -> list[Plan]:
@@ -33,8 +34,10 @@ def _is_branch(node: Plan) -> bool:
     return isinstance(node, IcebergScan) and node.branch is not None
 
 
-def count_removed(m: MorMetrics, plan: Plan, spark: SparkSession) -> MorMetrics:
-    compiler = Compiler(spark)
+def count_removed(
+    m: MorMetrics, plan: Plan, spark: SparkSession, cache: ProcessCaches
+) -> MorMetrics:
+    compiler = Compiler(spark, cache)
     by_pos = 0
     by_eq: dict[str, int] = {}
     live = 0

@@ -27,14 +27,14 @@ from pyspark.sql import functions as F
 from mor.physical import reuse
 from mor.planner.nodes import DataTask, DeleteTask
 from mor.planner.settings import current
-from mor.planner.state import caches
+from mor.planner.state import Kept, ProcessCaches
 
 
-def clear_position_cache() -> None:
+def clear_position_cache(cache: ProcessCaches) -> None:
     """Forget what was read of delete files, and the DataFrames built from it
     (physical/reuse.py): the next query reads them again, as a new process would."""
-    caches().positions.clear()
-    caches().bitmaps.clear()
+    cache.positions.clear()
+    cache.bitmaps.clear()
     reuse.clear()
 
 
@@ -59,7 +59,7 @@ def bitmap_words(positions: pa.Array) -> bytes:
 
 
 # A data file's bitmap as the text of its words, kept across queries of one process
-# (caches().bitmaps, a word weighing three positions): keyed by the data file's path and row
+# (ProcessCaches.bitmaps, a word weighing three positions): keyed by the data file's path and row
 # count and the identities of the deletes that apply to it, which is all the bitmap depends on.
 
 
@@ -71,12 +71,14 @@ def bitmap_key(task: DataTask, deletes: Mapping[int, DeleteTask]) -> tuple:
     )
 
 
-def bitmap_text(positions: pa.Array, key: tuple | None = None) -> str:
+def bitmap_text(
+    positions: pa.Array, key: tuple | None = None, kept: Kept[str] | None = None
+) -> str:
     """The bitmap of these positions as its words in decimal, comma-separated: Spark makes
     it an array<bigint> with `CAST(split(text, ',') AS array<bigint>)`. Empty when no
-    position is left."""
-    if key is not None:
-        hit = caches().bitmaps.get(key)
+    position is left. With a `key`, kept in `kept` (and taken from it)."""
+    if key is not None and kept is not None:
+        hit = kept.get(key)
         if hit is not None:
             return hit
     if len(positions) <= FEW:
@@ -94,9 +96,9 @@ def bitmap_text(positions: pa.Array, key: tuple | None = None) -> str:
             )
         )
         n_words = len(words) // 8
-    if key is not None:
+    if key is not None and kept is not None:
         # a word's text takes ~20 bytes, a cached position 8: a word weighs three positions
-        caches().bitmaps.put(key, text, 3 * n_words + 1, current().position_cache_rows)
+        kept.put(key, text, 3 * n_words + 1, current().position_cache_rows)
     return text
 
 
@@ -120,13 +122,14 @@ def bitmap_files(
     tasks: Mapping[int, DataTask],
     keys: Mapping[int, Any],
     deletes: Mapping[int, DeleteTask],
+    cache: ProcessCaches,
 ) -> list[tuple[Any, str, int, str]]:
     """Per data file with deletes: (file key, its bitmap's text, recorded row count, path as
     recorded)."""
     return [
         (
             keys[fid],
-            bitmap_text(positions[fid], bitmap_key(tasks[fid], deletes)),
+            bitmap_text(positions[fid], bitmap_key(tasks[fid], deletes), cache.bitmaps),
             tasks[fid].record_count,
             tasks[fid].path,
         )

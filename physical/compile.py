@@ -43,6 +43,7 @@ from mor.planner.nodes import (
     Union,
 )
 from mor.planner.settings import current
+from mor.planner.state import ProcessCaches
 from mor.rules.physical import Planner
 from mor.rules.physical.broadcast import bitmap_weight
 from mor.rules.physical.equality import joined, key_fields, scoped_only, store
@@ -102,8 +103,9 @@ class Compiler:
     resolving equality deletes to positions, runs here when its branch is first needed
     (`execute`)."""
 
-    def __init__(self, spark: SparkSession) -> None:
+    def __init__(self, spark: SparkSession, cache: ProcessCaches) -> None:
         self.spark = spark
+        self.cache = cache  # the process's caches (planner/state.py), passed down
         self._memo: dict[int, tuple[PhysicalNode, DataFrame]] = {}
         self._fingerprints: dict[int, tuple[Plan, Hashable]] = {}
         self._reads: ReadContext | None = None
@@ -116,7 +118,7 @@ class Compiler:
     def reads(self) -> ReadContext:
         """What the reads of this query share: the session and its facts (read once)."""
         if self._reads is None:
-            self._reads = ReadContext(self.spark, session_facts(self.spark))
+            self._reads = ReadContext(self.spark, session_facts(self.spark), self.cache)
         return self._reads
 
     def context(self) -> tuple:
@@ -128,7 +130,7 @@ class Compiler:
         """The physical plan of a logical node, for this session (one planner per query: a
         node planned twice is one physical node)."""
         if self._planner is None:
-            self._planner = Planner(self.reads.facts)
+            self._planner = Planner(self.reads.facts, self.cache)
         return self._planner.plan(node)
 
     def compile(self, node: Plan) -> DataFrame:
@@ -200,7 +202,7 @@ class Compiler:
         found = {}
         for r in got:
             found[r["_file"]] = pa.array(sorted(set(r["p"])), pa.int64())
-        store(res, found)
+        store(res, found, self.cache)
         self._found[id(step)] = (step, found)
         self.executed.append(step)
         return found
@@ -218,7 +220,8 @@ class Compiler:
                 return compile_changes(self.spark, node.node, lambda p: self.run(node.part(p)))
             case AntiJoinExec(node=aj, left=left, right=right):
                 if node.joined is not None:
-                    joined(node.joined)  # its files are resolved when a query reads them again
+                    # its files are resolved when a query reads them again
+                    joined(node.joined, self.cache)
                 return self.run(left).join(self.run(right), join_condition(aj), "left_anti")
             case ResolvedBranch(step=step):
                 found = self.execute(step) if step is not None else None
@@ -271,17 +274,23 @@ def _empty(spark: SparkSession, scan: Plan) -> DataFrame:
     return spark.createDataFrame([], T.StructType(fields))
 
 
-def to_dataframe(plan: Plan, spark: SparkSession, *, analyse_only: bool = False) -> DataFrame:
-    """The query's result. `analyse_only`: over empty scans, to have Spark check the query
-    (and name its columns) without reading any file."""
+def to_dataframe(
+    plan: Plan, spark: SparkSession, cache: ProcessCaches | None, *, analyse_only: bool = False
+) -> DataFrame:
+    """The query's result, built with the process's caches (`cache`). `analyse_only`: over
+    empty scans, to have Spark check the query (and name its columns) without reading any
+    file (no cache needed)."""
     if not isinstance(plan, SparkQuery):
         raise InternalError("a plan to run must be a SparkQuery")
+    if cache is None and not analyse_only:
+        raise InternalError("a plan to run needs the process's caches")
     compiler, query = None, None
     try:
         if analyse_only:
             frames = [_empty(spark, s) for s in plan.scans]
         else:
-            compiler = Compiler(spark)
+            assert cache is not None
+            compiler = Compiler(spark, cache)
             query = compiler.plan(plan)
             assert isinstance(query, QueryExec)
             frames = [compiler.run(v) for v in query.views]

@@ -4,8 +4,8 @@ data file they name, by one reader that scans (the bitmap method, counts from me
 
 The delete files are read with pyarrow, deletion vectors decoded by dv.py (local files
 directly, others through the table's own FileIO: physical/files.py), never through the JVM;
-what each file holds is kept across queries of the process (caches().positions). This module
-does not import pyspark.
+what each file holds is kept across queries of the process (`positions` of the caches the
+caller passes: planner/state.py). This module does not import pyspark.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from mor.physical.files import read_bytes, read_range
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import RESOLVED, DataTask, DeleteTask
 from mor.planner.settings import current
-from mor.planner.state import caches
+from mor.planner.state import Kept, ProcessCaches
 
 
 def first_line(e: BaseException) -> str:
@@ -32,18 +32,19 @@ def first_line(e: BaseException) -> str:
 
 
 # Position delete files are immutable: what each holds, grouped by the data file path it
-# names, is kept across queries of one process (caches().positions), keyed by the path read
+# names, is kept across queries of one process (ProcessCaches.positions), keyed by the path read
 # and its size (guards.check_files holds every file to the size its manifest records).
 
 
-def _delete_file(source_key: str, d: DeleteTask, table: str, limit: int) -> dict[str, pa.Array]:
+def _delete_file(
+    source_key: str, d: DeleteTask, table: str, kept: Kept[dict], limit: int
+) -> dict[str, pa.Array]:
     """One position delete file or deletion vector as {data file path as recorded: positions
     (int64)}; for a resolved equality delete, the positions it carries."""
     if d.kind == RESOLVED:
         path, positions = d.positions
         return {path: positions}
     key = (d.read_path, d.size_bytes, d.dv.offset if d.dv else -1)
-    kept = caches().positions
     hit = kept.get(key)
     if hit is not None:
         return hit
@@ -83,22 +84,27 @@ def _delete_file(source_key: str, d: DeleteTask, table: str, limit: int) -> dict
 
 
 def read_positions(
-    tasks: Sequence[DataTask], deletes: Mapping[int, DeleteTask], table: str, source_key: str
+    tasks: Sequence[DataTask],
+    deletes: Mapping[int, DeleteTask],
+    table: str,
+    source_key: str,
+    cache: ProcessCaches,
 ) -> dict[int, pa.Array]:
     """Deleted positions of each data file named by its deletes (by file id): unique, in
     [0, record count), int64; empty when all its positions were out of that range. The delete
-    files are read in parallel (setting io_threads) and cached (position_cache_rows)."""
+    files are read in parallel (setting io_threads) and kept in `cache.positions` (bounded by
+    position_cache_rows)."""
     pairs: dict[int, dict[str, int]] = {}  # delete file id -> recorded data path -> data file id
     for t in tasks:
         for d in t.pos_deletes:
             pairs.setdefault(d, {})[t.path] = t.file_id
     settings = current()  # in this thread: the pool's threads see no context
-    limit = settings.position_cache_rows
+    limit, kept = settings.position_cache_rows, cache.positions
     order = sorted(pairs)
     workers = max(1, min(len(order), settings.io_threads))
     with ThreadPoolExecutor(workers) as pool:
         contents = list(
-            pool.map(lambda d: _delete_file(source_key, deletes[d], table, limit), order)
+            pool.map(lambda d: _delete_file(source_key, deletes[d], table, kept, limit), order)
         )
     found: dict[int, list[pa.Array]] = {}
     for d, content in zip(order, contents):

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mor.planner.nodes import RESOLVED, DataTask, DeleteTask, EqDeleteScan, Plan, show_ids
+from mor.planner.nodes import RESOLVED, DataTask, DeleteTask, EqDeleteScan, show_ids
 from mor.planner.settings import current
-from mor.rules.physical import plan_physical
 from mor.rules.physical.broadcast import default_broadcast_bytes, side_text
 from mor.rules.physical.equality import describe as explain_line
 from mor.rules.physical.equality import scoped_only
@@ -351,10 +350,3 @@ def describe_plan(plan: PhysicalNode, facts: SessionFacts) -> tuple[str, list[Ph
     d.visit(plan)
     text = "== Physical Plan (DataFrame operations) ==\n" + "\n".join(d.lines) + "\n"
     return text, d.formatted
-
-
-def describe(plan: Plan, facts: SessionFacts | None = None) -> str:
-    """EXPLAIN PHYSICAL of a logical plan, for a session of these facts (reads.session_facts;
-    default: a session of mor's own)."""
-    facts = facts or own_session_facts()
-    return describe_plan(plan_physical(plan, facts), facts)[0]

@@ -24,7 +24,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -81,12 +81,12 @@ def _by_bitmaps(
     table: str,
     source_key: str,
 ) -> DataFrame:
-    found = read_positions(tasks, deletes, table, source_key)
+    found = read_positions(tasks, deletes, table, source_key, ctx.cache)
     if not found:
         return df
     spark, fk = ctx.spark, read.key
     by_id = {t.file_id: t for t in tasks}
-    rows = bitmap_files(found, by_id, read.keys, deletes)
+    rows = bitmap_files(found, by_id, read.keys, deletes, ctx.cache)
     bitmaps = reused(
         spark,
         ("bitmaps", fk.is_long, tuple(rows)),
@@ -168,7 +168,7 @@ def _positions(
             files.append(replace(t, pos_deletes=rest))
     parts = []
     if dv_tasks:
-        parts.append(_dv_positions(ctx.spark, dv_tasks, deletes, fk, keys, table, source_key))
+        parts.append(_dv_positions(ctx, dv_tasks, deletes, fk, keys, table, source_key))
     if files:
         parts.append(_file_positions(ctx, files, deletes, fk, keys, table, how))
     out = parts[0]
@@ -202,7 +202,7 @@ def _identity(
 
 
 def _dv_positions(
-    spark: SparkSession,
+    ctx: ReadContext,
     tasks: Sequence[DataTask],
     deletes: dict[int, DeleteTask],
     fk: FileKey,
@@ -212,7 +212,8 @@ def _dv_positions(
 ) -> DataFrame:
     """($fkey, position) from deletion vectors, decoded on the driver (Spark cannot read a
     Puffin blob): one row per data file holding its positions as an array, exploded."""
-    found = read_positions(tasks, deletes, table, source_key)
+    found = read_positions(tasks, deletes, table, source_key, ctx.cache)
+    spark = ctx.spark
     schema = T.StructType(
         [
             T.StructField(FKEY, key_type(fk), False),

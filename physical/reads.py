@@ -38,6 +38,7 @@ from mor.physical.tables import sql_literal
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import DataTask, DeleteTask, Expr
 from mor.planner.settings import current
+from mor.planner.state import ProcessCaches
 from mor.rules.physical.broadcast import default_broadcast_bytes
 from mor.rules.physical.reading import FileKey, Reading, SessionFacts, reading
 
@@ -171,9 +172,10 @@ class ReadContext:
     """What the reads of one query share: the session, its facts, and Spark's form of paths
     read by path (physical/paths.py)."""
 
-    def __init__(self, spark: SparkSession, facts: SessionFacts) -> None:
+    def __init__(self, spark: SparkSession, facts: SessionFacts, cache: ProcessCaches) -> None:
         self.spark = spark
         self.facts = facts
+        self.cache = cache  # the process's caches: what was read of delete files, bitmaps
         self.paths = SparkPaths()
 
 

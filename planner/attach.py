@@ -37,11 +37,12 @@ from mor.planner.scan_planning import plan_scan
 from mor.planner.schemas import find_field
 from mor.planner.settings import current
 from mor.planner.sources import Resolver, TableSource
-from mor.planner.state import LAYOUT_CACHE_FILES, caches
+from mor.planner.state import LAYOUT_CACHE_FILES, ProcessCaches
 
 
-def attach_files(plan: Plan, resolver: Resolver) -> Plan:
-    """Plan every IcebergScan over its snapshot's manifests (see scan_planning)."""
+def attach_files(plan: Plan, resolver: Resolver, cache: ProcessCaches) -> Plan:
+    """Plan every IcebergScan over its snapshot's manifests (see scan_planning), with what
+    `cache` keeps of earlier planning (and keeping what this planning reads)."""
 
     def visit(node: Plan) -> Plan:
         if isinstance(node, MetadataTable) and node.data is None:
@@ -49,24 +50,28 @@ def attach_files(plan: Plan, resolver: Resolver) -> Plan:
         if isinstance(node, TableChanges) and node.commits is None:
             from mor.planner.changes import plan_changes
 
-            return plan_changes(node, resolver.sources[node.source_key], planned_scan)
+            return plan_changes(
+                node,
+                resolver.sources[node.source_key],
+                lambda scan, src: planned_scan(scan, src, cache),
+            )
         if not isinstance(node, IcebergScan) or node.files is not None:
             return node
-        return planned_scan(node, resolver.sources[node.source_key])
+        return planned_scan(node, resolver.sources[node.source_key], cache)
 
     return plan.transform_up(visit)
 
 
-def planned_scan(node: IcebergScan, src: TableSource) -> IcebergScan:
+def planned_scan(node: IcebergScan, src: TableSource, cache: ProcessCaches) -> IcebergScan:
     """`node` with its files: the snapshot's data files, the deletes that apply to each, the
     layouts of their columns and the fields the equality deletes name."""
     schema = next(
         (s for s in src.metadata.schemas if s.schema_id == node.schema_id),
         src.metadata.schema(),
     )
-    files = plan_scan(node, src, schema)
+    files = plan_scan(node, src, schema, cache)
     if needs_footers(src):
-        files = _with_layouts(files, src, schema)
+        files = _with_layouts(files, src, schema, cache)
     ids = sorted({i for d in files.deletes for i in d.eq_ids})
     eq_fields = []
     for fid in ids:
@@ -83,7 +88,9 @@ def planned_scan(node: IcebergScan, src: TableSource) -> IcebergScan:
     return replace(node, files=replace(files, eq_fields=tuple(eq_fields)))
 
 
-def _with_layouts(files: ScanFiles, src: TableSource, schema: Schema) -> ScanFiles:
+def _with_layouts(
+    files: ScanFiles, src: TableSource, schema: Schema, cache: ProcessCaches
+) -> ScanFiles:
     """Group the scan's files by layout, from their footers (only for tables whose history
     needs them: layouts.footer_reason). Only the files the query reads are opened, in parallel
     (setting io_threads: an object store answers slowly), each once per process."""
@@ -95,7 +102,7 @@ def _with_layouts(files: ScanFiles, src: TableSource, schema: Schema) -> ScanFil
     )
     wanted = [d for d in files.data] + [d for d in files.deletes if d.kind == "equality"]
     keys = {d.path: (d.read_path, d.size_bytes, history) for d in wanted}
-    layouts = caches().layouts
+    layouts = cache.layouts
     missing = [p for p, k in keys.items() if layouts.get(k) is None]
     if missing:
         workers = max(1, min(len(missing), current().io_threads))

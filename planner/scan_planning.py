@@ -76,7 +76,7 @@ from mor.planner.nodes import (
 )
 from mor.planner.settings import current
 from mor.planner.sources import TableSource
-from mor.planner.state import caches
+from mor.planner.state import ProcessCaches
 
 _OPS: dict[str, Callable[[str, Any], BooleanExpression]] = {
     "=": EqualTo,
@@ -119,7 +119,7 @@ def snapshot_for(src: TableSource, snapshot_id: int | None) -> Snapshot | None:
     return snap
 
 
-def _manifests(src: TableSource, snap: Snapshot) -> list[ListedManifest]:
+def _manifests(src: TableSource, snap: Snapshot, cache: ProcessCaches) -> list[ListedManifest]:
     """The snapshot's manifest list, decoded with fastavro (pyiceberg's reader when fastavro
     cannot: it is about three times slower). Kept across queries like manifests: immutable."""
     path = snap.manifest_list
@@ -134,7 +134,7 @@ def _manifests(src: TableSource, snap: Snapshot) -> list[ListedManifest]:
     except Exception as e:  # noqa: BLE001 - any FileIO's error: one line, never a traceback
         raise _list_error(src, snap, e) from e
     key = ("list", src.read_path(path), len(raw))
-    hit = caches().manifest_lists.get(key)
+    hit = cache.manifest_lists.get(key)
     if hit is not None:
         return hit
     try:
@@ -146,7 +146,7 @@ def _manifests(src: TableSource, snap: Snapshot) -> list[ListedManifest]:
             out = [ListedManifest.of(m) for m in snap.manifests(src.io)]
         except Exception as e:  # noqa: BLE001 - unreadable or truncated: never a traceback
             raise _list_error(src, snap, e) from e
-    caches().manifest_lists.put(key, out, len(out), current().manifest_cache_entries)
+    cache.manifest_lists.put(key, out, len(out), current().manifest_cache_entries)
     return out
 
 
@@ -164,11 +164,10 @@ def _list_error(src: TableSource, snap: Snapshot, e: Exception) -> MetadataError
 # what _plan_key says.
 
 
-def clear_manifest_cache() -> None:
+def clear_manifest_cache(cache: ProcessCaches) -> None:
     """Forget what planning read of manifests, manifest lists and footers, and the scans it
-    planned from them (cold planning; `caches().clear()` forgets everything)."""
-    kept = caches()
-    for k in (kept.manifest_lists, kept.manifests, kept.scans, kept.layouts):
+    planned from them (cold planning; `cache.clear()` forgets everything)."""
+    for k in (cache.manifest_lists, cache.manifests, cache.scans, cache.layouts):
         k.clear()
 
 
@@ -215,7 +214,12 @@ def _read_bytes(src: TableSource, manifest: ListedManifest) -> bytes:
 
 
 def _decoded(
-    src: TableSource, manifest: ListedManifest, raw: bytes, limit: int, metrics: bool = True
+    src: TableSource,
+    manifest: ListedManifest,
+    raw: bytes,
+    cache: ProcessCaches,
+    limit: int,
+    metrics: bool = True,
 ) -> list[ManifestEntry]:
     try:
         entries = decode_manifest(raw, manifest, src.io, metrics)
@@ -224,7 +228,7 @@ def _decoded(
             f"table {src.name}: cannot read manifest {manifest.manifest_path}: "
             f"{type(e).__name__}: {e}"
         ) from e
-    caches().manifests.put(_cache_key(src, manifest, metrics), entries, len(entries), limit)
+    cache.manifests.put(_cache_key(src, manifest, metrics), entries, len(entries), limit)
     return entries
 
 
@@ -265,13 +269,18 @@ def _check_supported(src: TableSource, f: EntryFile) -> None:
         )
 
 
-def plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles:
-    """Read the snapshot's manifests and decide, file by file, which deletes apply."""
+def plan_scan(
+    scan: IcebergScan, src: TableSource, schema: Schema, cache: ProcessCaches
+) -> ScanFiles:
+    """Read the snapshot's manifests and decide, file by file, which deletes apply; what is
+    read and planned is kept in `cache` (and taken from it)."""
     with gc_paused():
-        return _plan_scan(scan, src, schema)
+        return _plan_scan(scan, src, schema, cache)
 
 
-def _plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles:
+def _plan_scan(
+    scan: IcebergScan, src: TableSource, schema: Schema, cache: ProcessCaches
+) -> ScanFiles:
     snap = snapshot_for(src, scan.snapshot_id)
     if snap is None:  # a table with no snapshot is empty
         return ScanFiles(
@@ -283,14 +292,14 @@ def _plan_scan(scan: IcebergScan, src: TableSource, schema: Schema) -> ScanFiles
             partition_fields=partition_fields(src),
         )
     preds = pushed_preds(scan.pushed)
-    manifests = _manifests(src, snap)
+    manifests = _manifests(src, snap, cache)
     key = _plan_key(scan, src, schema, snap, manifests, preds)
-    planned = caches().scans.get(key) if key is not None else None
+    planned = cache.scans.get(key) if key is not None else None
     if planned is None:
-        planned = _plan_manifests(scan, src, schema, snap, manifests, preds)
+        planned = _plan_manifests(scan, src, schema, snap, manifests, preds, cache)
         if key is not None:
             weight = len(planned.data) + len(planned.deletes) + 1
-            caches().scans.put(key, planned, weight, current().manifest_cache_entries)
+            cache.scans.put(key, planned, weight, current().manifest_cache_entries)
     return planned
 
 
@@ -336,6 +345,7 @@ def _plan_manifests(
     snap: Snapshot,
     manifests: list[ListedManifest],
     preds: list[Pred],
+    cache: ProcessCaches,
 ) -> ScanFiles:
     names = {f.col.name: schema.find_column_name(f.field_id) or "" for f in scan.fields}
     filt = _bindable(row_filter(preds, names), schema)
@@ -403,7 +413,7 @@ def _plan_manifests(
 
     # delete manifests first: whether equality deletes apply decides what data entries need
     data_m = [m for m in kept if m.content == ManifestContent.DATA]
-    for m, entries in _read_all(src, [m for m in kept if m.content != ManifestContent.DATA]):
+    for m, entries in _read_all(src, [m for m in kept if m.content != ManifestContent.DATA], cache):
         visit(m, entries)
     # the filter on column metrics leaves out what partition values answer exactly (a column
     # every spec of the data manifests partitions by identity); with nothing left and no
@@ -424,7 +434,7 @@ def _plan_manifests(
             ).eval
         )
     need_metrics = has_eq or not isinstance(metrics_filt, AlwaysTrue)
-    for m, entries in _read_all(src, data_m, need_metrics):
+    for m, entries in _read_all(src, data_m, cache, need_metrics):
         visit(m, entries)
     n_data_total, n_data_part = counts["data"], counts["data after partitions"]
     return _match(
@@ -432,12 +442,12 @@ def _plan_manifests(
     )
 
 
-def live_entries(src: TableSource, snap: Snapshot) -> list[Entry]:
+def live_entries(src: TableSource, snap: Snapshot, cache: ProcessCaches) -> list[Entry]:
     """Every live entry of the snapshot (data and delete files, matched or not), with its data
     sequence number, spec and partition: what a health report counts."""
     out = []
     with gc_paused():
-        for m, entries in _read_all(src, _manifests(src, snap)):
+        for m, entries in _read_all(src, _manifests(src, snap, cache), cache):
             for entry in entries:
                 f = entry.data_file
                 if entry.sequence_number is None:
@@ -455,7 +465,7 @@ def part_label(src: TableSource, spec_id: int, part: tuple[Any, ...]) -> str:
 
 
 def _read_all(
-    src: TableSource, manifests: list[ListedManifest], metrics: bool = True
+    src: TableSource, manifests: list[ListedManifest], cache: ProcessCaches, metrics: bool = True
 ) -> Iterator[tuple[ListedManifest, list[ManifestEntry]]]:
     """Live entries of the manifests, in order (`metrics`: with their column metrics). Files
     not in the cache are fetched on a thread pool (setting planning_threads: object stores are
@@ -464,7 +474,7 @@ def _read_all(
     settings = current()  # read here, in the caller's thread: the pool's threads see no context
     limit = settings.manifest_cache_entries
 
-    manifests_kept = caches().manifests
+    manifests_kept = cache.manifests
 
     def cached(m: ListedManifest) -> list[ManifestEntry] | None:
         hit = manifests_kept.get(_cache_key(src, m, True))
@@ -485,7 +495,7 @@ def _read_all(
             if hit is None:
                 fut = fetched.get(id(m))
                 raw = fut.result() if fut is not None else _read_bytes(src, m)
-                hit = _decoded(src, m, raw, limit, metrics)
+                hit = _decoded(src, m, raw, cache, limit, metrics)
             yield m, hit
     finally:
         if pool is not None:

@@ -1,4 +1,11 @@
-"""What one process remembers between queries, owned by one object (`caches()`).
+"""What one process remembers between queries, owned by one object (`ProcessCaches`).
+
+The entry points (mor/api.py, the CLI, the shell) take the process's object once per call
+(`caches()`) and pass it down: planning (`attach_files`, `plan_scan`), the physical rules
+(`plan_physical`, `Planner`) and the compiler (`Compiler`, `to_dataframe`) receive it as a
+parameter named `cache` and never look it up themselves, so a test or a benchmark can hand
+them a fresh one. The one module that reaches it by itself is physical/reuse.py, which
+registers, when imported, what it keeps per Spark session.
 
 Everything kept is read from files Iceberg never changes once written (manifest lists,
 manifests, delete files, data file footers) or derived from them alone (a planned scan, a
@@ -73,7 +80,7 @@ class _Registered:
 
 
 class ProcessCaches:
-    """The caches of one process. planner/ and physical/ take theirs from here by name."""
+    """The caches of one process, by name (each `Kept`), and what other layers registered."""
 
     def __init__(self) -> None:
         # planning (planner/scan_planning.py, planner/attach.py)

@@ -56,6 +56,7 @@ from pyiceberg.types import (
 from mor.planner import manifests
 from mor.planner.manifests import read_manifest
 from mor.planner.sources import PathMap, Resolver
+from mor.planner.state import caches
 
 REALDATA = Path(__file__).resolve().parent / "realdata"
 _TABLES = json.loads((REALDATA / "tables.json").read_text())
@@ -418,7 +419,7 @@ def test_a_list_fastavro_cannot_decode_is_planned_through_pyiceberg(
     pm = {t["prefix_in_files"]: str(REALDATA / t["maps_to"])}
 
     def files() -> list[Any]:
-        scan_planning.clear_manifest_cache()
+        scan_planning.clear_manifest_cache(caches())
         plan = plan_query(sql, path_map=pm).optimized
         return [s.files for s in plan.walk() if isinstance(s, IcebergScan)]
 
@@ -437,7 +438,7 @@ def _decoded_with(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
     """(manifest content, whether decoded with metrics) of each manifest decoded from now on."""
     from mor.planner import scan_planning
 
-    scan_planning.clear_manifest_cache()
+    scan_planning.clear_manifest_cache(caches())
     seen: list[tuple[str, bool]] = []
     real = scan_planning.decode_manifest
 
@@ -516,7 +517,7 @@ def test_a_repeated_scan_reuses_its_plan_and_nothing_else_does(tmp_path: Path) -
 
     cat, w = _partitioned_by_p(tmp_path, "ab")
     old = w.refresh().metadata.current_snapshot_id
-    scan_planning.clear_manifest_cache()
+    scan_planning.clear_manifest_cache(caches())
     visits: list[int] = []
     real = scan_planning._plan_manifests
 
@@ -544,5 +545,5 @@ def test_a_repeated_scan_reuses_its_plan_and_nothing_else_does(tmp_path: Path) -
         assert len(visits) == 4 and len(now) == len(full) + 2  # a data and a delete file
         assert files(f"SELECT * FROM m.t VERSION AS OF {old}") == full and len(visits) == 5
         assert files("SELECT * FROM m.t") == now and len(visits) == 5
-        scan_planning.clear_manifest_cache()
+        scan_planning.clear_manifest_cache(caches())
         assert files("SELECT * FROM m.t") == now and len(visits) == 6

@@ -19,6 +19,7 @@ from mor.physical import reuse
 from mor.physical.compile import Compiler
 from mor.physical.describe import describe_plan
 from mor.planner.settings import applied
+from mor.planner.state import ProcessCaches, caches
 from mor.rules.physical import equality as resolution
 from mor.rules.physical import plan_physical
 from mor.rules.physical.nodes import (
@@ -70,7 +71,7 @@ SQL = "SELECT id, g FROM pp.t"
 
 def _run(catalog: Any, spark: Any, sql: str = SQL) -> tuple[Any, str, list, Compiler, list]:
     planned = plan_query(sql, catalog=catalog)
-    compiler = Compiler(spark)
+    compiler = Compiler(spark, caches())
     physical = compiler.plan(planned.optimized)
     text, formatted = describe_plan(physical, compiler.reads.facts)
     rows = compiler.run(physical).collect()
@@ -84,7 +85,7 @@ def _ids(nodes: list) -> set[int]:
 @pytest.mark.parametrize("resolve", [False, True])
 def test_every_node_printed_is_a_node_translated(catalog: Any, spark: Any, resolve: bool) -> None:
     _table(catalog)
-    resolution.clear_resolved()
+    resolution.clear_resolved(caches())
     reuse.clear()  # nothing reused from an earlier query: every node is translated
     with applied({"resolve_equality_deletes": resolve}, "test"):
         physical, text, formatted, compiler, ids = _run(catalog, spark)
@@ -118,13 +119,34 @@ def test_every_node_printed_is_a_node_translated(catalog: Any, spark: Any, resol
     assert "held from an earlier query" in text
 
 
+def test_caches_are_passed_not_found(catalog: Any, spark: Any) -> None:
+    """Planning, the physical rules and the compiler keep what they read in the caches they
+    are given: a query planned and run with an object of its own leaves the process's caches
+    empty, and the object holds the manifests, the scan, the delete file read and the
+    positions resolved."""
+    _table(catalog)
+    caches().clear()
+    own = ProcessCaches()
+    with applied({"resolve_equality_deletes": True}, "test"):
+        planned = plan_query(SQL, catalog=catalog, cache=own)
+        compiler = Compiler(spark, own)
+        ids = sorted(r.id for r in compiler.compile(planned.optimized).collect())
+    assert ids == LIVE
+    assert compiler.executed  # the resolving step ran, and kept its positions in `own`
+    held = {k.name: len(k) for k in own.kept()}
+    for name in ("manifest lists", "manifests", "planned scans", "resolved positions"):
+        assert held[name], (name, held)
+    assert held["position deletes"] + held["bitmaps"], held
+    assert {k.name: len(k) for k in caches().kept() if len(k)} == {}
+
+
 def test_decisions_are_taken_once_in_the_plan(catalog: Any) -> None:
     """The plan holds every decision: with a broadcast limit of 1 byte, the delete sides are
     shuffled and compacted in the plan, and EXPLAIN says so from the same nodes."""
     _table(catalog)
     planned = plan_query(SQL, catalog=catalog)
     with applied({"resolve_equality_deletes": False}, "test"):
-        physical = plan_physical(planned.optimized, SessionFacts(broadcast_limit=1))
+        physical = plan_physical(planned.optimized, SessionFacts(broadcast_limit=1), caches())
         text, formatted = describe_plan(physical, SessionFacts(broadcast_limit=1))
     sides = [n for n in formatted if isinstance(n, ReadEqDeletes)]
     assert sides and not any(s.broadcast for s in sides)

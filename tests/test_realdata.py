@@ -14,6 +14,7 @@ import pytest
 from mor import mor_sql
 from mor.physical import reuse
 from mor.planner.errors import MetadataError
+from mor.planner.state import caches
 from mor.rules.physical import equality as resolution
 
 # the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
@@ -54,7 +55,7 @@ def test_snapshot_rows_and_count(case: tuple[str, dict], realdata: dict, spark: 
     want = _expected_rows(snap)
     # equality deletes by the anti-join, then resolved by the query (cold), then from the
     # positions held (rules/physical/equality.py)
-    resolution.clear_resolved()
+    resolution.clear_resolved(caches())
     for how in ("anti-join", "resolved cold", "resolved held"):
         settings = {"resolve_equality_deletes": how != "anti-join"}
         if how == "resolved held":

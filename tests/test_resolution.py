@@ -19,6 +19,7 @@ from mor.fixtures import TableWriter
 from mor.physical import reuse
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import AntiJoin, IcebergScan
+from mor.planner.state import caches
 from mor.rules.physical import equality as resolution
 
 # the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
@@ -48,7 +49,7 @@ def _table(catalog: Any) -> tuple[TableWriter, Any, Any]:
 
 
 def _fresh() -> None:
-    resolution.clear_resolved()
+    resolution.clear_resolved(caches())
     reuse.clear()
 
 
@@ -67,7 +68,7 @@ def test_resolved_positions_give_the_anti_joins_rows(catalog: Any, spark: Any) -
     assert "resolve equality deletes first (a Spark job): 2 of 2 data file(s)" in plan
     assert "left_anti" not in plan
     assert _ids(catalog, spark) == LIVE  # cold: resolved by this query
-    assert resolution.held() == (2, 2 + 2)  # two files, one position each
+    assert resolution.held(caches()) == (2, 2 + 2)  # two files, one position each
     reuse.clear()  # no DataFrame of the first query: the positions alone carry the answer
     plan = explain("SELECT s FROM q.t", catalog=catalog, physical=True)
     assert "equality deletes resolved: the positions they remove from 2 data file(s)" in plan
@@ -171,7 +172,7 @@ def test_a_branch_too_large_to_hold_joins(catalog: Any, spark: Any) -> None:
     assert "equality deletes joined, not resolved (its files could lose ~2 rows" in plan
     assert "left_anti join" in plan
     assert _ids(catalog, spark, **small) == LIVE
-    assert resolution.held() == (0, 0)
+    assert resolution.held(caches()) == (0, 0)
 
 
 def test_a_filtered_query_joins_first_and_resolves_when_read_again(
@@ -186,11 +187,11 @@ def test_a_filtered_query_joins_first_and_resolves_when_read_again(
     plan = explain(sql, catalog=catalog, physical=True)
     assert "resolved when a query reads them again" in plan and "left_anti join" in plan
     assert _ids(catalog, spark, sql) == want
-    assert resolution.held() == (0, 0) and resolution.seen() == 2
+    assert resolution.held(caches()) == (0, 0) and resolution.seen(caches()) == 2
     reuse.clear()
     assert "resolve equality deletes first" in explain(sql, catalog=catalog, physical=True)
     assert _ids(catalog, spark, sql) == want
-    assert resolution.held()[0] == 2
+    assert resolution.held(caches())[0] == 2
     reuse.clear()
     assert "equality deletes resolved:" in explain(sql, catalog=catalog, physical=True)
     assert _ids(catalog, spark, sql) == want
@@ -206,13 +207,13 @@ def test_held_positions_survive_their_eviction_within_the_query(catalog: Any, sp
     tight = {"resolved_cache_rows": 3}  # one file's entry (a position + 1) fits, not two
     sql = "SELECT id FROM q.e"
     assert _ids(catalog, spark, sql, **tight) == [0, 1, 2, 4, 5, 6, 7, 8, 9]
-    assert resolution.held() == (1, 2)
+    assert resolution.held(caches()) == (1, 2)
     w.append(pa.table({"id": pa.array(range(10, 20), pa.int64()), "s": ["b"] * 10}))
     w.commit(deletes=[w.equality_delete_file([1], [{1: 12}])])  # bounds exclude the first file
     reuse.clear()
     got = _ids(catalog, spark, sql, **tight)
     assert got == [i for i in range(20) if i not in (3, 12)]
-    assert resolution.held() == (1, 2)  # the first file's entry made room for the second's
+    assert resolution.held(caches()) == (1, 2)  # the first file's entry made room for the second's
 
 
 def test_a_replaced_equality_delete_file_is_refused_though_resolved(

@@ -24,6 +24,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from mor import mor_sql
 from mor.fixtures import TableWriter
+from mor.planner.state import caches
 
 # the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
 pytestmark = [pytest.mark.spark4]
@@ -278,7 +279,7 @@ def test_file_whose_size_differs_from_its_metadata_is_refused(
     cat, w, a, _ = two_partitions
     w.commit(deletes=[w.position_delete_file({a.file_path: [0]}, a)])  # (100, 'a', 1)
     planned = plan_query("SELECT id, p, v FROM r.t", catalog=cat)
-    assert {tuple(r) for r in to_dataframe(planned.optimized, spark).collect()} == {
+    assert {tuple(r) for r in to_dataframe(planned.optimized, spark, caches()).collect()} == {
         (1, "a", 2),
         (100, "b", 3),
         (None, "b", 4),
@@ -291,7 +292,7 @@ def test_file_whose_size_differs_from_its_metadata_is_refused(
         return node
 
     with pytest.raises(DataFileError, match=r"data file .*\.parquet of r\.t is \d+ bytes, but"):
-        to_dataframe(planned.optimized.transform_up(tamper), spark)
+        to_dataframe(planned.optimized.transform_up(tamper), spark, caches())
 
 
 def test_truncated_data_file_on_storage_is_refused(two_partitions: Any, spark: Any) -> None:
@@ -356,7 +357,7 @@ def test_file_with_more_rows_than_recorded_stops_the_bitmap_filter(
         return node
 
     with pytest.raises(Exception, match="has more rows than its metadata records"):
-        to_dataframe(planned.optimized.transform_up(tamper), spark).collect()
+        to_dataframe(planned.optimized.transform_up(tamper), spark, caches()).collect()
 
 
 @pytest.mark.parametrize("through", ["local", "file-io"])

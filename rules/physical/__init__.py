@@ -1,6 +1,6 @@
 """Physical rules: what each part of an optimized logical plan becomes in Spark, decided once.
 
-`plan_physical(plan, facts)` walks the logical plan and takes every decision the DataFrames
+`plan_physical(plan, facts, cache)` walks the logical plan and takes every decision the DataFrames
 depend on, each by the function that owns it (no decision is taken anywhere else):
 
 | decision                                  | rule (rules/physical/...)                   |
@@ -45,6 +45,7 @@ from mor.planner.nodes import (
     show_ids,
 )
 from mor.planner.settings import current
+from mor.planner.state import ProcessCaches
 from mor.rules.physical.broadcast import (
     broadcast_allowed,
     compacted_keys,
@@ -74,9 +75,10 @@ from mor.rules.physical.reading import SessionFacts, reading
 from mor.rules.physical.views import named_as_table, needs_barrier
 
 
-def plan_physical(plan: Plan, facts: SessionFacts) -> PhysicalNode:
-    """The physical plan of an optimized logical plan, for a session of these facts."""
-    return Planner(facts).plan(plan)
+def plan_physical(plan: Plan, facts: SessionFacts, cache: ProcessCaches) -> PhysicalNode:
+    """The physical plan of an optimized logical plan, for a session of these facts and a
+    process that keeps what `cache` holds (resolved positions)."""
+    return Planner(facts, cache).plan(plan)
 
 
 def plan_scan(scan: IcebergScan, facts: SessionFacts) -> PhysicalNode:
@@ -110,8 +112,11 @@ def plan_scan(scan: IcebergScan, facts: SessionFacts) -> PhysicalNode:
 
 
 class Planner:
-    def __init__(self, facts: SessionFacts) -> None:
+    """Plans the nodes of one query (a node planned twice is one physical node)."""
+
+    def __init__(self, facts: SessionFacts, cache: ProcessCaches) -> None:
         self.facts = facts
+        self.cache = cache  # read only: the resolved positions held, the files joined before
         self.done: dict[int, tuple[Plan, PhysicalNode]] = {}
         self.needed: dict[int, frozenset[str]] = {}  # a union's columns, by input
         self.inner: set[int] = set()  # anti-joins under another one: joined with their chain
@@ -143,7 +148,7 @@ class Planner:
             case AntiJoin(left=left, right=right):
                 # a chain is resolved or joined whole: its inner anti-joins decide nothing
                 chain = None if id(node) in self.inner else chain_of(node)
-                res = decide(*chain) if chain is not None else None
+                res = decide(*chain, self.cache) if chain is not None else None
                 if chain is not None and res is not None and res.method == "positions":
                     return self._resolved(node, chain[0], chain[1], res)
                 self.inner.add(id(left))

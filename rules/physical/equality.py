@@ -59,28 +59,27 @@ from mor.planner.nodes import (
     ReadField,
 )
 from mor.planner.settings import current
-from mor.planner.state import JOINED_KEYS, caches
+from mor.planner.state import JOINED_KEYS, ProcessCaches
 
-# Resolved positions are kept per data file (caches().resolved), and so are the keys of files
-# a filtered query joined rather than resolved (caches().joined): a query reading them again
-# resolves them (a filtered query reads part of each file, resolving reads all of it).
+# Resolved positions are kept per data file (ProcessCaches.resolved), and so are the keys of
+# files a filtered query joined rather than resolved (ProcessCaches.joined): a query reading
+# them again resolves them (a filtered query reads part of each file, resolving reads all).
 
 
-def clear_resolved() -> None:
+def clear_resolved(cache: ProcessCaches) -> None:
     """Forget every resolved position: the next query joins (and resolves) again."""
-    caches().resolved.clear()
-    caches().joined.clear()
+    cache.resolved.clear()
+    cache.joined.clear()
 
 
-def held() -> tuple[int, int]:
+def held(cache: ProcessCaches) -> tuple[int, int]:
     """(data files, positions) held."""
-    kept = caches().resolved
-    return len(kept), kept.held
+    return len(cache.resolved), cache.resolved.held
 
 
-def seen() -> int:
+def seen(cache: ProcessCaches) -> int:
     """Data files a filtered query joined, to be resolved when read again."""
-    return len(caches().joined)
+    return len(cache.joined)
 
 
 def chain_of(node: AntiJoin) -> tuple[IcebergScan, tuple[AntiJoin, ...]] | None:
@@ -160,9 +159,9 @@ class Resolution:
     positions: Mapping[int, pa.Array] | None = None  # of the held files, by file id
 
 
-def decide(scan: IcebergScan, joins: Sequence[AntiJoin]) -> Resolution:
+def decide(scan: IcebergScan, joins: Sequence[AntiJoin], cache: ProcessCaches) -> Resolution:
     """Whether this branch reads resolved positions, and which of its files must be resolved
-    first; the same decision for the compiler and EXPLAIN PHYSICAL."""
+    first (by what `cache` holds; nothing is written to it here)."""
     s = current()
     if not s.resolve_equality_deletes:
         return Resolution("join", why="setting resolve_equality_deletes is off")
@@ -172,7 +171,7 @@ def decide(scan: IcebergScan, joins: Sequence[AntiJoin]) -> Resolution:
     sets = frozenset(j.eq_set for j in joins)
     keys = {t.file_id: file_key(t, scan, deletes, fields, sets) for t in tasks}
     positions = {}
-    kept, joined_before = caches().resolved, caches().joined
+    kept, joined_before = cache.resolved, cache.joined
     for t in tasks:
         hit = kept.get(keys[t.file_id])
         if hit is not None:
@@ -203,21 +202,21 @@ def decide(scan: IcebergScan, joins: Sequence[AntiJoin]) -> Resolution:
     return Resolution("positions", keys, held, missing, estimate, positions=positions)
 
 
-def joined(res: Resolution) -> None:
+def joined(res: Resolution, cache: ProcessCaches) -> None:
     """Remember the files a filtered query joined, to resolve them when read again."""
     if res.keys is not None:
-        kept = caches().joined
+        kept = cache.joined
         for t in res.missing:
             kept.put(res.keys[t.file_id], True, 1, JOINED_KEYS)
 
 
-def store(res: Resolution, found: Mapping[str, pa.Array]) -> None:
+def store(res: Resolution, found: Mapping[str, pa.Array], cache: ProcessCaches) -> None:
     """Keep the positions the job found for the missing files (by recorded path; a file the
     job returned nothing for loses no row)."""
     assert res.keys is not None
     limit = current().resolved_cache_rows
     empty = pa.array([], pa.int64())
-    kept = caches().resolved
+    kept = cache.resolved
     for t in res.missing:
         positions = found.get(t.path, empty)
         kept.put(res.keys[t.file_id], positions, len(positions) + 1, limit)

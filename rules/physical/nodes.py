@@ -103,7 +103,7 @@ class ResolveEqDeletes(PhysicalNode):
     """A step with effects: one Spark job finds the positions the equality deletes of `joins`
     remove from the data files the process holds none for (`resolution.missing`), reading
     their key columns semi-joined with each delete side (`sides`, without the query's
-    filters); the positions are kept per data file (caches().resolved)."""
+    filters); the positions are kept per data file (ProcessCaches.resolved)."""
 
     base: IcebergScan
     joins: tuple[AntiJoin, ...]

@@ -30,6 +30,7 @@ from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 from mor import DataFileError, MorError, mor_errors, mor_sql
 from mor.cli import main
 from mor.fixtures import TableWriter
+from mor.planner.state import caches
 
 # the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
 pytestmark = [pytest.mark.spark4, pytest.mark.connect]
@@ -103,8 +104,8 @@ def run_cli(t: Table, capsys: pytest.CaptureFixture[str], sql: str = SQL) -> tup
     from mor.physical.bitmaps import clear_position_cache
     from mor.planner.scan_planning import clear_manifest_cache
 
-    clear_manifest_cache()
-    clear_position_cache()
+    clear_manifest_cache(caches())
+    clear_position_cache(caches())
     code = main(["run", "-e", sql, "--format", "csv", "--warehouse", str(t.wh)])
     out = capsys.readouterr()
     return code, out.out, out.err
@@ -424,8 +425,8 @@ def test_api_users_get_mor_errors_from_failed_actions(
     from mor.physical.bitmaps import clear_position_cache
     from mor.planner.scan_planning import clear_manifest_cache
 
-    clear_manifest_cache()
-    clear_position_cache()
+    clear_manifest_cache(caches())
+    clear_position_cache(caches())
     df = mor_sql(SQL, catalog=table.catalog, spark=spark)
     with pytest.raises(DataFileError) as e:
         with mor_errors():

@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from mor.planner.state import caches  # noqa: E402
 from tests.oracle.histories import History, eq_delete_file  # noqa: E402
 from tests.oracle.run import _bag as run_bag  # noqa: E402
 from tests.oracle.run import first_cause  # noqa: E402
@@ -404,7 +405,7 @@ class Check:
 
         self.queries += 1
         b = _bag(theirs)
-        resolution.clear_resolved()
+        resolution.clear_resolved(caches())
         for how in ("", " (resolved)"):
             try:
                 ours = mor_sql(ours_sql, spark=self.spark, catalog=catalog).collect()
@@ -419,7 +420,7 @@ class Check:
                     f"extra {list((a - b).elements())[:3]}"
                 )
                 return
-            if not (resolution.held()[0] or resolution.seen()):
+            if not (resolution.held(caches())[0] or resolution.seen(caches())):
                 break
             reuse.clear()
         if catalog is None and export:

@@ -46,6 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from mor.planner.state import caches  # noqa: E402
 from tests.oracle.run import OracleFailed, check_changes, check_health  # noqa: E402
 from tests.oracle.runtime import RuntimeUnavailable, iceberg_session  # noqa: E402
 from tests.pgcatalog import CATALOG, Postgres, PostgresUnavailable  # noqa: E402
@@ -412,9 +413,9 @@ def mor_rows(spark: Any, sql: str, again: bool = True) -> list[tuple[str, list]]
     from mor.physical import reuse
     from mor.rules.physical import equality as resolution
 
-    resolution.clear_resolved()
+    resolution.clear_resolved(caches())
     runs = [("", [tuple(r) for r in mor_sql(sql, catalog=CATALOG, spark=spark).collect()])]
-    if again and (resolution.held()[0] or resolution.seen()):
+    if again and (resolution.held(caches())[0] or resolution.seen(caches())):
         reuse.clear()
         again = mor_sql(sql, catalog=CATALOG, spark=spark).collect()
         runs.append((" (resolved)", [tuple(r) for r in again]))

@@ -26,6 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from mor.planner.state import caches  # noqa: E402
 from tests.oracle.histories import History, Writer  # noqa: E402
 from tests.oracle.runtime import RuntimeUnavailable, iceberg_session  # noqa: E402
 
@@ -120,11 +121,11 @@ def compare(
     from mor.rules.physical import equality as resolution
 
     at = f"iceberg_scan('{h.location}')"
-    resolution.clear_resolved()
+    resolution.clear_resolved(caches())
     ours = mor_sql(sql.format(t=at, lineage=at), spark=spark, settings=settings).collect()
     runs = [("", ours)]
-    if resolution.held()[0] or resolution.seen():
-        how = " (resolved positions held)" if resolution.held()[0] else " (resolved)"
+    if resolution.held(caches())[0] or resolution.seen(caches()):
+        how = " (resolved positions held)" if resolution.held(caches())[0] else " (resolved)"
         reuse.clear()
         again = mor_sql(sql.format(t=at, lineage=at), spark=spark, settings=settings).collect()
         runs.append((how, again))

@@ -31,6 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from mor.planner.state import caches  # noqa: E402
 from tests.oracle.runtime import ICEBERG, RuntimeUnavailable, iceberg_session  # noqa: E402
 
 LIVE = [3, 4, 5, 7, 8, 9]
@@ -196,7 +197,7 @@ def main() -> int:
         for name, (content, message) in cases.items():
             from mor.physical.bitmaps import clear_position_cache
 
-            clear_position_cache()
+            clear_position_cache(caches())
             if content is None:
                 puffin.unlink()
             else:
@@ -210,7 +211,7 @@ def main() -> int:
                     failures.append(f"{name}: error {line!r} (wanted {message!r} and the file)")
             finally:
                 puffin.write_bytes(good)
-        clear_position_cache()
+        clear_position_cache(caches())
         if ids() != LIVE:
             failures.append("rows after the file was restored")
         # row lineage inherited across a compaction, held to the spec (see the module's text)
