@@ -8,6 +8,9 @@ query runs or is checked, so planning (`plan_query`, `metrics`, `explain(check=F
 JVM.
 """
 
+# the settings the layers above planner/ declare beside the code they steer (no pyspark)
+import mor.physical.settings  # noqa: F401
+import mor.rules.physical.settings  # noqa: F401
 from mor.api import (
     cache_figures,
     changes,

@@ -489,7 +489,7 @@ def _shown(value: object) -> str:
 def cmd_config(args: argparse.Namespace) -> int:
     """The config file and the settings in effect, each with where it comes from."""
     from mor.api import default_catalog_name, warehouse_and_source
-    from mor.planner.settings import SETTINGS, current, user_config
+    from mor.planner.settings import current, declared, user_config
 
     cfg = user_config()
     where = "" if cfg.exists else " (not found: defaults apply)"
@@ -507,10 +507,10 @@ def cmd_config(args: argparse.Namespace) -> int:
         ("catalog", catalog),
     ]
     settings = current()
-    width = max(len(s.name) for s in SETTINGS)
+    width = max(len(s.name) for s in declared())
     rows += [
         (s.name.ljust(width), f"{_shown(getattr(settings, s.name))} ({settings.source(s.name)})")
-        for s in SETTINGS
+        for s in declared()
     ]
     rows += [("spark", f"{k} = {v} (config file)") for k, v in sorted(cfg.spark.items())]
     rows.append(("s3a", _s3a_line(cfg.spark)))

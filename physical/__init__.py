@@ -1,4 +1,5 @@
-"""Physical layer: logical plan -> PySpark DataFrame. The only layer that imports pyspark.
+"""Physical layer: the physical plan (rules/physical/) -> PySpark DataFrames. The only layer
+that imports pyspark.
 
 Names are loaded on first use, so `physical.describe` (EXPLAIN PHYSICAL) needs no pyspark.
 """

@@ -19,7 +19,9 @@ Planning queries (what a SELECT needs of each table):
   attach.py         the step that attaches each scan's files (calls the first half)
   explain.py, query_metrics.py  EXPLAIN text; merge-on-read metrics known before reading
 
-Shared: settings.py (settings and their sources), state.py (the caches of the process, owned by
-one object), cache.py (the bounded cache each of them is), errors.py (one-line errors).
-The rules that rewrite logical plans are in rules/; the physical plan and Spark in physical/.
+Shared: settings.py (the settings machinery, and the settings planner/ reads; the layers above
+declare theirs), state.py (the caches of the process, one object passed down as `cache`),
+cache.py (the bounded cache each of them is), errors.py (one-line errors).
+The rules that rewrite logical plans are in rules/, the physical rules that make the physical
+plan in rules/physical/; its translation into Spark is physical/.
 """

@@ -1,26 +1,33 @@
-"""Settings read from the environment and the user's config file (docs/configuration.md)."""
+"""Settings read from the environment and the user's config file (docs/configuration.md).
+
+The machinery (`Setting`, `declare`, the typed `Settings` object, `current`/`applied`, the
+config file) and the settings planner/ reads; the physical rules and physical/ declare theirs
+beside the code they steer (rules/physical/settings.py, physical/settings.py): a setting is
+declared by the lowest layer that reads it.
+"""
 
 from __future__ import annotations
 
 import difflib
 import os
-import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mor.planner.errors import ConfigError
+from mor.planner.errors import ConfigError, InternalError
 
-# --- tuning settings: one typed object ----------------------------------------------------
+# --- tuning settings: declared by the layer each steers, read as one typed object ---------
 
 
 @dataclass(frozen=True)
 class Setting:
     """One tuning setting: its name (API `settings={...}`, CLI `--set`, config file), its
-    environment variable, type, default and what it does (docs/configuration.md)."""
+    environment variable, type, default and what it does (docs/configuration.md). `check`:
+    for a string, the error a value gets (None: the value is good). `layer`: the module that
+    declared it (`declare`)."""
 
     name: str
     env: str
@@ -29,9 +36,45 @@ class Setting:
     doc: str
     minimum: int = 0
     session: bool = False  # applies only to a Spark session mor starts
+    check: Callable[[str], str | None] | None = field(default=None, compare=False)
+    layer: str = ""
 
 
-SETTINGS: tuple[Setting, ...] = (
+# every setting declared, in the order declared: each layer declares the settings it reads
+# (planner here, the physical rules in rules/physical/settings.py, reading files and starting
+# sessions in physical/settings.py), as Spark's modules declare their SQLConf entries;
+# mor/__init__.py imports the declaring modules, so no setting is missing once mor is imported
+_DECLARED: dict[str, Setting] = {}
+
+
+def declare(layer: str, *settings: Setting) -> tuple[Setting, ...]:
+    """Declare the settings of `layer` (a module's name); a name is declared once (a module
+    imported again declares the same settings: they replace themselves)."""
+    out = []
+    for setting in settings:
+        held = _DECLARED.get(setting.name)
+        if held is not None and held.layer != layer:
+            raise InternalError(f"setting {setting.name!r} declared by {layer} and by {held.layer}")
+        _DECLARED[setting.name] = replace(setting, layer=layer)
+        out.append(_DECLARED[setting.name])
+    return tuple(out)
+
+
+_LAYERS = ("mor.planner.", "mor.rules.", "mor.physical.")
+
+
+def _rank(setting: Setting) -> int:
+    return next((i for i, p in enumerate(_LAYERS) if setting.layer.startswith(p)), len(_LAYERS))
+
+
+def declared() -> tuple[Setting, ...]:
+    """Every setting: planner's first, then the physical rules', then physical/'s, each
+    layer's in the order it declared them."""
+    return tuple(sorted(_DECLARED.values(), key=_rank))
+
+
+PLANNING = declare(
+    __name__,
     Setting(
         "planning_threads",
         "MOR_PLANNING_THREADS",
@@ -48,158 +91,12 @@ SETTINGS: tuple[Setting, ...] = (
         "manifest entries kept across queries of one process",
     ),
     Setting(
-        "position_cache_rows",
-        "MOR_POSITION_CACHE_ROWS",
-        int,
-        10_000_000,
-        "positions of position delete files kept across queries of one process (read on the "
-        "driver for bitmaps; 8 bytes each), and the bitmaps made of them (a word's text, about "
-        "20 bytes, weighs three)",
-    ),
-    Setting(
         "io_threads",
         "MOR_IO_THREADS",
         int,
         16,
         "sizes of remote files and position delete files fetched in parallel",
         minimum=1,
-    ),
-    Setting(
-        "broadcast_rows",
-        "MOR_BROADCAST_ROWS",
-        int,
-        20_000_000,
-        "delete sides with at most this many rows are broadcast",
-    ),
-    Setting(
-        "broadcast_bytes",
-        "MOR_BROADCAST_BYTES",
-        int,
-        0,
-        "delete sides whose estimated hash relation is at most this many bytes are broadcast "
-        "(0: an eighth of spark.driver.memory, at most half of spark.driver.maxResultSize); "
-        "larger ones are joined by a shuffle",
-    ),
-    Setting(
-        "delete_cache_bytes",
-        "MOR_DELETE_CACHE_BYTES",
-        int,
-        256 << 20,
-        "delete sides Spark reads (equality keys, and deleted positions joined rather than "
-        "bitmapped) are kept in Spark's cache across queries of a session, least recently "
-        "used first out beyond this many estimated bytes; 0 keeps none",
-    ),
-    Setting(
-        "resolve_equality_deletes",
-        "MOR_RESOLVE_EQUALITY_DELETES",
-        bool,
-        True,
-        "the positions equality deletes remove from each data file are resolved by the first "
-        "query that reads it (a job reading its key columns) and kept: later queries read the "
-        "file as one with position deletes, without the anti-join; off: every query joins",
-    ),
-    Setting(
-        "resolved_cache_rows",
-        "MOR_RESOLVED_CACHE_ROWS",
-        int,
-        20_000_000,
-        "resolved equality-delete positions kept across queries of one process (8 bytes each), "
-        "least recently used out first; a branch whose files could lose more rows than this "
-        "is joined, not resolved",
-    ),
-    Setting(
-        "scan_barrier",
-        "MOR_SCAN_BARRIER",
-        bool,
-        True,
-        "a table scan read as several Parquet groups or delete-file branches is a barrier to "
-        "Spark's optimizer, as a data source scan is: the query's semi and anti joins (IN and "
-        "EXISTS subqueries) are not copied into each group (a shuffle each); Spark's own filter "
-        "pushdown stops there too (mor pushes the query's filters into the reads itself)",
-    ),
-    Setting(
-        "file_lists",
-        "MOR_FILE_LISTS",
-        bool,
-        True,
-        "Spark reads each scan's files as one Parquet relation through a file list mor writes "
-        "(no listing, no request per file, a plan whose size does not grow with the files); "
-        "off: by path, in groups of at most Spark's listing threshold, unioned",
-    ),
-    Setting(
-        "file_list_dir",
-        "MOR_FILE_LIST_DIR",
-        str,
-        "",
-        "where file lists are written; Spark's driver must read it (a Spark Connect server on "
-        "another machine: a shared folder); empty: mor-<uid>/file-lists in the temporary folder",
-    ),
-    Setting(
-        "file_list_bytes",
-        "MOR_FILE_LIST_BYTES",
-        int,
-        2 << 30,
-        "file lists kept in file_list_dir for reuse, least recently used removed beyond this "
-        "many bytes (about 150 bytes a file; none used in the last hour)",
-    ),
-    Setting(
-        "s3a_paths",
-        "MOR_S3A_PATHS",
-        bool,
-        True,
-        "files recorded as s3:// or s3n:// (what Iceberg's writers write) are read as s3a://, "
-        "Hadoop's S3 connector; off where the cluster serves s3:// itself (EMRFS)",
-    ),
-    Setting(
-        "s3a_packages",
-        "MOR_S3A_PACKAGES",
-        bool,
-        True,
-        "a Spark session mor starts for a query that reads s3a:// paths gets Hadoop's s3a "
-        "connector as spark-submit --packages adds it: hadoop-aws of the Hadoop version Spark "
-        "ships (Spark's Ivy fetches it and its AWS SDK bundle from Maven Central once); off "
-        "where Spark has the connector or cannot reach a Maven repository",
-        session=True,
-    ),
-    Setting(
-        "position_bitmap_bytes",
-        "MOR_POSITION_BITMAP_BYTES",
-        int,
-        4 << 20,
-        "position deletes become in-plan bitmaps when these take at most this many bytes "
-        "(one bit per row of each data file with deletes); 0 always uses the anti-join",
-    ),
-    Setting(
-        "position_driver_rows",
-        "MOR_POSITION_DRIVER_ROWS",
-        int,
-        2_000_000,
-        "... and the position delete files hold at most this many rows (read on the driver)",
-    ),
-    Setting(
-        "master",
-        "MOR_SPARK_MASTER",
-        str,
-        "local[*]",
-        "the master of a Spark session mor starts",
-        session=True,
-    ),
-    Setting(
-        "shuffle_partitions",
-        "MOR_SHUFFLE_PARTITIONS",
-        int,
-        8,
-        "spark.sql.shuffle.partitions of a session mor starts",
-        minimum=1,
-        session=True,
-    ),
-    Setting(
-        "driver_memory",
-        "MOR_DRIVER_MEMORY",
-        str,
-        "4g",
-        "spark.driver.memory of a session mor starts (4g, 2048m)",
-        session=True,
     ),
     Setting(
         "timezone",
@@ -210,16 +107,14 @@ SETTINGS: tuple[Setting, ...] = (
         session=True,
     ),
     Setting(
-        "spark_log_level",
-        "MOR_SPARK_LOG_LEVEL",
-        str,
-        "FATAL",
-        "the log level of a session mor starts",
-        session=True,
+        "s3a_paths",
+        "MOR_S3A_PATHS",
+        bool,
+        True,
+        "files recorded as s3:// or s3n:// (what Iceberg's writers write) are read as s3a://, "
+        "Hadoop's S3 connector; off where the cluster serves s3:// itself (EMRFS)",
     ),
 )
-BY_NAME = {s.name: s for s in SETTINGS}
-_LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
 
 
 def _parse(setting: Setting, value: Any, origin: str | None, label: str | None = None) -> Any:
@@ -248,48 +143,63 @@ def _parse(setting: Setting, value: Any, origin: str | None, label: str | None =
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{what} must be a non-empty string, got {value!r}")
     value = value.strip()
-    if setting.name == "driver_memory" and not re.fullmatch(r"\d+[kmgtKMGT]?", value):
-        raise ConfigError(f"{what} must be a size like 4g or 2048m, got {value!r}")
-    if setting.name == "spark_log_level" and value.upper() not in _LOG_LEVELS:
-        raise ConfigError(f"{what} must be one of {', '.join(_LOG_LEVELS)}, got {value!r}")
+    wrong = setting.check(value) if setting.check is not None else None
+    if wrong:
+        raise ConfigError(f"{what} must be {wrong}, got {value!r}")
     return value
 
 
 def unknown_setting(name: str, origin: str) -> ConfigError:
-    close = difflib.get_close_matches(name.lower().removeprefix("mor_"), BY_NAME, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(BY_NAME)})"
+    names = list(_DECLARED)
+    close = difflib.get_close_matches(name.lower().removeprefix("mor_"), names, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(names)})"
     return ConfigError(f"{origin}: unknown setting {name!r}{hint}")
 
 
-@dataclass(frozen=True)
 class Settings:
-    """mor's tuning settings, typed. Each value comes from, lowest first: its default, the
-    config file, its environment variable (`MOR_*`), per-call overrides (`settings={...}` of
-    the API, `--set NAME=VALUE` of the CLI). `sources` says where each value came from."""
+    """mor's tuning settings, typed: `settings.io_threads`. Each value comes from, lowest
+    first: its default, the config file, its environment variable (`MOR_*`), per-call
+    overrides (`settings={...}` of the API, `--set NAME=VALUE` of the CLI). `sources` says
+    where each value came from. Immutable; equal when every value is (whatever the sources).
+    `Settings(io_threads=4)`: these values over the defaults (checked as `--set` is)."""
 
-    planning_threads: int = 8
-    manifest_cache_entries: int = 500_000
-    position_cache_rows: int = 10_000_000
-    io_threads: int = 16
-    broadcast_rows: int = 20_000_000
-    broadcast_bytes: int = 0
-    delete_cache_bytes: int = 256 << 20
-    resolve_equality_deletes: bool = True
-    resolved_cache_rows: int = 20_000_000
-    scan_barrier: bool = True
-    file_lists: bool = True
-    file_list_dir: str = ""
-    file_list_bytes: int = 2 << 30
-    s3a_paths: bool = True
-    s3a_packages: bool = True
-    position_bitmap_bytes: int = 4 << 20
-    position_driver_rows: int = 2_000_000
-    master: str = "local[*]"
-    shuffle_partitions: int = 8
-    driver_memory: str = "4g"
-    timezone: str = "UTC"
-    spark_log_level: str = "FATAL"
-    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    __slots__ = ("_values", "sources")
+
+    def __init__(self, *, sources: Mapping[str, str] | None = None, **values: Any) -> None:
+        for name in values:
+            if name not in _DECLARED:
+                raise unknown_setting(name, "Settings")
+        typed = {n: _parse(_DECLARED[n], v, "Settings") for n, v in values.items()}
+        object.__setattr__(self, "_values", typed)
+        object.__setattr__(self, "sources", dict(sources or {}))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        values = object.__getattribute__(self, "_values")
+        if name in values:
+            return values[name]
+        setting = _DECLARED.get(name)
+        if setting is None:
+            raise AttributeError(f"no setting {name!r}")
+        return setting.default
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Settings are immutable: use overridden()")
+
+    def values(self) -> dict[str, Any]:
+        """Every setting's value, by name, in the order declared."""
+        return {s.name: getattr(self, s.name) for s in _DECLARED.values()}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Settings) and self.values() == other.values()
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.values().items()))
+
+    def __repr__(self) -> str:
+        changed = {n: v for n, v in self.values().items() if v != _DECLARED[n].default}
+        return f"Settings({', '.join(f'{n}={v!r}' for n, v in changed.items())})"
 
     @classmethod
     def load(cls, overrides: Settings | Mapping[str, Any] | None = None) -> Settings:
@@ -297,7 +207,7 @@ class Settings:
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
         config = user_config()
-        for s in SETTINGS:
+        for s in declared():
             if s.name in config.settings:
                 values[s.name] = config.settings[s.name]
                 sources[s.name] = f"config file {config.path}"
@@ -305,7 +215,7 @@ class Settings:
             if raw is not None and raw.strip():
                 values[s.name] = _parse(s, raw, None, s.env)
                 sources[s.name] = f"${s.env}"
-        for s in SETTINGS:
+        for s in declared():
             sources.setdefault(s.name, "default")
         return cls(**values, sources=sources).overridden(overrides)
 
@@ -319,7 +229,7 @@ class Settings:
         if isinstance(overrides, Settings):
             overrides = {
                 s.name: getattr(overrides, s.name)
-                for s in SETTINGS
+                for s in declared()
                 if overrides.source(s.name) != "default"
             }
         if not isinstance(overrides, Mapping):
@@ -329,13 +239,13 @@ class Settings:
             )
         values = {}
         for name, value in overrides.items():
-            if name not in BY_NAME:
+            if name not in _DECLARED:
                 raise unknown_setting(str(name), origin)
-            values[name] = _parse(BY_NAME[name], value, origin)
+            values[name] = _parse(_DECLARED[name], value, origin)
         if not values:
             return self
         sources = {**self.sources, **dict.fromkeys(values, origin)}
-        return replace(self, **values, sources=sources)
+        return Settings(**{**self._values, **values}, sources=sources)
 
     def source(self, name: str) -> str:
         return self.sources.get(name, "default")
@@ -366,7 +276,7 @@ def applied(
 
 # --- the user's config file ---------------------------------------------------------------
 
-CONFIG_KEYS = {
+_FILE_KEYS = {
     "warehouse": "the embedded catalog's warehouse folder (relative: to the config file)",
     "catalog": "a pyiceberg catalog name to read from instead of the embedded one",
     "spark": "a table of Spark settings for sessions mor starts, as --conf KEY=VALUE",
@@ -374,8 +284,12 @@ CONFIG_KEYS = {
     "file-io": "a table of pyiceberg FileIO properties (s3.endpoint, ...), as --io KEY=VALUE",
     "catalogs": "tables [catalogs.NAME] of pyiceberg catalog properties (type, uri, ...), "
     "over ~/.pyiceberg.yaml's for the same name",
-    **{s.name: s.doc for s in SETTINGS},
 }
+
+
+def config_keys() -> dict[str, str]:
+    """The keys a config file may hold: its own, then every setting's name."""
+    return {**_FILE_KEYS, **{s.name: s.doc for s in declared()}}
 
 
 @dataclass(frozen=True)
@@ -439,12 +353,13 @@ def user_config() -> UserConfig:
             raw = tomllib.load(f)
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"{path}: {e}") from None
-    unknown = sorted(set(raw) - set(CONFIG_KEYS))
+    keys = config_keys()
+    unknown = sorted(set(raw) - set(keys))
     if unknown:
-        close = difflib.get_close_matches(unknown[0], CONFIG_KEYS, n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(CONFIG_KEYS)}"
+        close = difflib.get_close_matches(unknown[0], keys, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(keys)}"
         raise ConfigError(f"{path}: unknown setting {unknown[0]!r} ({hint})")
-    settings = {k: _parse(BY_NAME[k], v, path) for k, v in raw.items() if k in BY_NAME}
+    settings = {k: _parse(_DECLARED[k], v, path) for k, v in raw.items() if k in _DECLARED}
     for key in ("warehouse", "catalog"):
         if key in raw and not isinstance(raw[key], str):
             raise ConfigError(f"{path}: `{key}` must be a string")

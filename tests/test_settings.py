@@ -8,24 +8,24 @@ from pathlib import Path
 import pytest
 
 from mor.planner.errors import ConfigError
-from mor.planner.settings import SETTINGS, Settings, applied, current
+from mor.planner.settings import Settings, applied, current, declared
 
 
 @pytest.fixture(autouse=True)
 def _no_setting_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test sets what it needs: the test session itself sets some (MOR_SPARK_MASTER)."""
-    for setting in SETTINGS:
+    for setting in declared():
         monkeypatch.delenv(setting.env, raising=False)
 
 
 def test_every_setting_is_a_typed_field_with_its_default() -> None:
     s = Settings()
-    for setting in SETTINGS:
+    for setting in declared():
         assert isinstance(getattr(s, setting.name), setting.kind)
         assert getattr(s, setting.name) == setting.default, setting.name
         assert setting.env.startswith("MOR_")
     assert Settings.load() == Settings()
-    assert {Settings.load().source(s.name) for s in SETTINGS} == {"default"}
+    assert {Settings.load().source(s.name) for s in declared()} == {"default"}
 
 
 def test_precedence_config_file_then_environment_then_call(
@@ -144,3 +144,41 @@ def test_a_per_call_setting_changes_what_runs(tmp_path: Path) -> None:
 )
 def test_a_switch_takes_the_usual_spellings(raw: object, value: bool) -> None:
     assert Settings.load({"scan_barrier": raw}).scan_barrier is value
+
+
+def test_each_setting_is_declared_by_the_lowest_layer_that_reads_it() -> None:
+    """Settings live with the layer they steer: a setting read in planner/ is declared there,
+    one read first in rules/ is declared in rules/physical/settings.py, the rest in
+    physical/settings.py; and every setting is read somewhere (none left over)."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    order = ("planner", "rules", "physical")
+    texts = {
+        top: [f.read_text() for f in (root / top).rglob("*.py") if f.name != "settings.py"]
+        for top in order
+    }
+    wrong = {}
+    for setting in declared():
+        attr = re.compile(rf"\.{setting.name}\b")
+        readers = [top for top in order if any(attr.search(t) for t in texts[top])]
+        assert readers, f"setting {setting.name} is read nowhere"
+        declared_in = setting.layer.split(".")[1]
+        if readers[0] != declared_in:
+            wrong[setting.name] = (declared_in, readers)
+    assert not wrong, wrong
+
+
+def test_every_setting_is_documented_with_its_variable_default_and_layer() -> None:
+    """docs/configuration.md's table lists every setting, in the order `mor config` does,
+    with its environment variable, default and declaring layer."""
+    import re
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    rows = re.findall(r"^\| `(\w+)` \| `(MOR_\w+)` \| ([^|]+) \| `([\w/]+)` \|", doc, re.M)
+    assert [r[0] for r in rows] == [s.name for s in declared()]
+    for (name, env, default, layer), s in zip(rows, declared()):
+        assert env == s.env, name
+        shown = "(empty)" if s.default == "" else str(s.default).lower()
+        assert default.strip().lower() == shown, (name, default)
+        assert s.layer == "mor." + layer.replace("/", ".") + ".settings", (name, layer)

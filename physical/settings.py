@@ -1,0 +1,115 @@
+"""The settings physical/ reads: the session facts the physical rules decide by (broadcast
+bytes, whether file lists serve), what is kept of delete files, where file lists are written,
+and the Spark session mor starts (planner/settings.py has the machinery;
+docs/configuration.md the table). No pyspark here: `mor config` lists these without starting
+Spark. A setting is declared by the lowest layer that reads it (tests/test_settings.py)."""
+
+from __future__ import annotations
+
+import re
+
+from mor.planner.settings import Setting, declare
+
+LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
+
+
+def _memory_size(value: str) -> str | None:
+    return None if re.fullmatch(r"\d+[kmgtKMGT]?", value) else "a size like 4g or 2048m"
+
+
+def _log_level(value: str) -> str | None:
+    return None if value.upper() in LOG_LEVELS else f"one of {', '.join(LOG_LEVELS)}"
+
+
+PHYSICAL = declare(
+    __name__,
+    Setting(
+        "broadcast_bytes",
+        "MOR_BROADCAST_BYTES",
+        int,
+        0,
+        "delete sides whose estimated hash relation is at most this many bytes are broadcast "
+        "(0: an eighth of spark.driver.memory, at most half of spark.driver.maxResultSize); "
+        "larger ones are joined by a shuffle",
+    ),
+    Setting(
+        "file_lists",
+        "MOR_FILE_LISTS",
+        bool,
+        True,
+        "Spark reads each scan's files as one Parquet relation through a file list mor writes "
+        "(no listing, no request per file, a plan whose size does not grow with the files); "
+        "off: by path, in groups of at most Spark's listing threshold, unioned",
+    ),
+    Setting(
+        "position_cache_rows",
+        "MOR_POSITION_CACHE_ROWS",
+        int,
+        10_000_000,
+        "positions of position delete files kept across queries of one process (read on the "
+        "driver for bitmaps; 8 bytes each), and the bitmaps made of them (a word's text, about "
+        "20 bytes, weighs three)",
+    ),
+    Setting(
+        "file_list_dir",
+        "MOR_FILE_LIST_DIR",
+        str,
+        "",
+        "where file lists are written; Spark's driver must read it (a Spark Connect server on "
+        "another machine: a shared folder); empty: mor-<uid>/file-lists in the temporary folder",
+    ),
+    Setting(
+        "file_list_bytes",
+        "MOR_FILE_LIST_BYTES",
+        int,
+        2 << 30,
+        "file lists kept in file_list_dir for reuse, least recently used removed beyond this "
+        "many bytes (about 150 bytes a file; none used in the last hour)",
+    ),
+    Setting(
+        "s3a_packages",
+        "MOR_S3A_PACKAGES",
+        bool,
+        True,
+        "a Spark session mor starts for a query that reads s3a:// paths gets Hadoop's s3a "
+        "connector as spark-submit --packages adds it: hadoop-aws of the Hadoop version Spark "
+        "ships (Spark's Ivy fetches it and its AWS SDK bundle from Maven Central once); off "
+        "where Spark has the connector or cannot reach a Maven repository",
+        session=True,
+    ),
+    Setting(
+        "master",
+        "MOR_SPARK_MASTER",
+        str,
+        "local[*]",
+        "the master of a Spark session mor starts",
+        session=True,
+    ),
+    Setting(
+        "shuffle_partitions",
+        "MOR_SHUFFLE_PARTITIONS",
+        int,
+        8,
+        "spark.sql.shuffle.partitions of a session mor starts",
+        minimum=1,
+        session=True,
+    ),
+    Setting(
+        "driver_memory",
+        "MOR_DRIVER_MEMORY",
+        str,
+        "4g",
+        "spark.driver.memory of a session mor starts (4g, 2048m)",
+        session=True,
+        check=_memory_size,
+    ),
+    Setting(
+        "spark_log_level",
+        "MOR_SPARK_LOG_LEVEL",
+        str,
+        "FATAL",
+        "the log level of a session mor starts",
+        session=True,
+        check=_log_level,
+    ),
+)
