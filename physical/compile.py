@@ -133,6 +133,14 @@ class Compiler:
             self._planner = Planner(self.reads.facts, self.cache)
         return self._planner.plan(node)
 
+    def count_reads(self, query: PhysicalNode) -> None:
+        """The query's one effect besides resolving: each branch it anti-joins counts as a
+        read of its files (setting resolve_at_read), whether its DataFrame is built now or
+        reused from an earlier query. EXPLAIN counts nothing."""
+        for n in query.walk():
+            if isinstance(n, AntiJoinExec) and n.joined is not None:
+                joined(n.joined, self.cache)
+
     def compile(self, node: Plan) -> DataFrame:
         """A logical node's DataFrame: planned, then translated."""
         return self.run(self.plan(node))
@@ -144,16 +152,20 @@ class Compiler:
             return hit[1]
         kind, logical = _reuse_key(node)
         if logical is not None:
-            df = self.reused(kind, logical, lambda: self._translate(node))
+            df = self.reused(kind, logical, lambda: self._translate(node), _decisions(node))
         else:
             df = self._translate(node)
         self._memo[id(node)] = (node, df)
         return df
 
-    def reused(self, kind: str, node: Plan, make: Callable[[], DataFrame]) -> DataFrame:
+    def reused(
+        self, kind: str, node: Plan, make: Callable[[], DataFrame], decisions: tuple = ()
+    ) -> DataFrame:
         """`make()`, or on a classic session the DataFrame an earlier query made of a node
-        with the same fingerprint (`kind` tells apart what is made of it), its files checked
-        again; weighed by the bitmaps below it."""
+        with the same fingerprint (`kind` tells apart what is made of it) and the same
+        equality-delete decisions below it (`decisions`: a branch joined earlier is built
+        again once it is resolved), its files checked again; weighed by the bitmaps below
+        it."""
         if not isinstance(node, REUSABLE) or is_connect(self.spark):
             return make()
         hit = self._fingerprints.get(id(node))
@@ -161,7 +173,7 @@ class Compiler:
             hit = self._fingerprints[id(node)] = (node, fingerprint(node))
         return reused(
             self.spark,
-            (kind, hit[1], self.context()),
+            (kind, hit[1], self.context(), decisions),
             make,
             lambda: check_files(node),
             lambda: bitmap_weight(node),
@@ -219,9 +231,6 @@ class Compiler:
             case ChangesExec():
                 return compile_changes(self.spark, node.node, lambda p: self.run(node.part(p)))
             case AntiJoinExec(node=aj, left=left, right=right):
-                if node.joined is not None:
-                    # its files are resolved when a query reads them again
-                    joined(node.joined, self.cache)
                 return self.run(left).join(self.run(right), join_condition(aj), "left_anti")
             case ResolvedBranch(step=step):
                 found = self.execute(step) if step is not None else None
@@ -238,6 +247,16 @@ class Compiler:
                     df = df.select(*[_c(c.name).alias(c.label) for c in logical.output])
                 return barrier(df) if node.barrier else df
         raise InternalError(f"no translation for {type(node).__name__}")
+
+
+def _decisions(node: PhysicalNode) -> tuple[str, ...]:
+    """What the physical rules decided for the equality deletes under a node, in order: a
+    DataFrame kept for later queries serves only a plan that decided the same."""
+    return tuple(
+        "resolved" if isinstance(n, ResolvedBranch) else "joined"
+        for n in node.walk()
+        if isinstance(n, ResolvedBranch) or (isinstance(n, AntiJoinExec) and n.branch is not None)
+    )
 
 
 def _reuse_key(node: PhysicalNode) -> tuple[str, Plan | None]:
@@ -293,6 +312,7 @@ def to_dataframe(
             compiler = Compiler(spark, cache)
             query = compiler.plan(plan)
             assert isinstance(query, QueryExec)
+            compiler.count_reads(query)
             frames = [compiler.run(v) for v in query.views]
     except MorError:
         raise

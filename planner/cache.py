@@ -28,12 +28,19 @@ class BoundedCache(Generic[V]):
             self._data.move_to_end(key)
             return hit[0]
 
-    def put(self, key: Hashable, value: V, weight: int, limit: int) -> None:
-        """Keep `value` unless it alone weighs more than `limit`; the least recently used
-        values go until the total is within `limit`."""
+    def put(
+        self, key: Hashable, value: V, weight: int, limit: int, replace: bool = False
+    ) -> None:
+        """Keep `value` unless it alone weighs more than `limit` (a key held already keeps its
+        value unless `replace`); the least recently used values go until the total is within
+        `limit`."""
         with self._lock:
-            if key in self._data or weight > limit:
+            if weight > limit:
                 return
+            if key in self._data:
+                if not replace:
+                    return
+                self._held -= self._data.pop(key)[1]
             self._data[key] = (value, weight)
             self._held += weight
             while self._held > limit and self._data:

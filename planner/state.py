@@ -127,9 +127,10 @@ class ProcessCaches:
             "positions",
             "resolved_cache_rows",
         )
-        self.joined: Kept[bool] = Kept(
+        self.joined: Kept[int] = Kept(
             "joined files",
-            "data files a filtered query joined instead of resolving: the next query resolves",
+            "data files queries joined instead of resolving, with their number of reads "
+            "(setting resolve_at_read)",
             "files",
             JOINED_KEYS,
         )

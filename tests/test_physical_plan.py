@@ -87,7 +87,8 @@ def test_every_node_printed_is_a_node_translated(catalog: Any, spark: Any, resol
     _table(catalog)
     resolution.clear_resolved(caches())
     reuse.clear()  # nothing reused from an earlier query: every node is translated
-    with applied({"resolve_equality_deletes": resolve}, "test"):
+    resolving = {"resolve_equality_deletes": resolve, "resolve_at_read": 1}
+    with applied(resolving, "test"):
         physical, text, formatted, compiler, ids = _run(catalog, spark)
     assert ids == LIVE
     assert isinstance(physical, QueryExec)
@@ -127,7 +128,7 @@ def test_caches_are_passed_not_found(catalog: Any, spark: Any) -> None:
     _table(catalog)
     caches().clear()
     own = ProcessCaches()
-    with applied({"resolve_equality_deletes": True}, "test"):
+    with applied({"resolve_equality_deletes": True, "resolve_at_read": 1}, "test"):
         planned = plan_query(SQL, catalog=catalog, cache=own)
         compiler = Compiler(spark, own)
         ids = sorted(r.id for r in compiler.compile(planned.optimized).collect())

@@ -53,11 +53,11 @@ def test_snapshot_rows_and_count(case: tuple[str, dict], realdata: dict, spark: 
             mor_sql(f"SELECT * FROM {at}", path_map=pm, spark=spark)
         return
     want = _expected_rows(snap)
-    # equality deletes by the anti-join, then resolved by the query (cold), then from the
-    # positions held (rules/physical/equality.py)
+    # equality deletes by the anti-join, then resolved by the query (cold: resolve_at_read 1),
+    # then from the positions held (rules/physical/equality.py)
     resolution.clear_resolved(caches())
     for how in ("anti-join", "resolved cold", "resolved held"):
-        settings = {"resolve_equality_deletes": how != "anti-join"}
+        settings = {"resolve_equality_deletes": how != "anti-join", "resolve_at_read": 1}
         if how == "resolved held":
             reuse.clear()
         df = mor_sql(f"SELECT * FROM {at}", path_map=pm, spark=spark, settings=settings)

@@ -32,6 +32,13 @@ SCHEMA = Schema(
 OFF = {"resolve_equality_deletes": False}
 
 
+@pytest.fixture(autouse=True)
+def _resolve_at_first_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are of resolving itself: a first read resolves (`resolve_at_read = 1`),
+    unless a test says otherwise (the default, 2, has its own tests at the end)."""
+    monkeypatch.setenv("MOR_RESOLVE_AT_READ", "1")
+
+
 def _table(catalog: Any) -> tuple[TableWriter, Any, Any]:
     """Two data files (ids 0-9, 10-19), an equality delete of ids 3 and 12 and a position
     delete of position 5 of the first file. Returns the writer, the first data file and the
@@ -231,3 +238,46 @@ def test_a_replaced_equality_delete_file_is_refused_though_resolved(
         with pytest.raises(DataFileError, match="equality delete file .* was replaced"):
             _ids(catalog, spark, "SELECT count(*) FROM q.t")
     assert _ids(catalog, spark) == LIVE
+
+
+def test_by_default_a_first_read_joins_and_the_second_resolves(
+    catalog: Any, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """resolve_at_read = 2 (the default): the first query of a process over the files
+    anti-joins and counts the read (EXPLAIN counts none), the second resolves them, the third
+    holds them. The first query's DataFrame, kept for reuse on a classic session, does not
+    serve the second: its plan decided otherwise."""
+    monkeypatch.delenv("MOR_RESOLVE_AT_READ")
+    _table(catalog)
+    _fresh()
+    sql = "SELECT id FROM q.t"
+    for _ in range(2):
+        plan = explain(sql, catalog=catalog, physical=True)
+        assert "read 1 of these files in this process; resolved at read 2" in plan, plan
+        assert "left_anti join" in plan
+    assert _ids(catalog, spark, sql) == LIVE
+    assert resolution.held(caches()) == (0, 0) and resolution.seen(caches()) == 2
+    assert "resolve equality deletes first" in explain(sql, catalog=catalog, physical=True)
+    assert _ids(catalog, spark, sql) == LIVE  # no reuse.clear(): the decision differs
+    assert resolution.held(caches())[0] == 2
+    assert "equality deletes resolved:" in explain(sql, catalog=catalog, physical=True)
+    assert _ids(catalog, spark, sql) == LIVE
+
+
+def test_a_read_counts_though_its_dataframe_is_reused(
+    catalog: Any, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """resolve_at_read = 3: the second query joins again (on a classic session its DataFrame
+    is the first one's, reused) and still counts, so the third resolves."""
+    monkeypatch.setenv("MOR_RESOLVE_AT_READ", "3")
+    _table(catalog)
+    _fresh()
+    sql = "SELECT id, s FROM q.t"
+    assert _ids(catalog, spark, sql) == LIVE
+    plan = explain(sql, catalog=catalog, physical=True)
+    assert "read 2 of these files in this process; resolved at read 3" in plan, plan
+    assert _ids(catalog, spark, sql) == LIVE
+    assert resolution.held(caches()) == (0, 0)
+    assert "resolve equality deletes first" in explain(sql, catalog=catalog, physical=True)
+    assert _ids(catalog, spark, sql) == LIVE
+    assert resolution.held(caches())[0] == 2

@@ -23,11 +23,15 @@ file, a replaced file (another size), another sequence number or another snapsho
 key: an answer is never reused where it could differ. Files are checked against their recorded
 sizes before every query, resolved or not (guards.check_files).
 
-When: a query that reads every row of a branch's files anyway (no filter pushed into the scan)
-resolves them; a filtered query reads only part of each file (row groups skipped), where
-resolving would read all of it, so it joins and the files are remembered: a later query reading
-them again (filtered or not) resolves them. Files already resolved are read resolved by any
-query.
+When: at the read setting `resolve_at_read` names (2 by default: the second query that reads a
+file in this process). A query before that joins, and the files it joined are remembered with
+the number of reads (ProcessCaches.joined): a first call never waits for a job only later
+queries gain from, and a process that runs one query (`mor run`) never resolves. A query that
+reads every row of a branch's files anyway (no filter pushed into the scan) resolves them at
+that read; a filtered query reads only part of each file (row groups skipped), where resolving
+would read all of it, so it joins even then and the next read resolves (with
+`resolve_at_read = 1`, the first unfiltered read resolves). Files already resolved are read
+resolved by any query.
 
 Kept per process, least recently used out beyond setting `resolved_cache_rows` positions
 (8 bytes each); a branch whose positions could exceed it (estimated from the row counts of its
@@ -62,8 +66,8 @@ from mor.planner.settings import current
 from mor.planner.state import JOINED_KEYS, ProcessCaches
 
 # Resolved positions are kept per data file (ProcessCaches.resolved), and so are the keys of
-# files a filtered query joined rather than resolved (ProcessCaches.joined): a query reading
-# them again resolves them (a filtered query reads part of each file, resolving reads all).
+# files a query joined rather than resolved, with the number of queries that did
+# (ProcessCaches.joined): the read setting resolve_at_read names resolves them.
 
 
 def clear_resolved(cache: ProcessCaches) -> None:
@@ -78,7 +82,7 @@ def held(cache: ProcessCaches) -> tuple[int, int]:
 
 
 def seen(cache: ProcessCaches) -> int:
-    """Data files a filtered query joined, to be resolved when read again."""
+    """Data files a query joined, to be resolved when read again."""
     return len(cache.joined)
 
 
@@ -178,14 +182,20 @@ def decide(scan: IcebergScan, joins: Sequence[AntiJoin], cache: ProcessCaches) -
             positions[t.file_id] = hit  # kept here: the cache may drop it before it is used
     held = tuple(t for t in tasks if t.file_id in positions)
     missing = tuple(t for t in tasks if t.file_id not in positions)
-    if missing and scan.pushed and not all(joined_before.get(keys[t.file_id]) for t in missing):
+    # reads before this one that must have joined each missing file
+    before = max(s.resolve_at_read - 1, 1 if scan.pushed else 0)
+    if missing and any((joined_before.get(keys[t.file_id]) or 0) < before for t in missing):
+        reads = min((joined_before.get(keys[t.file_id]) or 0) for t in missing)
         return Resolution(
             "join",
             keys,
             held,
             missing,
             why="the query's filters read part of the files, resolving reads all of them: "
-            "resolved when a query reads them again",
+            "resolved when a query reads them again"
+            if scan.pushed and reads + 1 >= s.resolve_at_read
+            else f"read {reads + 1} of these files in this process; resolved at read "
+            f"{s.resolve_at_read}, setting resolve_at_read",
         )
     # a data file loses at most its rows; the deletes remove at most one row per delete row
     # unless keys repeat in the data, so the smaller of the two bounds the usual case
@@ -203,11 +213,13 @@ def decide(scan: IcebergScan, joins: Sequence[AntiJoin], cache: ProcessCaches) -
 
 
 def joined(res: Resolution, cache: ProcessCaches) -> None:
-    """Remember the files a filtered query joined, to resolve them when read again."""
+    """Count a read of the files a query joined, to resolve them at the read setting
+    resolve_at_read names (a filtered query's: at the next read)."""
     if res.keys is not None:
         kept = cache.joined
         for t in res.missing:
-            kept.put(res.keys[t.file_id], True, 1, JOINED_KEYS)
+            key = res.keys[t.file_id]
+            kept.put(key, (kept.get(key) or 0) + 1, 1, JOINED_KEYS, replace=True)
 
 
 def store(res: Resolution, found: Mapping[str, pa.Array], cache: ProcessCaches) -> None:

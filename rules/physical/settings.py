@@ -30,9 +30,22 @@ PHYSICAL_RULES = declare(
         "MOR_RESOLVE_EQUALITY_DELETES",
         bool,
         True,
-        "the positions equality deletes remove from each data file are resolved by the first "
-        "query that reads it (a job reading its key columns) and kept: later queries read the "
-        "file as one with position deletes, without the anti-join; off: every query joins",
+        "the positions equality deletes remove from each data file are resolved by a query "
+        "that reads it (a job reading its key columns; which read: resolve_at_read) and kept: "
+        "later queries read the file as one with position deletes, without the anti-join; "
+        "off: every query joins",
+    ),
+    Setting(
+        "resolve_at_read",
+        "MOR_RESOLVE_AT_READ",
+        int,
+        2,
+        "which read of a data file resolves its equality deletes: 2 (the default) resolves "
+        "when a query reads the file the second time in this process, so a first call (every "
+        "`mor run`) never waits for a job whose benefit only later queries get; 1 resolves at "
+        "the first read (the first query pays for the later ones); filtered queries always "
+        "defer to the next read",
+        minimum=1,
     ),
     Setting(
         "resolved_cache_rows",

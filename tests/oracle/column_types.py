@@ -397,8 +397,9 @@ class Check:
         catalog: Any = None,
         export: bool = True,
     ) -> None:
-        """mor's rows of `ours_sql` must be `theirs`: cold, and again with the equality deletes
-        it resolved to positions (rules/physical/equality.py), as tests/oracle/run.compare does."""
+        """mor's rows of `ours_sql` must be `theirs`: cold (anti-joined), and again resolving
+        the equality deletes to positions (rules/physical/equality.py: the second read), as
+        tests/oracle/run.compare does."""
         from mor import mor_sql
         from mor.physical import reuse
         from mor.rules.physical import equality as resolution

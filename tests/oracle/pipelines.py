@@ -408,7 +408,8 @@ def _diff(a: Counter, b: Counter) -> str:
 
 def mor_rows(spark: Any, sql: str, again: bool = True) -> list[tuple[str, list]]:
     """mor's rows for `sql` (the table named through the catalog `lake`), with `again` run
-    twice when the table has equality deletes: cold, then from what the first run resolved."""
+    twice when the table has equality deletes: cold (anti-joined: the first read), then
+    resolving what the first run joined (the second read, setting resolve_at_read)."""
     from mor import mor_sql
     from mor.physical import reuse
     from mor.rules.physical import equality as resolution

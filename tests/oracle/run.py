@@ -113,9 +113,9 @@ def compare(
     Iceberg's rows with the spec's lineage: lineage_view) for Iceberg's side.
 
     mor runs the query twice when it has equality deletes (rules/physical/equality.py): cold
-    (nothing resolved: an unfiltered query resolves what it reads, a filtered one anti-joins),
-    then with its DataFrames dropped (from the positions held, or resolving what the filtered
-    query joined); each must give Iceberg's rows."""
+    (nothing resolved: the first read anti-joins, setting resolve_at_read, unless the caller's
+    settings resolve at the first read), then with its DataFrames dropped (resolving what the
+    first run joined, or from the positions it resolved); each must give Iceberg's rows."""
     from mor import mor_sql
     from mor.physical import reuse
     from mor.rules.physical import equality as resolution
