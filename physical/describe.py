@@ -243,9 +243,11 @@ class _Describer:
     def _persist(self, persist: bool) -> None:
         """The step of a delete side kept in Spark's cache (as reuse.cached keeps it)."""
         if persist:
+            at = current().keep_at_read
+            when = "from its first read" if at == 1 else f"from read {at} of it"
             self.emit(
-                "persist: kept in Spark's cache for later queries of the session "
-                "(delete_cache_bytes)"
+                f"persist {when} in this session: kept in Spark's cache for later queries "
+                "(delete_cache_bytes, keep_at_read)"
             )
 
     def _scan(self, node: ReadData) -> int:

@@ -26,6 +26,7 @@ from typing import Any
 
 from mor.physical.session import is_connect
 from mor.planner.nodes import Expr, Plan
+from mor.planner.settings import current
 from mor.planner.state import caches
 
 FRAMES = 256
@@ -39,6 +40,16 @@ class _Kept:
     def __init__(self) -> None:
         self.frames: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self.held = 0
+        self.reads: OrderedDict[Hashable, int] = OrderedDict()  # `cached`: reads not kept yet
+
+    def read(self, key: Hashable) -> int:
+        """Count one more read of `key` (the last `FRAMES` * 16 keys are counted); returns
+        the count."""
+        n = self.reads.pop(key, 0) + 1
+        self.reads[key] = n
+        while len(self.reads) > FRAMES * 16:
+            self.reads.popitem(last=False)
+        return n
 
     def put(self, key: Hashable, df: Any, weight: int, limit: int) -> list[Any]:
         """Keeps `df` unless it is kept already or heavier than `limit`; returns the frames
@@ -101,8 +112,10 @@ def cached(
     spark: Any, key: Hashable, make: Callable[[], Any], weight: int, limit: int, keep: bool
 ) -> Any:
     """`make()`, when `keep` (the physical plan's decision: rules/physical/broadcast.keeps),
-    kept in Spark's cache (`persist`: memory, spilling to local disk) for later queries of this
-    session, classic or Connect, that read the same files the same way:
+    kept in Spark's cache (`persist`: memory, spilling to local disk) from the read of it the
+    setting keep_at_read names (the second, by default: a first call pays nothing for later
+    ones) for later queries of this session, classic or Connect, that read the same files the
+    same way:
     Spark then reads the cached rows instead of the files. What a session keeps weighs at
     most `limit` estimated bytes; the least recently used is unpersisted first, and a frame
     heavier than `limit` alone is made every time, uncached. The files are immutable and
@@ -120,6 +133,10 @@ def cached(
     for old in gone:
         _unpersist(old)
     if not keep:
+        return make()
+    with _lock:
+        reads = _cached.setdefault(spark, _Kept()).read(key)
+    if reads < current().keep_at_read:
         return make()
     df = make().persist()
     with _lock:

@@ -42,6 +42,16 @@ PHYSICAL = declare(
         "off: by path, in groups of at most Spark's listing threshold, unioned",
     ),
     Setting(
+        "keep_at_read",
+        "MOR_KEEP_AT_READ",
+        int,
+        2,
+        "which read of a delete side in a Spark session keeps it in Spark's cache "
+        "(delete_cache_bytes): 2 (the default) from its second read, so a first call does not "
+        "pay to cache rows only later queries read again; 1: from its first read",
+        minimum=1,
+    ),
+    Setting(
         "position_cache_rows",
         "MOR_POSITION_CACHE_ROWS",
         int,

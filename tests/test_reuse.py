@@ -136,7 +136,10 @@ class Frame:
         return self
 
 
-def test_cached_frames_are_persisted_once_and_unpersisted_beyond_their_bound() -> None:
+def test_cached_frames_are_persisted_once_and_unpersisted_beyond_their_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MOR_KEEP_AT_READ", "1")  # kept from the first read: see the next test
     log: list[str] = []
     s = Session()
 
@@ -162,12 +165,32 @@ def test_cached_frames_are_persisted_once_and_unpersisted_beyond_their_bound() -
     assert log == ["persist a", "unpersist a"] and s not in reuse._cached
 
 
+def test_a_frame_is_persisted_from_its_second_read_by_default() -> None:
+    """keep_at_read = 2: a first call pays nothing to cache rows only a later query reads;
+    the second read persists, the third reads the cache."""
+    log: list[str] = []
+    s = Session()
+
+    def get(k: str) -> Frame:
+        return cached(s, k, lambda: Frame(k, log), 4, 10, keeps(4, 10))
+
+    first = get("a")
+    assert log == [] and not reuse._cached[s].frames
+    second = get("a")
+    assert second is not first and log == ["persist a"]
+    assert get("a") is second and log == ["persist a"]
+    get("b")
+    assert log == ["persist a"]  # b's first read
+    reuse.uncache_all()
+
+
 def test_cached_equality_deletes_are_read_once_and_never_outlive_their_files(
-    catalog: Any, spark: Any
+    catalog: Any, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The keys of equality delete files stay in Spark's cache across queries (one read of
     the files); a newer snapshot's delete files are another entry, and a cached file that
     changed size is refused as an uncached one is."""
+    monkeypatch.setenv("MOR_KEEP_AT_READ", "1")
     w, _ = _table(catalog)
     w.commit(deletes=[w.equality_delete_file([1], [{1: 2}])])
     reuse.clear()
@@ -197,9 +220,12 @@ def test_cached_equality_deletes_are_read_once_and_never_outlive_their_files(
     assert not kept
 
 
-def test_cached_deleted_positions_follow_the_snapshot(catalog: Any, spark: Any) -> None:
+def test_cached_deleted_positions_follow_the_snapshot(
+    catalog: Any, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Deleted positions read by Spark (the anti-join method) are cached like equality keys:
     read once for repeated queries, another entry when a newer delete file applies."""
+    monkeypatch.setenv("MOR_KEEP_AT_READ", "1")
     w, f = _table(catalog)
     w.commit(deletes=[w.position_delete_file({f.file_path: [0]}, f)])
     reuse.clear()
@@ -217,7 +243,7 @@ def test_cached_deleted_positions_follow_the_snapshot(catalog: Any, spark: Any) 
     assert ids() == [2]  # both files apply now: another entry
     assert [k[0] for k in kept] == ["positions", "positions"]
     plan = explain("SELECT id FROM r.t", catalog=catalog, physical=True, settings=antijoin)
-    assert "persist: kept in Spark's cache" in plan
+    assert "persist from its first read in this session: kept in Spark's cache" in plan
     plan = explain(
         "SELECT id FROM r.t",
         catalog=catalog,
