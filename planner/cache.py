@@ -28,9 +28,7 @@ class BoundedCache(Generic[V]):
             self._data.move_to_end(key)
             return hit[0]
 
-    def put(
-        self, key: Hashable, value: V, weight: int, limit: int, replace: bool = False
-    ) -> None:
+    def put(self, key: Hashable, value: V, weight: int, limit: int, replace: bool = False) -> None:
         """Keep `value` unless it alone weighs more than `limit` (a key held already keeps its
         value unless `replace`); the least recently used values go until the total is within
         `limit`."""
