@@ -16,6 +16,10 @@ rotating each round):
   as on a cluster that has it installed: no Ivy resolution at start) and a Hadoop catalog on the
   same tables, timed from launch to exit and, inside, `spark.sql(SQL).collect()` alone.
 
+`--eager` adds mor's CLI and query processes with `resolve_at_read = keep_at_read = 1` (what
+mor did before those settings: the first query resolves equality deletes and caches delete
+sides for later ones) on the cases with equality deletes, in the same turns.
+
 Both sessions are local with the same cores, driver memory (4g) and shuffle partitions (8).
 Ratios: whole process `mor run / native`, query alone `mor query / native query` (medians).
 The rows of mor's and Iceberg's query processes must be equal before any time is printed.
@@ -50,6 +54,7 @@ QUERIES = {
     "range": "SELECT id, v FROM {t} WHERE id BETWEEN {lo} AND {hi}",
 }
 VENV = Path(sys.executable).parent
+EAGER = {"MOR_RESOLVE_AT_READ": "1", "MOR_KEEP_AT_READ": "1"}
 
 
 # --- the worker: one process, one query -------------------------------------------------
@@ -206,6 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--warehouse", help=argparse.SUPPRESS)  # the worker's catalog
+    ap.add_argument(
+        "--eager",
+        action="store_true",
+        help="also run mor with resolve_at_read=1 and keep_at_read=1 (what mor did before "
+        "they were settings) on the cases with equality deletes",
+    )
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
     if args.worker:
@@ -218,30 +229,34 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     print(f"{args.reps} reps; whole = launch to exit; query = the query alone, session started")
     for case, q, ours, theirs, wh in _cases(args):
-        runs: dict[str, list[float]] = {k: [] for k in ("run", "mor", "native", "mq", "nq")}
-        bags = {}
         peers = ["run", "mor", "native"]
+        if args.eager and case != "pos":  # the eager settings matter with equality deletes
+            peers += ["run1", "mor1"]
+        runs: dict[str, list[float]] = {k: [] for k in peers + ["mq", "nq", "mq1"]}
+        bags = {}
         for rep in range(args.reps):
-            order = peers[rep % 3 :] + peers[: rep % 3]
+            order = peers[rep % len(peers) :] + peers[: rep % len(peers)]
             for peer in order:
-                if peer == "run":
-                    took, _ = _timed([mor_cli, "run", "-e", ours, "--format", "csv"], env)
-                    runs["run"].append(took)
+                penv = {**env, **EAGER} if peer.endswith("1") else env
+                if peer.startswith("run"):
+                    took, _ = _timed([mor_cli, "run", "-e", ours, "--format", "csv"], penv)
+                    runs[peer].append(took)
                     continue
-                sql = ours if peer == "mor" else theirs
-                took, text = _timed([*me, "--worker", peer, "--sql", sql, "--warehouse", wh], env)
+                who = "native" if peer == "native" else "mor"
+                sql = theirs if who == "native" else ours
+                took, text = _timed([*me, "--worker", who, "--sql", sql, "--warehouse", wh], penv)
                 got = json.loads(text.strip().splitlines()[-1])
                 runs[peer].append(took)
-                runs["mq" if peer == "mor" else "nq"].append(got["query_s"])
+                runs[{"mor": "mq", "native": "nq", "mor1": "mq1"}[peer]].append(got["query_s"])
                 bags[peer] = got["bag"]
         same = (
             sum(n for _, n in bags["mor"]) == sum(n for _, n in bags["native"])
             if q == "limit"  # any 100 rows: the count is what both must agree on
-            else bags["mor"] == bags["native"]
+            else bags["mor"] == bags["native"] == bags.get("mor1", bags["mor"])
         )
         if not same:
             raise SystemExit(f"RESULTS DIFFER for {case} {q}: no time reported")
-        med = {k: statistics.median(v) for k, v in runs.items()}
+        med = {k: statistics.median(v) for k, v in runs.items() if v}
         row = {
             "case": case,
             "query": q,
@@ -253,12 +268,26 @@ def main(argv: list[str] | None = None) -> int:
             "run/native": med["run"] / med["native"],
             "query mor/native": med["mq"] / med["nq"],
         }
+        eager = ""
+        if "run1" in med:
+            row.update(
+                {
+                    "eager_run_s": med["run1"],
+                    "eager_query_s": med["mq1"],
+                    "eager run/native": med["run1"] / med["native"],
+                    "eager query mor/native": med["mq1"] / med["nq"],
+                }
+            )
+            eager = (
+                f"  | eager (resolve_at_read=keep_at_read=1): run ratio "
+                f"{row['eager run/native']:5.2f}, query ratio {row['eager query mor/native']:5.2f}"
+            )
         results.append(row)
         print(
             f"{case:<6} {q:<10} whole: mor run {med['run']:6.2f}s  native {med['native']:6.2f}s"
             f"  ratio {row['run/native']:5.2f}  | query alone: mor {med['mq']:6.2f}s  native "
             f"{med['nq']:6.2f}s  ratio {row['query mor/native']:5.2f}  "
-            f"(mor worker process {med['mor']:.2f}s)",
+            f"(mor worker process {med['mor']:.2f}s){eager}",
             flush=True,
         )
     if results:
