@@ -193,8 +193,8 @@ def test_building_a_query_costs_the_same_for_ten_times_the_files(
         got = sorted(tuple(r) for r in df.collect())
         assert got == _expected(n, sql), name
     small, large = costs[N], costs[10 * N]
-    # data, position and equality deletes, and the data's key columns read once more by an
-    # unfiltered query resolving its equality deletes (rules/physical/equality.py)
+    # data, position and equality deletes (and, where an unfiltered query resolves its
+    # equality deletes, resolve_at_read = 1, the data's key columns once more)
     assert large["reads"] == small["reads"] <= 4, costs
     assert large.get("py4j") == small.get("py4j"), costs
     if "plan bytes" in small:

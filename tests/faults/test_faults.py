@@ -460,6 +460,7 @@ def test_api_column_type_mismatch_is_named_with_the_dataframe(table: Table, spar
     with pytest.raises(DataFileError, match=f"equality delete file {d.file_path}"):
         with mor_errors(df):
             df.collect()
-    # resolving runs a job of its own while mor_sql builds the query: named there
+    # resolving (at the first read here) runs a job of its own while mor_sql builds the
+    # query: named there
     with pytest.raises(DataFileError, match=f"equality delete file {d.file_path}"):
-        mor_sql(SQL, catalog=table.catalog, spark=spark)
+        mor_sql(SQL, catalog=table.catalog, spark=spark, settings={"resolve_at_read": 1})
