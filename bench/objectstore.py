@@ -34,7 +34,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mor.planner.state import caches  # noqa: E402
 from tests.objectstore import KEY, SECRET, SeaweedFS  # noqa: E402
 from tests.oracle.runtime import iceberg_session  # noqa: E402
 
@@ -165,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         from mor import mor_sql, plan_query
         from mor.planner.requests import REQUESTS, since
         from mor.planner.scan_planning import clear_manifest_cache
+        from mor.planner.state import caches
 
         path = "iceberg_scan('s3a://whs/wh/db/t')"
 

@@ -47,7 +47,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mor.planner.state import caches  # noqa: E402
 from tests.oracle.many_files import ScaleSpec, build  # noqa: E402
 
 QUERIES = {
@@ -120,6 +119,7 @@ def planning(location: Path, spec: ScaleSpec, reps: int) -> dict[str, Any]:
     """Cold and warm planning in this process, and each planner's peak RSS in a child."""
     from mor.api import plan_query
     from mor.planner.scan_planning import clear_manifest_cache
+    from mor.planner.state import caches
 
     out: dict[str, Any] = {}
     for label, where in (("full", ""), ("p = 7", "p = 7")):

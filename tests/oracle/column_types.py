@@ -45,7 +45,6 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from mor.planner.state import caches  # noqa: E402
 from tests.oracle.histories import History, eq_delete_file  # noqa: E402
 from tests.oracle.run import _bag as run_bag  # noqa: E402
 from tests.oracle.run import first_cause  # noqa: E402
@@ -402,6 +401,7 @@ class Check:
         tests/oracle/run.compare does."""
         from mor import mor_sql
         from mor.physical import reuse
+        from mor.planner.state import caches
         from mor.rules.physical import equality as resolution
 
         self.queries += 1

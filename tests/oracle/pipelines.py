@@ -46,7 +46,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from mor.planner.state import caches  # noqa: E402
 from tests.oracle.run import OracleFailed, check_changes, check_health  # noqa: E402
 from tests.oracle.runtime import RuntimeUnavailable, iceberg_session  # noqa: E402
 from tests.pgcatalog import CATALOG, Postgres, PostgresUnavailable  # noqa: E402
@@ -412,6 +411,7 @@ def mor_rows(spark: Any, sql: str, again: bool = True) -> list[tuple[str, list]]
     resolving what the first run joined (the second read, setting resolve_at_read)."""
     from mor import mor_sql
     from mor.physical import reuse
+    from mor.planner.state import caches
     from mor.rules.physical import equality as resolution
 
     resolution.clear_resolved(caches())

@@ -26,7 +26,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from mor.planner.state import caches  # noqa: E402
 from tests.oracle.histories import History, Writer  # noqa: E402
 from tests.oracle.runtime import RuntimeUnavailable, iceberg_session  # noqa: E402
 
@@ -118,6 +117,7 @@ def compare(
     first run joined, or from the positions it resolved); each must give Iceberg's rows."""
     from mor import mor_sql
     from mor.physical import reuse
+    from mor.planner.state import caches
     from mor.rules.physical import equality as resolution
 
     at = f"iceberg_scan('{h.location}')"

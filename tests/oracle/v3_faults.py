@@ -31,7 +31,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from mor.planner.state import caches  # noqa: E402
 from tests.oracle.runtime import ICEBERG, RuntimeUnavailable, iceberg_session  # noqa: E402
 
 LIVE = [3, 4, 5, 7, 8, 9]
@@ -196,6 +195,7 @@ def main() -> int:
         }
         for name, (content, message) in cases.items():
             from mor.physical.bitmaps import clear_position_cache
+            from mor.planner.state import caches
 
             clear_position_cache(caches())
             if content is None:
