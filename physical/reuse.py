@@ -25,6 +25,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from mor.physical.session import is_connect
+from mor.planner.cache import BoundedCache
 from mor.planner.nodes import Expr, Plan
 from mor.planner.settings import current
 from mor.planner.state import caches
@@ -40,16 +41,7 @@ class _Kept:
     def __init__(self) -> None:
         self.frames: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self.held = 0
-        self.reads: OrderedDict[Hashable, int] = OrderedDict()  # `cached`: reads not kept yet
-
-    def read(self, key: Hashable) -> int:
-        """Count one more read of `key` (the last `FRAMES` * 16 keys are counted); returns
-        the count."""
-        n = self.reads.pop(key, 0) + 1
-        self.reads[key] = n
-        while len(self.reads) > FRAMES * 16:
-            self.reads.popitem(last=False)
-        return n
+        self.reads: BoundedCache[int] = BoundedCache()  # `cached`: reads of each key
 
     def put(self, key: Hashable, df: Any, weight: int, limit: int) -> list[Any]:
         """Keeps `df` unless it is kept already or heavier than `limit`; returns the frames
@@ -135,8 +127,8 @@ def cached(
     if not keep:
         return make()
     with _lock:
-        reads = _cached.setdefault(spark, _Kept()).read(key)
-    if reads < current().keep_at_read:
+        kept = _cached.setdefault(spark, _Kept())
+    if kept.reads.count(key, FRAMES * 16) < current().keep_at_read:
         return make()
     df = make().persist()
     with _lock:

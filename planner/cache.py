@@ -28,22 +28,32 @@ class BoundedCache(Generic[V]):
             self._data.move_to_end(key)
             return hit[0]
 
-    def put(self, key: Hashable, value: V, weight: int, limit: int, replace: bool = False) -> None:
-        """Keep `value` unless it alone weighs more than `limit` (a key held already keeps its
-        value unless `replace`); the least recently used values go until the total is within
-        `limit`."""
+    def put(self, key: Hashable, value: V, weight: int, limit: int) -> None:
+        """Keep `value` unless it alone weighs more than `limit`; the least recently used
+        values go until the total is within `limit`."""
         with self._lock:
-            if weight > limit:
+            if key in self._data or weight > limit:
                 return
-            if key in self._data:
-                if not replace:
-                    return
-                self._held -= self._data.pop(key)[1]
             self._data[key] = (value, weight)
             self._held += weight
-            while self._held > limit and self._data:
-                _, (_, w) = self._data.popitem(last=False)
-                self._held -= w
+            self._trim(limit)
+
+    def count(self: BoundedCache[int], key: Hashable, limit: int) -> int:
+        """Add one to the count kept for `key` (each key weighs 1, at most `limit` keys, the
+        least recently counted out first) and return it: reads counted before work that pays
+        only from a later read (settings resolve_at_read, keep_at_read)."""
+        with self._lock:
+            held = self._data.pop(key, None)
+            n = (held[0] if held is not None else 0) + 1
+            self._data[key] = (n, 1)
+            self._held += 0 if held is not None else 1
+            self._trim(limit)
+            return n
+
+    def _trim(self, limit: int) -> None:
+        while self._held > limit and self._data:
+            _, (_, w) = self._data.popitem(last=False)
+            self._held -= w
 
     @property
     def held(self) -> int:

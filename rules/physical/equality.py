@@ -216,10 +216,8 @@ def joined(res: Resolution, cache: ProcessCaches) -> None:
     """Count a read of the files a query joined, to resolve them at the read setting
     resolve_at_read names (a filtered query's: at the next read)."""
     if res.keys is not None:
-        kept = cache.joined
         for t in res.missing:
-            key = res.keys[t.file_id]
-            kept.put(key, (kept.get(key) or 0) + 1, 1, JOINED_KEYS, replace=True)
+            cache.joined.count(res.keys[t.file_id], JOINED_KEYS)
 
 
 def store(res: Resolution, found: Mapping[str, pa.Array], cache: ProcessCaches) -> None:
