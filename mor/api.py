@@ -280,16 +280,23 @@ def mor_sql(
     naming it, with its line and column in `sql`. `settings`: tuning settings for this call,
     e.g. `{"position_bitmap_bytes": 0}`, over the environment's (docs/configuration.md)."""
     from mor.physical import local_session, prepare_session, to_dataframe
+    from mor.physical.reads import early_facts
     from mor.physical.s3a import reads_s3a
+    from mor.physical.session import active_session
 
     with applied(settings):
+        # the session's facts asked (and its Parquet reader warmed) while the query is planned
+        known = spark if spark is not None else active_session()
+        facts = early_facts(known) if known is not None else None
         planned = plan_query(sql, catalog=catalog, path_map=path_map, io_properties=io_properties)
         session = (
             prepare_session(spark)
             if spark is not None
             else local_session(s3a=reads_s3a(planned.optimized))
         )
-        df = to_dataframe(planned.optimized, session, caches())
+        df = to_dataframe(
+            planned.optimized, session, caches(), facts=facts if session is known else None
+        )
     _PLANS[df] = planned.optimized
     return df
 

@@ -61,6 +61,7 @@ from mor.rules.physical.nodes import (
     UnionExec,
     ViewExec,
 )
+from mor.rules.physical.reading import SessionFacts
 
 # nodes whose DataFrame depends on nothing but the node (MetadataTable holds rows read now;
 # TableChanges compiles its scans through the compiler, which reuses them)
@@ -103,9 +104,15 @@ class Compiler:
     resolving equality deletes to positions, runs here when its branch is first needed
     (`execute`)."""
 
-    def __init__(self, spark: SparkSession, cache: ProcessCaches) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        cache: ProcessCaches,
+        facts: Callable[[], SessionFacts] | None = None,
+    ) -> None:
         self.spark = spark
         self.cache = cache  # the process's caches (planner/state.py), passed down
+        self._facts = facts or (lambda: session_facts(spark))  # asked once, when first needed
         self._memo: dict[int, tuple[PhysicalNode, DataFrame]] = {}
         self._fingerprints: dict[int, tuple[Plan, Hashable]] = {}
         self._reads: ReadContext | None = None
@@ -118,7 +125,7 @@ class Compiler:
     def reads(self) -> ReadContext:
         """What the reads of this query share: the session and its facts (read once)."""
         if self._reads is None:
-            self._reads = ReadContext(self.spark, session_facts(self.spark), self.cache)
+            self._reads = ReadContext(self.spark, self._facts(), self.cache)
         return self._reads
 
     def context(self) -> tuple:
@@ -294,11 +301,17 @@ def _empty(spark: SparkSession, scan: Plan) -> DataFrame:
 
 
 def to_dataframe(
-    plan: Plan, spark: SparkSession, cache: ProcessCaches | None, *, analyse_only: bool = False
+    plan: Plan,
+    spark: SparkSession,
+    cache: ProcessCaches | None,
+    *,
+    analyse_only: bool = False,
+    facts: Callable[[], SessionFacts] | None = None,
 ) -> DataFrame:
     """The query's result, built with the process's caches (`cache`). `analyse_only`: over
     empty scans, to have Spark check the query (and name its columns) without reading any
-    file (no cache needed)."""
+    file (no cache needed). `facts`: the session's facts when the caller started asking for
+    them before planning (physical/reads.early_facts), else asked here."""
     if not isinstance(plan, SparkQuery):
         raise InternalError("a plan to run must be a SparkQuery")
     if cache is None and not analyse_only:
@@ -309,7 +322,7 @@ def to_dataframe(
             frames = [_empty(spark, s) for s in plan.scans]
         else:
             assert cache is not None
-            compiler = Compiler(spark, cache)
+            compiler = Compiler(spark, cache, facts)
             query = compiler.plan(plan)
             assert isinstance(query, QueryExec)
             compiler.count_reads(query)

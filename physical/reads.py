@@ -19,8 +19,10 @@ Each group's read is reused by later queries of a classic session (physical/reus
 
 from __future__ import annotations
 
+import contextvars
+import threading
 import weakref
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,6 +146,57 @@ def lists_unusable(spark: SparkSession) -> str | None:
         path.unlink(missing_ok=True)
     _SEEN[spark] = (where, answer)
     return answer
+
+
+# classic sessions whose Parquet reader has run once in this process (`early_facts`)
+_WARMED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _warm_up(spark: SparkSession) -> None:
+    """On a classic session's first query through mor, one read of an empty file list: it
+    loads what Spark's first Parquet read of a file list loads (the data source, the log's
+    file index: 0.5-0.7 s of a JVM's first read). Reads no file of any table and writes
+    nothing but the empty list (content-addressed: one folder whatever the session)."""
+    if is_connect(spark) or spark in _WARMED:
+        return
+    _WARMED.add(spark)
+    try:
+        reader = spark.read.schema("mor_warm_up INT").option("recursiveFileLookup", "true")
+        reader.parquet(file_lists.write(()))
+    except Exception:  # noqa: BLE001 - only a warm-up: the query's own read says what fails
+        pass
+
+
+def early_facts(spark: SparkSession) -> Callable[[], SessionFacts]:
+    """Start asking `spark` for the query's session facts on a thread of their own, under
+    the settings in effect now, then warm its Parquet reader there (`_warm_up`, when file
+    lists serve); the function returned waits for the facts only (raising what asking
+    raised). Planning runs meanwhile: on a session's first query the JVM's first use of its
+    SQL conf and Parquet reader (~1 s) overlaps the driver's decoding of manifests instead
+    of following it."""
+    done: dict[str, Any] = {}
+    ready = threading.Event()
+
+    def ask() -> None:
+        try:
+            done["facts"] = session_facts(spark)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller of the result
+            done["error"] = e
+        finally:
+            ready.set()
+        if "facts" in done and done["facts"].lists is None:
+            _warm_up(spark)
+
+    ctx = contextvars.copy_context()
+    threading.Thread(target=ctx.run, args=(ask,), name="mor-session-facts", daemon=True).start()
+
+    def result() -> SessionFacts:
+        ready.wait()
+        if "error" in done:
+            raise done["error"]
+        return done["facts"]
+
+    return result
 
 
 @dataclass

@@ -155,3 +155,38 @@ def test_decisions_are_taken_once_in_the_plan(catalog: Any) -> None:
     scans = [n for n in formatted if isinstance(n, ReadData)]
     assert any(s.positions is not None for s in scans)
     assert all(s.reading.listed for s in scans)
+
+
+def test_session_facts_asked_while_planning_obey_the_callers_settings(
+    catalog: Any, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mor_sql asks the session's facts on a thread of their own while it plans
+    (physical/reads.early_facts): the thread must see the settings of the call that started
+    it (a context variable a plain thread does not carry), and the query is compiled with
+    them: file_lists off, the facts say so and no file list is written for the query."""
+    from mor import mor_sql
+    from mor.physical import file_lists
+    from mor.physical.reads import early_facts
+    from mor.physical.session import is_connect
+
+    with applied({"file_lists": False}):
+        facts = early_facts(spark)
+    assert facts().lists == "setting file_lists is off"
+
+    _table(catalog)
+    written: list[list] = []
+
+    def spy(entries: Any) -> str:
+        entries = list(entries)
+        written.append(entries)
+        return real(entries)
+
+    real = file_lists.write
+    monkeypatch.setattr(file_lists, "write", spy)
+    df = mor_sql(SQL, catalog=catalog, spark=spark, settings={"file_lists": False})
+    assert sorted(r[0] for r in df.collect()) == LIVE
+    assert written == [], written
+    df = mor_sql(SQL, catalog=catalog, spark=spark)
+    assert sorted(r[0] for r in df.collect()) == LIVE
+    if not is_connect(spark):  # a Spark Connect server may not see the lists' folder
+        assert written, "file lists on: the scan is read through one"
