@@ -144,6 +144,19 @@ def _parser() -> argparse.ArgumentParser:
         help="a new checkpoint starts after this snapshot (default: the first commit); "
         "ignored once the checkpoint exists",
     )
+    cv = sub.add_parser(
+        "convert-equality-deletes",
+        parents=[DEBUG, CATALOG, SPARK, SETTINGS],
+        help="write the rows equality deletes remove as position deletes and remove the "
+        "equality delete files no data file needs, in one atomic commit",
+    )
+    cv.add_argument("table", help="ns.table in the catalog (the commit goes through it)")
+    cv.add_argument("--where", metavar="SQL", help="only the data files of the partitions it keeps")
+    cv.add_argument("--branch", default="main", help="the branch to convert (default main)")
+    cv.add_argument(
+        "--dry-run", action="store_true", help="report what would be read, written and removed"
+    )
+    cv.add_argument("--format", choices=["table", "json"], default="table")
     sub.add_parser(
         "config",
         parents=[DEBUG, WAREHOUSE, SETTINGS],
@@ -354,6 +367,34 @@ def cmd_describe(args: argparse.Namespace) -> int:
         file_io(args),
     )
     sys.stdout.write(describe(resolver.by_text(args.table)))
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    import json
+
+    from mor.maintenance import convert_equality_deletes
+
+    report = convert_equality_deletes(
+        args.table,
+        catalog=args.catalog,
+        warehouse=args.warehouse,
+        where=args.where,
+        branch=args.branch,
+        dry_run=args.dry_run,
+        spark=lambda: spark_session(args),
+        progress=progress.note,
+    )
+    progress.clear()
+    if args.format == "json":
+        sys.stdout.write(json.dumps(report.as_dict(), indent=1) + "\n")
+        return 0
+    for f in report.written if not args.dry_run else ():
+        sys.stdout.write(f"added   {f.path} ({f.rows} positions, {f.bytes} bytes)\n")
+    for f in report.removed:
+        verb = "would remove" if args.dry_run else "removed"
+        sys.stdout.write(f"{verb} {f.path} ({f.rows} rows, {f.bytes} bytes)\n")
+    sys.stdout.write(report.line() + "\n")
     return 0
 
 
@@ -575,6 +616,7 @@ def main(argv: list[str] | None = None) -> int:
             "tables": cmd_tables,
             "describe": cmd_describe,
             "health": cmd_health,
+            "convert-equality-deletes": cmd_convert,
             "changes": cmd_changes,
             "shell": cmd_shell,
             "config": cmd_config,

@@ -132,10 +132,28 @@ def advice(
             }
         )
     dangling_eq = len(dangling) - dangling_pos
+    # mor's own command, for a table named in a catalog (the commit goes through it)
+    convert = f"mor convert-equality-deletes {table}" if "/" not in table else None
+    live_eq = report["equality_delete_files"] - dangling_eq
+    if live_eq > 0 and convert:
+        out.append(
+            {
+                "procedure": "convert-equality-deletes",
+                "mor": convert,
+                "call": call("rewrite_data_files", "options => map('delete-file-threshold', '1')"),
+                "reason": (
+                    f"{live_eq} equality delete file(s) apply to live data files: every read "
+                    "joins them, and pyiceberg, Polars and Daft refuse the table; converted "
+                    "to position deletes once, they are read as positions by every reader"
+                ),
+                "partitions": [],
+            }
+        )
     if dangling_eq:
         out.append(
             {
                 "procedure": "rewrite_data_files",
+                **({"mor": convert} if convert else {}),
                 "call": call(
                     "rewrite_data_files", "options => map('remove-dangling-deletes', 'true')"
                 ),

@@ -62,7 +62,14 @@ def render_table(report: dict[str, Any]) -> str:
     if not report["advice"]:
         lines.append("advice       none: the table is healthy to read")
     for a in report["advice"]:
-        lines += [f"advice       {a['reason']}", f"             {a['call']}"]
+        lines.append(f"advice       {a['reason']}")
+        if a.get("mor"):
+            lines += [
+                f"             {a['mor']}",
+                f"             or, with Iceberg's runtime: {a['call']}",
+            ]
+        else:
+            lines.append(f"             {a['call']}")
     return "\n".join(lines) + "\n"
 
 

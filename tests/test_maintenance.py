@@ -1,0 +1,336 @@
+"""convert-equality-deletes: every snapshot reads as before, against a naive evaluation of the
+spec rules, and the commit is atomic, rebased over appends and stopped by conflicts.
+
+The histories are those of tests/test_semantics.py (random appends, position deletes and
+equality deletes of one or two columns, NULL keys, partitioned or not). After a conversion:
+mor reads the new snapshot and every earlier one exactly as the reference says; with no
+equality delete left pyiceberg (which refuses them) reads the new snapshot the same; the new
+snapshot's metadata is what Iceberg's `RewriteFiles` writes (operation `replace`, the parent,
+new entries inheriting its sequence number, removed ones DELETED with their own).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyiceberg.manifest import DataFileContent, ManifestEntryStatus
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField, StringType
+from test_semantics import PART_SPEC, SCHEMA, Reference, _history, op
+
+from mor import MorError, mor_sql
+from mor.fixtures import TableWriter
+from mor.maintenance import convert_equality_deletes
+from mor.planner.commit import ConflictError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _rows(cat: Any, spark: Any, name: str, snapshot: int | None = None) -> Counter:
+    at = f" VERSION AS OF {snapshot}" if snapshot is not None else ""
+    sql = f"SELECT id, p, v FROM {name}{at}"
+    return Counter(tuple(r) for r in mor_sql(sql, catalog=cat, spark=spark).collect())
+
+
+def _entries(table: Any, snapshot: Any) -> list[Any]:
+    io = table.io
+    return [
+        (m, e)
+        for m in snapshot.manifests(io)
+        for e in m.fetch_manifest_entry(io, discard_deleted=False)
+    ]
+
+
+def _files(location: str) -> set[str]:
+    root = location.removeprefix("file://")
+    return {os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs}
+
+
+def _keys(ops: list) -> list:
+    """Key tuples of the strategy's equality deletes, mapped onto each delete's id order
+    (as tests/test_semantics.py does)."""
+    ops = [
+        (o[0], o[1], [dict(zip((1, 3), k)) for k in o[2]], o[3], o[4]) if o[0] == "eq" else o
+        for o in ops
+    ]
+    return [
+        (o[0], o[1], [tuple(k[i] for i in o[1]) for k in o[2]], o[3], o[4]) if o[0] == "eq" else o
+        for o in ops
+    ]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    partitioned=st.booleans(),
+    ops=st.lists(op, min_size=2, max_size=7),
+    only_a=st.booleans(),
+)
+def test_every_snapshot_reads_as_before_and_as_the_reference(
+    tmp_path_factory: Any, spark: Any, partitioned: bool, ops: list, only_a: bool
+) -> None:
+    from mor.api import default_catalog
+
+    cat = default_catalog(str(tmp_path_factory.mktemp("wh")))
+    spec = PART_SPEC if partitioned else UNPARTITIONED_PARTITION_SPEC
+    writer = TableWriter(cat, "m.h", SCHEMA, spec)
+    ref = Reference(partitioned)
+    first = ("append", [(1, "a", 1), (None, "b", 2), (2, "a", None), (3, "b", 3)])
+    _history(writer, ref, _keys([first, *ops, ("eq", (1,), [(2,)], True, 0)]))
+    table = writer.refresh()
+    head = table.current_snapshot()
+    snaps = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number)
+    before = {s.snapshot_id: _rows(cat, spark, "m.h", s.snapshot_id) for s in snaps}
+    assert before[head.snapshot_id] == ref.live()
+
+    where = "p = 'a'" if only_a else None
+    report = convert_equality_deletes("m.h", catalog=cat, spark=spark, where=where)
+
+    table = writer.refresh()
+    new = table.current_snapshot()
+    assert _rows(cat, spark, "m.h") == ref.live()
+    for s in snaps:
+        assert _rows(cat, spark, "m.h", s.snapshot_id) == before[s.snapshot_id], s
+    if report.snapshot is None:
+        assert new.snapshot_id == head.snapshot_id
+        return
+    assert new.snapshot_id == report.snapshot
+    assert new.parent_snapshot_id == head.snapshot_id
+    assert new.summary.operation.value == "replace"
+    assert new.sequence_number == table.metadata.last_sequence_number
+    entries = _entries(table, new)
+    added = [e for _, e in entries if e.snapshot_id == new.snapshot_id]
+    for e in added:
+        f = e.data_file
+        if e.status == ManifestEntryStatus.ADDED:
+            assert f.content == DataFileContent.POSITION_DELETES
+            assert e.sequence_number == new.sequence_number  # inherited: null in the file
+        else:
+            assert e.status == ManifestEntryStatus.DELETED
+            assert f.content == DataFileContent.EQUALITY_DELETES
+            assert e.sequence_number < new.sequence_number  # its own, kept
+    assert {e.data_file.file_path for e in added if e.status == ManifestEntryStatus.DELETED} == {
+        f.path for f in report.removed
+    }
+    live_eq = [
+        e
+        for _, e in entries
+        if e.status != ManifestEntryStatus.DELETED
+        and e.data_file.content == DataFileContent.EQUALITY_DELETES
+    ]
+    assert len(live_eq) == report.kept
+    summary = new.summary
+    assert int(summary["added-position-deletes"]) == report.positions
+    assert int(summary["removed-delete-files"]) == len(report.removed)
+    if where is None:
+        assert report.kept == 0
+        got = Counter(
+            (r["id"], r["p"], r["v"])
+            for r in table.scan(snapshot_id=new.snapshot_id).to_arrow().to_pylist()
+        )
+        assert got == ref.live()  # pyiceberg, which refuses equality deletes, reads it now
+
+
+SCHEMA2 = Schema(
+    NestedField(1, "id", LongType(), required=False),
+    NestedField(2, "s", StringType(), required=False),
+)
+
+
+def _two_files(catalog: Any, name: str = "m.g") -> TableWriter:
+    """Two data files (ids 0-9, 10-19) in one unpartitioned table, then one global equality
+    delete on id reaching both (3 and 12) and one on s reaching the first (s7)."""
+    w = TableWriter(catalog, name, SCHEMA2)
+    for lo in (0, 10):
+        ids = list(range(lo, lo + 10))
+        w.append(pa.table({"id": pa.array(ids, pa.int64()), "s": [f"s{i}" for i in ids]}))
+    w.commit(
+        deletes=[
+            w.equality_delete_file([1], [{1: 3}, {1: 12}]),
+            w.equality_delete_file([2], [{2: "s7"}]),
+        ]
+    )
+    return w
+
+
+def _ids(cat: Any, spark: Any, name: str = "m.g") -> list[int]:
+    return sorted(
+        r[0] for r in mor_sql(f"SELECT id FROM {name}", catalog=cat, spark=spark).collect()
+    )
+
+
+LIVE = sorted(set(range(20)) - {3, 7, 12})
+
+
+def test_where_keeps_the_deletes_that_reach_files_left_unconverted(
+    catalog: Any, spark: Any
+) -> None:
+    """Converting the files of ids below 10 only: the delete on id also reaches the other
+    file (12), so it stays; the delete on s reaches only the converted file and goes."""
+    w = _two_files(catalog)
+    report = convert_equality_deletes("m.g", catalog=catalog, spark=spark, where="id < 10")
+    assert report.data_files == 1 and report.positions == 2  # rows 3 and 7
+    assert [Path(f.path).name for f in report.removed] == [
+        Path(p).name
+        for p in [
+            e.data_file.file_path
+            for _, e in _entries(w.refresh(), w.table.current_snapshot())
+            if e.status == ManifestEntryStatus.DELETED
+        ]
+    ]
+    assert report.kept == 1 and len(report.removed) == 1
+    assert _ids(catalog, spark) == LIVE
+    report = convert_equality_deletes("m.g", catalog=catalog, spark=spark)
+    assert report.kept == 0 and len(report.removed) == 1 and report.positions == 2
+    assert _ids(catalog, spark) == LIVE
+    rows = w.refresh().scan().to_arrow()
+    assert sorted(rows["id"].to_pylist()) == LIVE
+
+
+def test_dry_run_writes_nothing_and_reports_what_the_run_does(catalog: Any, spark: Any) -> None:
+    w = _two_files(catalog)
+    location = w.table.metadata.location
+    files = _files(location)
+    head = w.refresh().current_snapshot().snapshot_id
+    dry = convert_equality_deletes("m.g", catalog=catalog, spark=spark, dry_run=True)
+    assert _files(location) == files and w.refresh().current_snapshot().snapshot_id == head
+    assert dry.snapshot is None and dry.dry_run
+    real = convert_equality_deletes("m.g", catalog=catalog, spark=spark)
+    assert (dry.data_files, dry.data_rows, dry.positions, len(dry.written)) == (
+        real.data_files,
+        real.data_rows,
+        real.positions,
+        len(real.written),
+    )
+    assert [f.path for f in dry.removed] == [f.path for f in real.removed]
+    assert "dry run" in dry.line() and "committed" in real.line()
+
+
+def test_a_concurrent_append_is_rebased_over(catalog: Any, spark: Any) -> None:
+    w = _two_files(catalog)
+    landed = []
+
+    def append(attempt: int) -> None:
+        if attempt == 1:
+            ids = [3, 12, 100]  # keys the removed deletes named: appended later, they live
+            t = pa.table({"id": pa.array(ids, pa.int64()), "s": ["s7", "x", "y"]})
+            landed.append(w.append(t)[0])
+
+    report = convert_equality_deletes("m.g", catalog=catalog, spark=spark, _before_commit=append)
+    assert report.attempts == 2 and report.rebased_over == landed
+    snap = w.refresh().current_snapshot()
+    assert snap.snapshot_id == report.snapshot and snap.parent_snapshot_id == landed[0]
+    assert _ids(catalog, spark) == sorted(LIVE + [3, 12, 100])
+    assert report.kept == 0
+
+
+def test_a_concurrent_delete_on_a_converted_file_stops_it_leaving_nothing(
+    catalog: Any, spark: Any
+) -> None:
+    w = _two_files(catalog)
+    location = w.table.metadata.location
+    data = [
+        e.data_file
+        for _, e in _entries(w.refresh(), w.table.current_snapshot())
+        if e.data_file.content == DataFileContent.DATA
+    ]
+    landed = []
+
+    def delete(attempt: int) -> None:
+        if attempt > 1:  # one concurrent commit: retried without it, mor would commit
+            return
+        f = data[0]
+        landed.append(w.commit(deletes=[w.position_delete_file({f.file_path: [0]}, f)]))
+
+    with pytest.raises(ConflictError, match=r"added position deletes .* nothing was committed"):
+        convert_equality_deletes("m.g", catalog=catalog, spark=spark, _before_commit=delete)
+    assert w.refresh().current_snapshot().snapshot_id == landed[0]
+    left = {p for p in _files(location) if "/mor-" in p}
+    assert not left, left  # its position delete files and manifests removed
+    got = _ids(catalog, spark)
+    assert len(got) == len(LIVE) - 1 and set(got) < set(LIVE)
+
+
+def test_refusals_are_one_line(catalog: Any, spark: Any) -> None:
+    _two_files(catalog)
+    with pytest.raises(MorError, match="m.nope"):
+        convert_equality_deletes("m.nope", catalog=catalog, spark=spark)
+    with pytest.raises(MorError, match="no branch 'b'"):
+        convert_equality_deletes("m.g", catalog=catalog, spark=spark, branch="b")
+    with pytest.raises(MorError, match="nosuch"):
+        convert_equality_deletes("m.g", catalog=catalog, spark=spark, where="nosuch > 1")
+
+
+def _cli(wh: Path, *args: str, **kw: Any) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MOR_WAREHOUSE": str(wh)}
+    return subprocess.Popen(
+        [str(Path(sys.executable).parent / "mor"), "convert-equality-deletes", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+
+
+def test_cli_killed_at_any_moment_leaves_the_table_before_or_after(
+    tmp_path: Path, spark: Any
+) -> None:
+    """`mor convert-equality-deletes` as a user runs it, killed (SIGKILL) at moments spread
+    over its run: each time the table is either unchanged or fully converted, and reads the
+    same rows; a last run completes and prints its summary line."""
+    from mor.api import default_catalog
+
+    wh = tmp_path / "wh"
+    cat = default_catalog(str(wh))
+    _two_files(cat)
+    head = cat.load_table("m.g").current_snapshot().snapshot_id
+    t0 = time.perf_counter()
+    done = _cli(wh, "m.g", "--dry-run")
+    out, err = done.communicate(timeout=300)
+    whole = time.perf_counter() - t0
+    assert done.returncode == 0, err
+    assert "dry run" in out.splitlines()[-1]
+    for frac in (0.5, 0.85, 0.97):
+        p = _cli(wh, "m.g")
+        time.sleep(whole * frac)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        snap = cat.load_table("m.g").current_snapshot()
+        assert snap.snapshot_id == head or snap.summary.operation.value == "replace"
+        assert _ids(cat, spark) == LIVE
+        head = snap.snapshot_id
+    p = _cli(wh, "m.g", "--format", "json")
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    assert '"base_snapshot"' in out
+    assert _ids(cat, spark) == LIVE
+    bad = _cli(wh, "m.nope")
+    out, err = bad.communicate(timeout=300)
+    assert bad.returncode != 0 and out == "" and len(err.strip().splitlines()) == 1, err
+
+
+def test_health_advises_the_conversion_then_shows_its_effect(catalog: Any, spark: Any) -> None:
+    from mor import health
+
+    _two_files(catalog)
+    before = health("m.g", catalog=catalog, exact=True, spark=spark)
+    (adv,) = [a for a in before["advice"] if a["procedure"] == "convert-equality-deletes"]
+    assert adv["mor"] == "mor convert-equality-deletes m.g"
+    assert "2 equality delete file(s) apply to live data files" in adv["reason"]
+    convert_equality_deletes("m.g", catalog=catalog, spark=spark)
+    after = health("m.g", catalog=catalog, exact=True, spark=spark)
+    assert (after["equality_delete_files"], after["position_delete_files"]) == (0, 2)
+    assert after["deleted_records"] == before["deleted_records"] == 3
+    assert not [a for a in after["advice"] if a["procedure"] == "convert-equality-deletes"]
