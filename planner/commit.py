@@ -30,6 +30,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -62,7 +63,7 @@ from pyiceberg.table.update import (
     AssertTableUUID,
     SetSnapshotRefUpdate,
 )
-from pyiceberg.types import LongType, NestedField, StringType
+from pyiceberg.types import IntegerType, ListType, LongType, NestedField, StringType, StructType
 
 from mor.planner.errors import MorError
 
@@ -85,7 +86,10 @@ class CommitUnknownError(MorError):
 
 
 class _DeleteManifestWriter(ManifestWriterV2):
-    """A v2 manifest of delete files (pyiceberg writes data manifests only)."""
+    """A v2 manifest of delete files, in the spec's schema. pyiceberg 0.12 writes data
+    manifests only, and declares `equality_ids` a list of longs where the spec (and Iceberg's
+    Java reader, which fails on it in its metadata tables) has ints: both fixed here. Avro
+    encodes int and long alike, so the entries are written as pyiceberg writes them."""
 
     def content(self) -> ManifestContent:
         return ManifestContent.DELETES
@@ -93,6 +97,40 @@ class _DeleteManifestWriter(ManifestWriterV2):
     @property
     def _meta(self) -> dict[str, str]:
         return {**super()._meta, "content": "deletes"}
+
+    def _with_partition(self, format_version: Any) -> Schema:
+        return _int_equality_ids(super()._with_partition(format_version))
+
+
+def _int_equality_ids(schema: Schema) -> Schema:
+    """The manifest entry schema with `equality_ids` (field 135) a list of ints (spec)."""
+
+    def data_file(t: StructType) -> StructType:
+        return StructType(
+            *[
+                NestedField(
+                    field_id=f.field_id,
+                    name=f.name,
+                    field_type=ListType(
+                        element_id=136, element_type=IntegerType(), element_required=True
+                    ),
+                    required=f.required,
+                    doc=f.doc,
+                )
+                if f.field_id == 135
+                else f
+                for f in t.fields
+            ]
+        )
+
+    return Schema(
+        *[
+            NestedField(f.field_id, f.name, data_file(f.field_type), required=f.required)
+            if f.field_id == 2 and isinstance(f.field_type, StructType)
+            else f
+            for f in schema.fields
+        ]
+    )
 
 
 @dataclass

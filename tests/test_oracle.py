@@ -93,3 +93,14 @@ def test_column_types_match_the_spec_and_iceberg_reader() -> None:
     summary = run_harness("column_types", "--export", str(export), timeout=900)
     assert " 0 differences" in summary
     print(summary)
+
+
+def test_converted_tables_match_iceberg_reader_and_library() -> None:
+    """convert-equality-deletes on Java-written v2 histories in a JDBC catalog shared with
+    Iceberg's Spark catalog (tests/oracle/maintenance.py): every snapshot read by Iceberg's
+    reader as before, the converted one by mor, Iceberg's reader and pyiceberg alike; Java
+    commits landing meanwhile (an INSERT rebased over, a DELETE rebased over or stopping it);
+    Iceberg's metadata tables and a Java DELETE on top."""
+    summary = run_harness("maintenance", "--seeds", "1,2,3,5,9,12", timeout=900)
+    assert " 0 differences" in summary and "conflicts" in summary and "rebased over" in summary
+    print(summary)

@@ -49,11 +49,20 @@ class History:
 
 
 class Writer:
-    def __init__(self, spark: Any, warehouse: Path | str, seed: int, fs: Any = None) -> None:
+    def __init__(
+        self,
+        spark: Any,
+        warehouse: Path | str,
+        seed: int,
+        fs: Any = None,
+        version: str | None = None,
+    ) -> None:
         """`warehouse`: the Hadoop catalog's folder; on an object store (`s3a://...`) `fs` is
-        the pyarrow file system the equality delete files are written with."""
+        the pyarrow file system the equality delete files are written with. `version`: the
+        format version ("2", "3", "2->3"; by default drawn from the seed)."""
         self.spark = spark
         self.fs = fs
+        self.version = version
         self.rng = random.Random(seed)
         self.jvm = spark._jvm
         self.next_id = 0
@@ -132,7 +141,7 @@ class Writer:
         }[self.h.layout]
         small_groups = self.rng.random() < 0.5
         # v2 (position delete files), v3 (deletion vectors), or v2 upgraded to v3 mid-history
-        self.h.version = self.rng.choice(["2", "3", "2->3"])
+        self.h.version = self.version or self.rng.choice(["2", "3", "2->3"])
         self.h.coverage[f"format v{self.h.version}"] += 1
         self.h.v3 = self.h.version == "3"
         props = {

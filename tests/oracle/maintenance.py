@@ -1,0 +1,268 @@
+"""convert-equality-deletes against Iceberg's own reader and library.
+
+    .venv/bin/python -m tests.oracle.maintenance --seeds 1,2,3,4,5,6 --steps 8
+
+Iceberg's Java writer makes random histories (tests/oracle/histories.py: equality deletes
+through RowDelta, Spark's DELETE/UPDATE/MERGE, compactions, schema changes, partitioned or
+not). Each is registered in a JDBC catalog on PostgreSQL (tests/pgcatalog.py) that Iceberg's
+Spark catalog and pyiceberg's SqlCatalog share, then converted by mor through pyiceberg's
+catalog. On even seeds a Java INSERT lands between mor's planning and its commit (rebased
+over); on seeds divisible by 3 a Java DELETE lands there instead (rebased over, or a conflict
+when it deletes from a file the conversion wrote positions for: then nothing may have
+changed but the Java commit). After each:
+
+- Iceberg's reader reads every earlier snapshot as before, and the new one as the old head
+  (plus what the Java commit did);
+- mor reads the new snapshot as Iceberg's reader does, and so does pyiceberg (which refuses
+  equality deletes) when none is left;
+- Iceberg's library accepts the metadata: its metadata tables (snapshots, entries,
+  delete_files: the equality delete files left are those mor says it kept), and a further
+  Java commit on top (a DELETE), read the same by Iceberg's reader and by mor.
+
+v3 histories are counted as refused (mor writes v2 only). Prints "maintenance: N
+comparisons, M differences"; exits 1 on any difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from typing import Any
+
+CATALOG = "lake"
+
+
+def _bag(rows: Any) -> Counter:
+    return Counter(tuple(_norm(v) for v in r) for r in rows)
+
+
+def _norm(v: Any) -> Any:
+    if isinstance(v, float):
+        return round(v, 6)
+    return v
+
+
+def _diff(a: Counter, b: Counter) -> str:
+    extra, missing = a - b, b - a
+    return (
+        f"{sum(extra.values())} extra {list(extra)[:3]}, "
+        f"{sum(missing.values())} missing {list(missing)[:3]}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", default="1,2,3,4,5,6")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument(
+        "--version",
+        default="2",
+        help="format version of the histories: 2 (default), 3, 2->3, or 'any' (by seed)",
+    )
+    args = ap.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    if args.version == "any":
+        args.version = None
+
+    from tests.oracle.runtime import RuntimeUnavailable, iceberg_session
+    from tests.pgcatalog import Postgres, PostgresUnavailable
+
+    tmp = tempfile.mkdtemp(prefix="mor-maintenance-")
+    warehouse = f"file://{tmp}/wh"
+    try:
+        with Postgres() as pg:
+            os.environ.update(pg.environment(warehouse))
+            try:
+                spark = iceberg_session(
+                    f"file://{tmp}/java", small_data=True, conf=pg.spark_conf(warehouse)
+                )
+            except RuntimeUnavailable as e:
+                print(f"cannot run the oracle here: {e}")
+                return 2
+            java_wh = f"file://{tmp}/java"
+            return _run(spark, pg, warehouse, java_wh, seeds, args.steps, args.version)
+    except PostgresUnavailable as e:
+        print(f"cannot run the maintenance harness here: {e}")
+        return 2
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(
+    spark: Any,
+    pg: Any,
+    warehouse: str,
+    java_wh: str,
+    seeds: list[int],
+    steps: int,
+    version: str | None,
+) -> int:
+    from pyiceberg.catalog import load_catalog
+
+    from mor import mor_sql
+    from mor.maintenance import convert_equality_deletes
+    from mor.planner.commit import ConflictError
+    from tests.oracle.histories import Writer
+
+    cat = load_catalog(CATALOG, **pg.pyiceberg_properties(warehouse))
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {CATALOG}.conv")
+    n, diffs, lines = 0, [], []
+    counts: Counter = Counter()
+    started = time.monotonic()
+
+    def same(what: str, got: Counter, want: Counter) -> None:
+        nonlocal n
+        n += 1
+        if got != want:
+            diffs.append(f"{what}: {_diff(got, want)}")
+
+    for seed in seeds:
+        w = Writer(spark, java_wh, seed, version=version)
+        h = w.run(steps)
+        if h.version != "2":
+            counts["v3 histories refused"] += 1
+            lines.append(f"  seed {seed}: {h.layout}, v{h.version}: refused (v2 only)")
+            continue
+        meta = w.table().operations().current().metadataFileLocation()
+        name = f"conv.{h.name}"
+        java = f"{CATALOG}.{name}"
+        spark.sql(
+            f"CALL {CATALOG}.system.register_table(table => '{name}', metadata_file => '{meta}')"
+        )
+
+        def read(at: str, name: str = name, java: str = java) -> tuple[Counter, str]:
+            """Iceberg's reader's rows, or where it refuses (an equality delete on a column
+            the snapshot's schema no longer has: its DeleteFilter) mor's, and who read."""
+            try:
+                return _bag(spark.sql(f"SELECT * FROM {java}{at}").collect()), "Iceberg's reader"
+            except Exception as e:  # noqa: BLE001 - counted by its reason
+                why = re.search(r"(?:Exception|Error): ([^\n]+)", str(e).split("\n", 1)[-1])
+                counts[f"Iceberg's reader refused: {why.group(1)[:80] if why else '?'}"] += 1
+                got = mor_sql(f"SELECT * FROM {name}{at}", catalog=cat, spark=spark).collect()
+                return _bag(got), "mor"
+
+        want = {sid: read(f" VERSION AS OF {sid}") for sid in h.snapshots}
+        current, _ = read("")  # the current schema
+        eq_before = spark.sql(
+            f"SELECT count(*) FROM {java}.delete_files WHERE content = 2"
+        ).first()[0]
+        landed: list[str] = []
+
+        fields = spark.table(java).schema.fields
+        key = next((f.name for f in fields if f.dataType.simpleString() == "bigint"), None)
+
+        def land(attempt: int, seed: int = seed, java: str = java) -> None:
+            if attempt != 1 or key is None:
+                return
+            if seed % 2 == 0:
+                values = ", ".join(
+                    "100000" if f.name == key else f"CAST(NULL AS {f.dataType.simpleString()})"
+                    for f in fields
+                )
+                spark.sql(f"INSERT INTO {java} VALUES ({values})")
+                landed.append("insert")
+            elif seed % 3 == 0:
+                spark.sql(f"DELETE FROM {java} WHERE {key} % 5 = 0")
+                landed.append("delete")
+
+        try:
+            report = convert_equality_deletes(name, catalog=cat, spark=spark, _before_commit=land)
+        except ConflictError as e:
+            report = None
+            counts["conflicts (stopped, nothing committed)"] += 1
+            lines.append(f"  seed {seed}: conflict: {str(e)[:140]}")
+            root = h.location.removeprefix("file:").removeprefix("//")
+            left = [
+                os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.startswith("mor-")
+            ]
+            n += 1
+            if left:
+                diffs.append(
+                    f"seed {seed}: the stopped conversion left {len(left)} files: {left[:2]}"
+                )
+        spark.sql(f"REFRESH TABLE {java}")
+        table = cat.load_table(name)
+        head = table.current_snapshot()
+        # every earlier snapshot reads as before (Iceberg's reader)
+        for sid in h.snapshots:
+            bag, who = want[sid]
+            if who == "mor":
+                at = f" VERSION AS OF {sid}"
+                got = _bag(mor_sql(f"SELECT * FROM {name}{at}", catalog=cat, spark=spark).collect())
+            else:
+                got = _bag(spark.sql(f"SELECT * FROM {java} VERSION AS OF {sid}").collect())
+            same(f"seed {seed} snapshot {sid} after conversion ({who})", got, bag)
+        theirs = _bag(spark.sql(f"SELECT * FROM {java}").collect())
+        if not landed:
+            same(f"seed {seed}: converted head vs the old head (Iceberg's reader)", theirs, current)
+        ours = _bag(mor_sql(f"SELECT * FROM {name}", catalog=cat, spark=spark).collect())
+        same(f"seed {seed}: mor vs Iceberg's reader after conversion", ours, theirs)
+        eq_after = spark.sql(f"SELECT count(*) FROM {java}.delete_files WHERE content = 2").first()[
+            0
+        ]
+        if report is not None and report.snapshot is not None:
+            counts["converted"] += 1
+            counts["positions written"] += report.positions
+            counts["position delete files written"] += len(report.written)
+            counts["equality delete files removed"] += len(report.removed)
+            counts[f"rebased over a Java {landed[0]}" if landed else "committed at once"] += 1
+            if report.kept != eq_after:
+                diffs.append(
+                    f"seed {seed}: mor kept {report.kept}, Iceberg lists {eq_after} "
+                    "equality delete files"
+                )
+            n += 1
+            ops = [
+                r.operation
+                for r in spark.sql(
+                    f"SELECT operation FROM {java}.snapshots ORDER BY committed_at"
+                ).collect()
+            ]
+            if ops[-1] != "replace":
+                diffs.append(
+                    f"seed {seed}: Iceberg's snapshots table ends with {ops[-1]}, not replace"
+                )
+            n += 1
+            spark.sql(f"SELECT * FROM {java}.entries").collect()  # every manifest parses
+            lines.append(
+                f"  seed {seed}: {h.layout}, {len(h.snapshots)} snapshots: "
+                f"{len(report.removed)} of {eq_before} equality delete files removed, "
+                f"{report.positions} positions in "
+                f"{len(report.written)} files, attempts {report.attempts}"
+                + (f" (a Java {landed[0]} landed meanwhile)" if landed else "")
+            )
+        elif report is not None:
+            counts["nothing to convert"] += 1
+            lines.append(f"  seed {seed}: {h.layout}: no equality delete applies")
+        if eq_after == 0:
+            py = _bag(tuple(r.values()) for r in table.scan().to_arrow().to_pylist())
+            same(f"seed {seed}: pyiceberg vs Iceberg's reader after conversion", py, theirs)
+            counts["read by pyiceberg"] += 1
+        # a further Java commit on top, read by both
+        if key is not None:
+            spark.sql(f"DELETE FROM {java} WHERE {key} % 3 = 1")
+        spark.sql(f"REFRESH TABLE {java}")
+        theirs = _bag(spark.sql(f"SELECT * FROM {java}").collect())
+        ours = _bag(mor_sql(f"SELECT * FROM {name}", catalog=cat, spark=spark).collect())
+        same(f"seed {seed}: mor vs Iceberg's reader after a Java DELETE on top", ours, theirs)
+        del head
+
+    print(f"maintenance harness, {len(seeds)} Java histories, {time.monotonic() - started:.0f}s:")
+    for line in lines:
+        print(line)
+    for k, v in sorted(counts.items()):
+        print(f"  {k}: {v}")
+    for d in diffs[:20]:
+        print(f"DIFFERENCE {d}")
+    print(f"maintenance: {n} comparisons, {len(diffs)} differences")
+    return 1 if diffs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
