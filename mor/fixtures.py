@@ -1,11 +1,13 @@
 """Write genuine Iceberg v2 merge-on-read tables from Python (pyiceberg + pyarrow).
 
-pyiceberg has no public API that commits delete files; this module adds two small pieces on top
-of its internals (see ../shared/ORACLE.md): a manifest writer whose content is `deletes`, and a
-snapshot producer that commits data files and delete files together (a row delta). Entries are
-written with null sequence numbers and inherit their snapshot's at read time.
+pyiceberg has no public API that commits delete files; this module adds a snapshot producer on
+top of its internals (see ../shared/ORACLE.md) that commits data files and delete files
+together (a row delta), with the delete manifest writer of planner/commit.py (content
+`deletes`, `equality_ids` as the spec's ints). Entries are written with null sequence numbers
+and inherit their snapshot's at read time.
 
-Used by the demo and the tests. This is the only module of the project that writes tables.
+Used by the demo and the tests. Besides mor's maintenance commands (mor/maintenance.py), the
+only module of the project that writes tables.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from pyiceberg.manifest import (
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
-    ManifestWriterV2,
 )
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema, prune_columns
@@ -44,20 +45,13 @@ from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType, StructType
 
+from mor.planner.commit import DeleteManifestWriter
+
 POS_DELETE_SCHEMA = Schema(
     NestedField(2147483546, "file_path", StringType(), required=True),
     NestedField(2147483545, "pos", LongType(), required=True),
 )
 _FULL_METRICS = {"write.metadata.metrics.default": "full"}
-
-
-class _DeleteManifestWriter(ManifestWriterV2):
-    def content(self) -> ManifestContent:
-        return ManifestContent.DELETES
-
-    @property
-    def _meta(self) -> dict[str, str]:
-        return {**super()._meta, "content": "deletes"}
 
 
 class _RowDelta(_FastAppendFiles):
@@ -86,7 +80,7 @@ class _RowDelta(_FastAppendFiles):
                 if content == ManifestContent.DATA:
                     writer = self.new_manifest_writer(spec)
                 else:
-                    writer = _DeleteManifestWriter(
+                    writer = DeleteManifestWriter(
                         spec,
                         self.schema(),
                         self.new_manifest_output(),

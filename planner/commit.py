@@ -85,7 +85,7 @@ class CommitUnknownError(MorError):
     are left in place (named in the message)."""
 
 
-class _DeleteManifestWriter(ManifestWriterV2):
+class DeleteManifestWriter(ManifestWriterV2):
     """A v2 manifest of delete files, in the spec's schema. pyiceberg 0.12 writes data
     manifests only, and declares `equality_ids` a list of longs where the spec (and Iceberg's
     Java reader, which fails on it in its metadata tables) has ints: both fixed here. Avro
@@ -389,7 +389,7 @@ def _added_manifests(
     for spec_id, files in sorted(by_spec.items()):
         path = _manifest_path(table)
         written.append(path)
-        writer = _DeleteManifestWriter(
+        writer = DeleteManifestWriter(
             table.metadata.specs()[spec_id],
             table.metadata.schema(),
             table.io.new_output(path),
@@ -430,7 +430,7 @@ def _manifests(
         found.update(e.data_file.file_path for e in hit)
         path = _manifest_path(table)
         written.append(path)
-        writer = _DeleteManifestWriter(
+        writer = DeleteManifestWriter(
             table.metadata.specs()[manifest.partition_spec_id],
             table.metadata.schema(),
             io.new_output(path),
