@@ -181,10 +181,10 @@ def commit_rewrite(
     written: list[str] = []  # every file this operation wrote, to delete unless committed
     written += [f.file_path for f in change.added]
     io = table.io
-    ours = _added_manifests(table, change.added, snapshot_id, written)
     rebased: list[int] = []
     committed = False
     try:
+        ours = _added_manifests(table, change.added, snapshot_id, written)
         for attempt in range(1, retries + 2):
             head = _head(table, branch)
             if head is None:
@@ -194,10 +194,10 @@ def commit_rewrite(
                 conflicts(table, news, change, identifier)
                 rebased += [s.snapshot_id for s in news if s.snapshot_id not in rebased]
                 base = head
-            attempt_files: list[str] = []
-            manifests = _manifests(table, head, change, snapshot_id, attempt_files) + ours
+            mark = len(written)  # what this attempt writes: written[mark:]
+            manifests = _manifests(table, head, change, snapshot_id, written) + ours
             seq = table.metadata.last_sequence_number + 1
-            listing = _manifest_list(table, head, manifests, snapshot_id, seq, attempt_files)
+            listing = _manifest_list(table, head, manifests, snapshot_id, seq, written)
             snapshot = Snapshot(
                 snapshot_id=snapshot_id,
                 parent_snapshot_id=head.snapshot_id,
@@ -225,13 +225,13 @@ def commit_rewrite(
                 )
             except CommitStateUnknownException as e:
                 committed = True  # perhaps: nothing may be deleted
-                kept = written + attempt_files
                 raise CommitUnknownError(
                     f"{identifier}: the catalog could not tell whether snapshot {snapshot_id} "
-                    f"was committed ({e}); its files are left in place: {', '.join(kept)}"
+                    f"was committed ({e}); its files are left in place: {', '.join(written)}"
                 ) from e
             except CommitFailedException:
-                _delete(io, attempt_files)  # this attempt's manifest list and rewrites
+                _delete(io, written[mark:])  # this attempt's manifest list and rewrites
+                del written[mark:]
                 table = catalog.load_table(identifier)
                 continue
             committed = True

@@ -334,3 +334,22 @@ def test_health_advises_the_conversion_then_shows_its_effect(catalog: Any, spark
     assert (after["equality_delete_files"], after["position_delete_files"]) == (0, 2)
     assert after["deleted_records"] == before["deleted_records"] == 3
     assert not [a for a in after["advice"] if a["procedure"] == "convert-equality-deletes"]
+
+
+def test_a_failure_before_the_commit_leaves_nothing_behind(catalog: Any, spark: Any) -> None:
+    """Anything failing after the files are written and before the catalog commits (here:
+    the process's storage at the last moment): every file the operation wrote (position
+    delete files, new and rewritten manifests, the manifest list) is removed."""
+    w = _two_files(catalog)
+    location = w.table.metadata.location
+    files = _files(location)
+    head = w.refresh().current_snapshot().snapshot_id
+
+    def boom(attempt: int) -> None:
+        assert {p for p in _files(location) - files if "/mor-" in p or "/snap-" in p}
+        raise OSError("storage went away")
+
+    with pytest.raises(OSError, match="storage went away"):
+        convert_equality_deletes("m.g", catalog=catalog, spark=spark, _before_commit=boom)
+    assert _files(location) == files
+    assert w.refresh().current_snapshot().snapshot_id == head
