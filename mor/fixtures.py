@@ -43,15 +43,9 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.typedef import Record
-from pyiceberg.types import LongType, NestedField, StringType, StructType
+from pyiceberg.types import NestedField, StructType
 
-from mor.planner.commit import DeleteManifestWriter
-
-POS_DELETE_SCHEMA = Schema(
-    NestedField(2147483546, "file_path", StringType(), required=True),
-    NestedField(2147483545, "pos", LongType(), required=True),
-)
-_FULL_METRICS = {"write.metadata.metrics.default": "full"}
+from mor.planner.commit import FULL_METRICS, POSITION_DELETE_SCHEMA, DeleteManifestWriter
 
 
 class _RowDelta(_FastAppendFiles):
@@ -117,7 +111,7 @@ class TableWriter:
         catalog.create_namespace_if_not_exists(ns)
         if catalog.table_exists(identifier):
             catalog.purge_table(identifier)
-        props = {"format-version": "2", **_FULL_METRICS, **(properties or {})}
+        props = {"format-version": "2", **FULL_METRICS, **(properties or {})}
         self.table = catalog.create_table(
             identifier, schema=schema, partition_spec=spec, properties=props
         )
@@ -139,11 +133,11 @@ class TableWriter:
         rows = sorted((p, int(i)) for p, ps in positions.items() for i in ps)
         table = pa.table(
             {"file_path": [r[0] for r in rows], "pos": [r[1] for r in rows]},
-            schema=schema_to_pyarrow(POS_DELETE_SCHEMA),
+            schema=schema_to_pyarrow(POSITION_DELETE_SCHEMA),
         )
         return self._delete_file(
             table,
-            POS_DELETE_SCHEMA,
+            POSITION_DELETE_SCHEMA,
             DataFileContent.POSITION_DELETES,
             like.partition,
             like.spec_id,
@@ -202,7 +196,7 @@ class TableWriter:
             w.write_table(table)
         meta = pq.read_metadata(local)
         stats = data_file_statistics_from_parquet_metadata(
-            meta, compute_statistics_plan(schema, _FULL_METRICS), parquet_path_to_id_mapping(schema)
+            meta, compute_statistics_plan(schema, FULL_METRICS), parquet_path_to_id_mapping(schema)
         )
         f = DataFile.from_args(
             content=content,

@@ -72,7 +72,7 @@ POSITION_DELETE_SCHEMA = Schema(
     NestedField(2147483546, "file_path", StringType(), required=True),
     NestedField(2147483545, "pos", LongType(), required=True),
 )
-_FULL_METRICS = {"write.metadata.metrics.default": "full"}  # file_path bounds untruncated
+FULL_METRICS = {"write.metadata.metrics.default": "full"}  # file_path bounds untruncated
 
 
 class ConflictError(MorError):
@@ -267,7 +267,7 @@ def write_position_deletes(table: Table, data_file: DataFile, positions: pa.Arra
     data = sink.getvalue()
     stats = data_file_statistics_from_parquet_metadata(
         pq.read_metadata(pa.BufferReader(data)),
-        compute_statistics_plan(POSITION_DELETE_SCHEMA, _FULL_METRICS),
+        compute_statistics_plan(POSITION_DELETE_SCHEMA, FULL_METRICS),
         parquet_path_to_id_mapping(POSITION_DELETE_SCHEMA),
     )
     path = f"{table.metadata.location.rstrip('/')}/data/mor-{uuid.uuid4()}-deletes.parquet"

@@ -35,25 +35,8 @@ import time
 from collections import Counter
 from typing import Any
 
-CATALOG = "lake"
-
-
-def _bag(rows: Any) -> Counter:
-    return Counter(tuple(_norm(v) for v in r) for r in rows)
-
-
-def _norm(v: Any) -> Any:
-    if isinstance(v, float):
-        return round(v, 6)
-    return v
-
-
-def _diff(a: Counter, b: Counter) -> str:
-    extra, missing = a - b, b - a
-    return (
-        f"{sum(extra.values())} extra {list(extra)[:3]}, "
-        f"{sum(missing.values())} missing {list(missing)[:3]}"
-    )
+from tests.oracle.pipelines import _bag, _diff
+from tests.pgcatalog import CATALOG
 
 
 def main(argv: list[str] | None = None) -> int:
