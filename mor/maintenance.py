@@ -78,7 +78,7 @@ class ConvertReport:
         )
 
 
-def _kept_by(where: str, sql: str, cat: Any, schema: Any, table: str) -> set[str]:
+def _kept_by(where: str, sql: str, cat: Any, schema: Any, table: str, cache: Any) -> set[str]:
     """The recorded paths of the data files a `--where` filter keeps (by their partition
     values and column bounds). Every conjunct must be a comparison mor evaluates on file
     metadata: a filter it could not apply would silently convert every file."""
@@ -89,7 +89,6 @@ def _kept_by(where: str, sql: str, cat: Any, schema: Any, table: str) -> set[str
     from mor.planner.errors import SqlSyntaxError
     from mor.planner.nodes import IcebergScan
     from mor.planner.sql import DIALECT
-    from mor.planner.state import ProcessCaches
 
     try:
         tree = sqlglot.parse_one(where, dialect=DIALECT)
@@ -100,7 +99,7 @@ def _kept_by(where: str, sql: str, cat: Any, schema: Any, table: str) -> set[str
         if col.name.lower() not in names:
             raise MorError(f"--where {where}: {table} has no column {col.name}")
     conjuncts = list(tree.flatten()) if isinstance(tree, exp.And) else [tree]
-    plan = plan_query(sql, catalog=cat, cache=ProcessCaches()).optimized
+    plan = plan_query(sql, catalog=cat, cache=cache).optimized
     scans = [n for n in plan.walk() if isinstance(n, IcebergScan)]
     applied = [e for e in scans[0].pushed if e.pred is not None] if scans else []
     if len(applied) < len(conjuncts):
@@ -157,13 +156,14 @@ def convert_equality_deletes(
 
     note(f"planning {table} at snapshot {head.snapshot_id}")
     sql = f"SELECT * FROM {table} VERSION AS OF {head.snapshot_id}"
-    full = plan_query(sql, catalog=cat, cache=ProcessCaches()).optimized
+    cache = ProcessCaches()  # this command's own: the --where plan reuses its manifests
+    full = plan_query(sql, catalog=cat, cache=cache).optimized
     scans = [n for n in full.walk() if isinstance(n, IcebergScan) and n.files is not None]
     tasks = {t.path: (t, s) for s in scans for t in s.data_files()}
     reached = {p for p, (t, _) in tasks.items() if t.eq_deletes}
     chosen = reached
     if where is not None:
-        chosen = reached & _kept_by(where, f"{sql} WHERE {where}", cat, tbl.schema(), table)
+        chosen = reached & _kept_by(where, f"{sql} WHERE {where}", cat, tbl.schema(), table, cache)
     needed = {
         s.deletes_by_id()[i].path
         for p, (t, s) in tasks.items()
