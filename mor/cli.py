@@ -157,6 +157,48 @@ def _parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="report what would be read, written and removed"
     )
     cv.add_argument("--format", choices=["table", "json"], default="table")
+    cp = sub.add_parser(
+        "compact",
+        parents=[DEBUG, CATALOG, SPARK, SETTINGS],
+        help="rewrite data files that deletes weigh on or whose size is off the target, "
+        "every delete applied, in one atomic commit",
+    )
+    cp.add_argument("table", help="ns.table in the catalog (the commit goes through it)")
+    cp.add_argument("--where", metavar="SQL", help="only the data files of the partitions it keeps")
+    cp.add_argument("--branch", default="main", help="the branch to compact (default main)")
+    cp.add_argument(
+        "--target-file-size",
+        type=int,
+        metavar="BYTES",
+        help="size of the files written (default: the table's write.target-file-size-bytes, "
+        "else 512 MiB); files under 75%% or over 180%% of it are rewritten",
+    )
+    cp.add_argument(
+        "--delete-ratio-threshold",
+        type=float,
+        default=0.3,
+        metavar="R",
+        help="rewrite a data file when file-scoped position deletes remove this share of its "
+        "rows or more (default 0.3, as Iceberg's rewrite_data_files)",
+    )
+    cp.add_argument(
+        "--delete-file-threshold",
+        type=int,
+        metavar="N",
+        help="rewrite a data file when N or more delete files apply to it (1: every data file "
+        "any delete applies to, equality deletes included)",
+    )
+    cp.add_argument(
+        "--min-input-files",
+        type=int,
+        default=5,
+        metavar="N",
+        help="rewrite a partition's small files when there are N or more (default 5)",
+    )
+    cp.add_argument(
+        "--dry-run", action="store_true", help="report what would be read, written and removed"
+    )
+    cp.add_argument("--format", choices=["table", "json"], default="table")
     sub.add_parser(
         "config",
         parents=[DEBUG, WAREHOUSE, SETTINGS],
@@ -398,6 +440,38 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compact(args: argparse.Namespace) -> int:
+    import json
+
+    from mor.maintenance import compact
+
+    report = compact(
+        args.table,
+        catalog=args.catalog,
+        warehouse=args.warehouse,
+        where=args.where,
+        branch=args.branch,
+        target_file_size=args.target_file_size,
+        delete_ratio_threshold=args.delete_ratio_threshold,
+        delete_file_threshold=args.delete_file_threshold,
+        min_input_files=args.min_input_files,
+        dry_run=args.dry_run,
+        spark=lambda: spark_session(args),
+        progress=progress.note,
+    )
+    progress.clear()
+    if args.format == "json":
+        sys.stdout.write(json.dumps(report.as_dict(), indent=1) + "\n")
+        return 0
+    for f in report.written:
+        sys.stdout.write(f"added   {f.path} ({f.rows} rows, {f.bytes} bytes)\n")
+    for f in report.removed:
+        verb = "would remove" if args.dry_run else "removed"
+        sys.stdout.write(f"{verb} {f.path} ({f.rows} rows, {f.bytes} bytes)\n")
+    sys.stdout.write(report.line() + "\n")
+    return 0
+
+
 def cmd_health(args: argparse.Namespace) -> int:
     from mor.api import health
     from mor.health_advice import Thresholds
@@ -617,6 +691,7 @@ def main(argv: list[str] | None = None) -> int:
             "describe": cmd_describe,
             "health": cmd_health,
             "convert-equality-deletes": cmd_convert,
+            "compact": cmd_compact,
             "changes": cmd_changes,
             "shell": cmd_shell,
             "config": cmd_config,

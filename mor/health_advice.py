@@ -73,6 +73,16 @@ def advice(
         w = _where(src, parts)
         return [f"where => {json.dumps(w)}"] if w else []
 
+    # mor's own commands, for a table named in a catalog (the commit goes through it)
+    named = "/" not in table
+
+    def compact(parts: list[dict[str, Any]], *options: str) -> dict[str, str]:
+        if not named:
+            return {}
+        w = _where(src, parts) if len(parts) != len(partitions) else None
+        where = f" --where {json.dumps(w)}" if w else ""
+        return {"mor": f"mor compact {table}{where}{''.join(' ' + o for o in options)}"}
+
     heavy = [p for p in partitions if p["delete_ratio"] >= th.delete_ratio]
     if heavy:
         worst = max(heavy, key=lambda p: p["delete_ratio"])
@@ -80,6 +90,7 @@ def advice(
         out.append(
             {
                 "procedure": "rewrite_data_files",
+                **compact(heavy, f"--delete-ratio-threshold {th.delete_ratio}"),
                 "call": call(
                     "rewrite_data_files",
                     *where_arg(heavy),
@@ -99,6 +110,7 @@ def advice(
         out.append(
             {
                 "procedure": "rewrite_data_files",
+                **compact(many, f"--delete-file-threshold {th.delete_files}"),
                 "call": call(
                     "rewrite_data_files",
                     *where_arg(many),
@@ -126,14 +138,16 @@ def advice(
         out.append(
             {
                 "procedure": "rewrite_position_delete_files",
+                # dangling files are removed by any compaction; stacked ones by rewriting
+                # the data files they apply to
+                **compact(partitions, *(["--delete-file-threshold 2"] if stacked else [])),
                 "call": call("rewrite_position_delete_files"),
                 "reason": "; ".join(why),
                 "partitions": [],
             }
         )
     dangling_eq = len(dangling) - dangling_pos
-    # mor's own command, for a table named in a catalog (the commit goes through it)
-    convert = f"mor convert-equality-deletes {table}" if "/" not in table else None
+    convert = f"mor convert-equality-deletes {table}" if named else None
     live_eq = report["equality_delete_files"] - dangling_eq
     if live_eq > 0 and convert:
         out.append(
@@ -167,6 +181,7 @@ def advice(
         out.append(
             {
                 "procedure": "rewrite_data_files",
+                **compact(small),
                 "call": call("rewrite_data_files", *where_arg(small)),
                 "reason": (
                     f"{n} data file(s) smaller than {report['small_file_bytes']} bytes (75% of "

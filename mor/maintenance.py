@@ -244,3 +244,355 @@ def convert_equality_deletes(
     report.rebased_over = done.rebased_over
     report.seconds = time.perf_counter() - started
     return report
+
+
+# Iceberg's defaults for rewrite_data_files (SizeBasedFileRewritePlanner, BinPackRewriteFilePlanner)
+TARGET_FILE_SIZE = 512 * 1024 * 1024  # write.target-file-size-bytes
+MIN_INPUT_FILES = 5
+DELETE_RATIO = 0.3
+# column types Spark's Parquet writer writes as Iceberg's readers expect (with field ids):
+# lists and maps lose the ids of their elements, keys and values; uuid and fixed are written
+# as plain binary; the rest has no Spark type
+_WRITABLE = {
+    "boolean", "int", "long", "float", "double", "date", "timestamp", "timestamptz",
+    "string", "binary",
+}  # fmt: skip
+
+
+@dataclass
+class CompactReport:
+    """What a compaction read, wrote and removed (or would, with `dry_run`)."""
+
+    table: str
+    branch: str
+    base_snapshot: int
+    dry_run: bool
+    target_file_size: int
+    partitions: int = 0  # partitions (groups) rewritten
+    data_files: int = 0  # data files rewritten
+    data_rows: int = 0  # their rows as recorded (deleted ones included)
+    data_bytes: int = 0
+    written: list[FileOut] = field(default_factory=list)  # new data files
+    estimated_files: int = 0  # the files the job was asked to write
+    removed: list[FileOut] = field(default_factory=list)  # delete files removed
+    left_other_specs: int = 0  # files that qualified but are of an older partition spec
+    snapshot: int | None = None
+    attempts: int = 0
+    rebased_over: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def line(self) -> str:
+        head = (
+            f"{self.table}: dry run on snapshot {self.base_snapshot}, nothing written"
+            if self.dry_run
+            else f"{self.table}: snapshot {self.snapshot} committed on {self.branch}"
+            if self.snapshot is not None
+            else f"{self.table}: nothing to compact in snapshot {self.base_snapshot}"
+        )
+        out = (
+            f"about {self.estimated_files} files"
+            if self.dry_run
+            else f"{len(self.written)} files ({sum(f.rows for f in self.written)} rows, "
+            f"{sum(f.bytes for f in self.written)} bytes)"
+        )
+        verb = "would rewrite" if self.dry_run else "rewrote"
+        gone = "would remove" if self.dry_run else "removed"
+        older = (
+            f"; left {self.left_other_specs} files of older partition specs"
+            if self.left_other_specs
+            else ""
+        )
+        return (
+            f"{head}; {verb} {self.data_files} data files ({self.data_rows} rows recorded, "
+            f"{self.data_bytes} bytes) in {self.partitions} partitions into {out}; {gone} "
+            f"{len(self.removed)} delete files ({sum(f.rows for f in self.removed)} rows, "
+            f"{sum(f.bytes for f in self.removed)} bytes){older}; {self.seconds:.1f} s"
+        )
+
+
+def _writable(schema: Any, table: str) -> None:
+    """Refuse, by column, a schema Spark's Parquet writer cannot write as Iceberg reads it."""
+    from pyiceberg.types import DecimalType, StructType
+
+    def check(name: str, t: Any) -> None:
+        if isinstance(t, StructType):
+            for f in t.fields:
+                check(f"{name}.{f.name}", f.field_type)
+            return
+        if isinstance(t, DecimalType) or str(t) in _WRITABLE:
+            return
+        raise UnsupportedError(
+            f"{table}: column {name} is of type {t}, which mor's compaction does not write "
+            "yet (Spark's Parquet writer loses the field ids of list elements and map keys "
+            "and values, and writes uuid and fixed as plain binary)"
+        )
+
+    for f in schema.fields:
+        check(f.name, f.field_type)
+
+
+def _output_files(size: float, target: int) -> int:
+    """How many files of about `target` bytes `size` bytes make: a remainder above the
+    smallest size worth a file (75% of the target) is a file of its own."""
+    n = int(size // target)
+    if n == 0 or size - n * target > 0.75 * target:
+        n += 1
+    return n
+
+
+def compact(
+    table: str,
+    *,
+    catalog: Any = None,
+    warehouse: str | None = None,
+    where: str | None = None,
+    branch: str = "main",
+    target_file_size: int | None = None,
+    delete_ratio_threshold: float = DELETE_RATIO,
+    delete_file_threshold: int | None = None,
+    min_input_files: int = MIN_INPUT_FILES,
+    dry_run: bool = False,
+    spark: Any = None,
+    progress: Any = None,
+    _before_commit: Any = None,
+) -> CompactReport:
+    """Rewrite the data files of `table` that deletes weigh on or whose size is off the
+    target, with every delete applied, and remove the delete files that then reach no live
+    data file, in one atomic commit (as Iceberg's `rewrite_data_files`, bin-packing).
+
+    A data file qualifies when `delete_file_threshold` or more delete files apply to it,
+    when the rows its file-scoped position deletes remove are `delete_ratio_threshold` of its
+    rows or more, or when it is under 75% or over 180% of `target_file_size` (default: the
+    table's `write.target-file-size-bytes`, else 512 MiB). A partition's qualifying files
+    are rewritten when one qualifies by its deletes, when there are `min_input_files` of them
+    or when together they make more than one target file. The new files are written in the
+    partition they came from (files of an older partition spec are left: moving their rows
+    into the current spec could put them out of reach of a partition-scoped equality delete
+    committed meanwhile) and keep the data sequence number of the snapshot read."""
+    import re
+    import uuid as uuidlib
+
+    from pyiceberg.manifest import DataFileContent
+
+    from mor.api import plan_query, resolve_catalog
+    from mor.physical import local_session, prepare_session
+    from mor.physical.maintenance import GROUP, Column, Group, only_files, write_compacted
+    from mor.planner.commit import _named_file, data_file_of, list_files
+    from mor.planner.nodes import IcebergScan
+    from mor.planner.sources import PathMap
+    from mor.planner.state import ProcessCaches
+
+    started = time.perf_counter()
+    note = progress or (lambda text: None)
+    if target_file_size is not None and target_file_size <= 0:
+        raise MorError("--target-file-size must be a positive number of bytes")
+    if not 0 < delete_ratio_threshold <= 1:
+        raise MorError("--delete-ratio-threshold must be in (0, 1]")
+    if delete_file_threshold is not None and delete_file_threshold < 1:
+        raise MorError("--delete-file-threshold must be 1 or more")
+    if min_input_files < 1:
+        raise MorError("--min-input-files must be 1 or more")
+    cat = resolve_catalog(catalog, warehouse)
+    try:
+        tbl = cat.load_table(table)
+    except Exception as e:  # noqa: BLE001 - NoSuchTableError and kin: one line
+        raise TableNotFoundError(f"{table}: {e}") from e
+    version = tbl.metadata.format_version
+    if version != 2:
+        raise UnsupportedError(
+            f"{table}: format version {version}; compact commits v2 metadata only (v3 "
+            "tables are not written yet)"
+        )
+    schema = tbl.schema()
+    _writable(schema, table)
+    head = tbl.metadata.snapshot_by_name(branch)
+    if head is None:
+        if branch == "main" and not tbl.metadata.snapshots:
+            raise MorError(f"{table}: the table has no snapshot yet; nothing to compact")
+        raise MorError(f"{table}: no branch {branch!r}")
+    props = tbl.metadata.properties
+    target = target_file_size or int(props.get("write.target-file-size-bytes", TARGET_FILE_SIZE))
+    report = CompactReport(table, branch, head.snapshot_id, dry_run, target)
+
+    note(f"planning {table} at snapshot {head.snapshot_id}")
+    sql = f"SELECT * FROM {table} VERSION AS OF {head.snapshot_id}"
+    cache = ProcessCaches()
+    full = plan_query(sql, catalog=cat, cache=cache).optimized
+    scans = [n for n in full.walk() if isinstance(n, IcebergScan) and n.files is not None]
+    tasks = {t.path: (t, s) for s in scans for t in s.data_files()}
+    kept = (
+        None
+        if where is None
+        else _kept_by(where, f"{sql} WHERE {where}", cat, schema, table, cache)
+    )
+
+    io = tbl.io
+    live: dict[str, Any] = {}
+    deletes: dict[str, tuple[Any, int]] = {}
+    for manifest in head.manifests(io):
+        for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+            f = entry.data_file
+            if f.content == DataFileContent.DATA:
+                live[f.file_path] = f
+            else:
+                deletes[f.file_path] = (f, entry.sequence_number or 0)
+    if set(live) != set(tasks):
+        raise InternalError(f"{table}: the plan of snapshot {head.snapshot_id} misses data files")
+
+    default = tbl.metadata.default_spec_id
+    small, large = 0.75 * target, 1.8 * target
+    groups: dict[tuple[int, int], list[tuple[Any, bool, float]]] = {}
+    for path, (t, s) in tasks.items():
+        if kept is not None and path not in kept:
+            continue
+        by_id = s.deletes_by_id()
+        n_deletes = len(t.pos_deletes) + len(t.eq_deletes)
+        known = sum(
+            by_id[i].record_count
+            for i in t.pos_deletes
+            if _named_file(deletes[by_id[i].path][0]) == path
+        )
+        ratio = min(known, t.record_count) / t.record_count if t.record_count else 1.0
+        heavy = n_deletes > 0 and (
+            ratio >= delete_ratio_threshold
+            or (delete_file_threshold is not None and n_deletes >= delete_file_threshold)
+        )
+        if not heavy and small <= t.size_bytes <= large:
+            continue
+        if t.spec_id != default:
+            report.left_other_specs += 1
+            continue
+        live_share = 1.0 - ratio if n_deletes else 1.0
+        groups.setdefault((t.spec_id, t.partition_id), []).append((t, heavy, live_share))
+    chosen: list[list[tuple[Any, bool, float]]] = []
+    for files in groups.values():
+        size = sum(t.size_bytes for t, _, _ in files)
+        if (
+            any(heavy for _, heavy, _ in files)
+            or len(files) >= min_input_files
+            or (len(files) > 1 and size > target)
+            or size > large
+        ):
+            chosen.append(sorted(files, key=lambda x: x[0].path))
+    rewritten = {t.path for files in chosen for t, _, _ in files}
+    needed = {
+        s.deletes_by_id()[i].path
+        for p, (t, s) in tasks.items()
+        if p not in rewritten
+        for i in (*t.pos_deletes, *t.eq_deletes)
+    }
+    removed = {p for p in deletes if p not in needed}  # dangling ones too
+    plan_groups = [
+        Group(
+            tuple(t.path for t, _, _ in files),
+            _output_files(sum(t.size_bytes * share for t, _, share in files), target),
+        )
+        for files in chosen
+    ]
+    report.partitions = len(chosen)
+    report.data_files = len(rewritten)
+    report.data_rows = sum(live[p].record_count for p in rewritten)
+    report.data_bytes = sum(live[p].file_size_in_bytes for p in rewritten)
+    report.estimated_files = sum(g.files for g in plan_groups)
+    report.removed = [
+        FileOut(p, deletes[p][0].record_count, deletes[p][0].file_size_in_bytes)
+        for p in sorted(removed)
+    ]
+    if dry_run or not (rewritten or removed):
+        report.seconds = time.perf_counter() - started
+        return report
+
+    folder = f"{tbl.metadata.location.rstrip('/')}/data/mor-compact-{uuidlib.uuid4()}"
+    added = []
+    try:
+        if rewritten:
+            note(f"rewriting {len(rewritten)} data files of {len(chosen)} partitions")
+            session = (
+                local_session()
+                if spark is None
+                else spark()
+                if callable(spark)
+                else prepare_session(spark)
+            )
+            names = ", ".join("`" + f.name.replace("`", "``") + "`" for f in schema.fields)
+            rows_sql = f"SELECT {names}, _file, _pos FROM {table} VERSION AS OF {head.snapshot_id}"
+            rows = only_files(plan_query(rows_sql, catalog=cat, cache=cache).optimized, rewritten)
+            columns = [
+                Column(f.name, f.field_id, f.field_type.model_dump_json()) for f in schema.fields
+            ]
+            write_compacted(
+                session,
+                rows,
+                columns,
+                plan_groups,
+                PathMap.of(None)(folder),
+                props.get("write.parquet.compression-codec", "zstd"),
+            )
+            note("reading the new files' footers")
+            spec_id = tbl.metadata.default_spec_id
+            for path in list_files(io, folder):
+                name = path.rsplit("/", 1)[-1]
+                m = re.search(rf"/{GROUP}=(\d+)/", path)
+                if m is None or not name.endswith(".parquet") or name[0] in "._":
+                    continue
+                first = live[plan_groups[int(m.group(1))].paths[0]]
+                added.append(data_file_of(tbl, path, first.partition, spec_id))
+        report.written = [FileOut(f.file_path, f.record_count, f.file_size_in_bytes) for f in added]
+        eq_removed = [
+            p for p in removed if deletes[p][0].content == DataFileContent.EQUALITY_DELETES
+        ]
+        pos_removed = [p for p in removed if p not in eq_removed]
+        change = Rewrite(
+            added=[],
+            removed=removed,
+            data=set(rewritten),
+            reach_seq=max((deletes[p][1] for p in eq_removed), default=0),
+            added_data=added,
+            removed_data=set(rewritten),
+            data_seq=head.sequence_number,
+            summary={
+                "deleted-records": str(report.data_rows),
+                "removed-position-deletes": str(
+                    sum(deletes[p][0].record_count for p in pos_removed)
+                ),
+                "removed-equality-deletes": str(
+                    sum(deletes[p][0].record_count for p in eq_removed)
+                ),
+                "removed-files-size": str(report.data_bytes + sum(f.bytes for f in report.removed)),
+                "mor.operation": "compact",
+            },
+        )
+        note("committing")
+        done = commit_rewrite(cat, table, head, branch, change, before_commit=_before_commit)
+    except BaseException:
+        _clear(io, folder)
+        raise
+    # what Spark wrote beside the data files (checksums): referenced by no snapshot
+    if rewritten:
+        _clear(io, folder, keep={f.file_path for f in added})
+    report.snapshot = done.snapshot.snapshot_id
+    report.attempts = done.attempts
+    report.rebased_over = done.rebased_over
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _clear(io: Any, folder: str, keep: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    """Delete what mor wrote under `folder` but `keep` (best effort: a file that cannot be
+    deleted is referenced by no snapshot); a local folder left empty is removed."""
+    import os
+    import shutil
+
+    from mor.planner.commit import _delete, list_files
+
+    try:
+        made = list_files(io, folder)
+    except Exception:  # noqa: BLE001 - nothing written, or a store that refused listing
+        made = []
+    _delete(io, [p for p in made if p not in keep])
+    local = folder.removeprefix("file://").removeprefix("file:")
+    if not keep and "://" not in local and os.path.isdir(local):
+        shutil.rmtree(local, ignore_errors=True)

@@ -1,4 +1,5 @@
-"""The Spark side of the maintenance commands: the positions equality deletes remove.
+"""The Spark side of the maintenance commands: the positions equality deletes remove, and
+the live rows of data files written again (compaction).
 
 `deleted_positions` runs, for the data files of a planned `SELECT *` (the equality-delete
 rewrite applied: one branch per set of equality id sets), the very step a query runs to
@@ -10,12 +11,16 @@ positions a conversion writes are exactly those a query of mor removes.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
-from mor.physical.compile import Compiler
+from mor.physical.compile import Compiler, to_dataframe
+from mor.physical.types import FIELD_ID_KEY, spark_type
 from mor.planner.errors import InternalError
 from mor.planner.nodes import IcebergScan, Plan
 from mor.planner.settings import applied
@@ -59,3 +64,82 @@ def deleted_positions(spark: SparkSession, plan: Plan) -> dict[str, pa.Array]:
                     raise InternalError(f"{path} resolved twice")
                 found[path] = positions
     return found
+
+
+GROUP = "mor_group"  # the partition column of the written folder: one folder per group
+
+
+@dataclass(frozen=True)
+class Group:
+    """Data files whose live rows go to `files` new files of one partition."""
+
+    paths: tuple[str, ...]  # recorded paths of the data files rewritten
+    files: int  # how many files to write (the rows are spread by a hash of file and position)
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    field_id: int
+    type_json: str  # the Iceberg type, as pyiceberg's JSON
+
+
+def write_compacted(
+    spark: SparkSession,
+    plan: Plan,
+    columns: Sequence[Column],
+    groups: Sequence[Group],
+    folder: str,
+    compression: str,
+) -> None:
+    """Write the live rows of `plan` (a planned `SELECT *, _file, _pos` of the table, cut to
+    the groups' data files) under `folder` (a path Spark writes to), one sub-folder
+    `mor_group=<i>` per group, as Parquet whose columns carry the Iceberg field ids (nested
+    struct fields too) and whose timestamps are INT64 microseconds, as Iceberg's writers
+    write them. One Spark job, committed by Spark's file commit protocol: the folder holds
+    all the files or, when the job fails, none that a later listing takes for output."""
+    from pyspark.sql import Row
+
+    df = to_dataframe(plan, spark, ProcessCaches())
+    starts, at = [], 0
+    for g in groups:
+        starts.append(at)
+        at += g.files
+    assign = spark.createDataFrame(
+        [
+            Row(_file=p, g=i, n=g.files, o=o)
+            for i, (g, o) in enumerate(zip(groups, starts))
+            for p in g.paths
+        ],
+        "_file string, g int, n int, o int",
+    )
+    rows = df.join(F.broadcast(assign), "_file")
+    bucket = F.col("o") + F.pmod(F.xxhash64("_file", "_pos"), F.col("n")).cast("int")
+    rows = rows.withColumn("_bucket", bucket).repartition(max(at, 1), "_bucket")
+    out = rows.select(*[_with_id(c) for c in columns], F.col("g").alias(GROUP))
+    key = "spark.sql.parquet.outputTimestampType"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, "TIMESTAMP_MICROS")
+    try:
+        (
+            out.write.mode("errorifexists")
+            .option("compression", compression)
+            .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+            .partitionBy(GROUP)
+            .parquet(folder)
+        )
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
+
+
+def _with_id(c: Column) -> F.Column:
+    """The column with its field id (and its struct fields' ids, through a cast to the
+    same type carrying them) in the metadata Spark's Parquet writer turns into field ids."""
+    col = F.col(f"`{c.name}`")
+    dtype = spark_type(c.type_json, c.name)
+    if not isinstance(dtype, (T.StructType,)):
+        return col.alias(c.name, metadata={FIELD_ID_KEY: c.field_id})
+    return col.cast(dtype).alias(c.name, metadata={FIELD_ID_KEY: c.field_id})

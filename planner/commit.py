@@ -1,15 +1,22 @@
-"""Committing a rewrite of delete files: one snapshot, atomically, through the table's catalog.
+"""Committing a rewrite of files: one snapshot, atomically, through the table's catalog.
 
-The maintenance commands (mor/maintenance.py) change no row of a table: they add delete files
-that say what other delete files said (positions for equality deletes) and remove the delete
-files no live data file needs any more. This module turns such a change into an Iceberg v2
-snapshot as Iceberg's own library makes one (`RewriteFiles`, operation `replace`):
+The maintenance commands (mor/maintenance.py) change no row of a table. Converting equality
+deletes adds delete files that say what other delete files said (positions for equality
+deletes) and removes the delete files no live data file needs any more; compacting replaces
+data files by new ones holding their live rows, and removes the delete files that reached
+only them. This module turns such a change into an Iceberg v2 snapshot as Iceberg's own
+library makes one (`RewriteFiles`, operation `replace`):
 
 - the new delete files go in new delete manifests (one per partition spec), their entries
   ADDED with no sequence number: they inherit the new snapshot's;
-- each delete manifest holding a removed file is written again: the removed files' entries
-  DELETED (this snapshot's id, their sequence numbers kept), every other entry EXISTING with
-  its own sequence numbers and snapshot id; every other manifest is carried over as it is;
+- the new data files go in new data manifests, their entries ADDED with the data sequence
+  number of the snapshot the rewrite read (`RewriteFiles.dataSequenceNumber`), so that a
+  delete committed after that snapshot, meanwhile, still applies to the rows they hold, and
+  none committed before it does (it was applied when they were written); their file sequence
+  number is the new snapshot's;
+- each manifest holding a removed file is written again: the removed files' entries DELETED
+  (this snapshot's id, their sequence numbers kept), every other entry EXISTING with its own
+  sequence numbers and snapshot id; every other manifest is carried over as it is;
 - a manifest list over them, and a snapshot whose summary has the counts and the totals;
 - the commit asks the catalog to move the branch from the snapshot the change was computed
   on to the new one (`AssertRefSnapshotId`): the catalog does it atomically or refuses.
@@ -85,11 +92,18 @@ class CommitUnknownError(MorError):
     are left in place (named in the message)."""
 
 
-class DeleteManifestWriter(ManifestWriterV2):
-    """A v2 manifest of delete files, in the spec's schema. pyiceberg 0.12 writes data
-    manifests only, and declares `equality_ids` a list of longs where the spec (and Iceberg's
-    Java reader, which fails on it in its metadata tables) has ints: both fixed here. Avro
-    encodes int and long alike, so the entries are written as pyiceberg writes them."""
+class DataManifestWriter(ManifestWriterV2):
+    """A v2 manifest of data files in the spec's schema: pyiceberg 0.12 declares
+    `equality_ids` a list of longs where the spec (and Iceberg's Java reader, which fails on
+    it in its metadata tables) has ints. Avro encodes int and long alike, so the entries are
+    written as pyiceberg writes them."""
+
+    def _with_partition(self, format_version: Any) -> Schema:
+        return _int_equality_ids(super()._with_partition(format_version))
+
+
+class DeleteManifestWriter(DataManifestWriter):
+    """A v2 manifest of delete files (pyiceberg 0.12 writes data manifests only)."""
 
     def content(self) -> ManifestContent:
         return ManifestContent.DELETES
@@ -97,9 +111,6 @@ class DeleteManifestWriter(ManifestWriterV2):
     @property
     def _meta(self) -> dict[str, str]:
         return {**super()._meta, "content": "deletes"}
-
-    def _with_partition(self, format_version: Any) -> Schema:
-        return _int_equality_ids(super()._with_partition(format_version))
 
 
 def _int_equality_ids(schema: Schema) -> Schema:
@@ -135,20 +146,29 @@ def _int_equality_ids(schema: Schema) -> Schema:
 
 @dataclass
 class Rewrite:
-    """A change of delete files that changes no row.
+    """A change of files that changes no row.
 
     `added`: new delete files (written already, by the caller); `removed`: paths of live
     delete files to remove; `data`: the data files the change was computed for (paths as
-    recorded): a concurrent commit that removes one of them, or adds deletes to one,
-    conflicts; `reach_seq`: the highest data sequence number of the removed equality deletes:
-    a concurrent commit adding a data file below it (a rewrite keeping old sequence numbers)
-    would be reached by a removed delete, and conflicts."""
+    recorded): a concurrent commit that removes one of them, or adds position deletes to
+    one, conflicts; `reach_seq`: the highest data sequence number of the removed equality
+    deletes: a concurrent commit adding a data file below it (a rewrite keeping old sequence
+    numbers) would be reached by a removed delete, and conflicts. `added_data`: new data
+    files, committed with data sequence number `data_seq`; `removed_data`: paths of the live
+    data files they replace."""
 
     added: list[DataFile]
     removed: set[str]
     data: set[str]
     reach_seq: int = 0
     summary: dict[str, str] = field(default_factory=dict)  # extra summary properties
+    added_data: list[DataFile] = field(default_factory=list)
+    removed_data: set[str] = field(default_factory=set)
+    data_seq: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.added_data and self.data_seq is None:
+            raise ValueError("new data files need the data sequence number of the read")
 
 
 @dataclass
@@ -179,12 +199,12 @@ def commit_rewrite(
         )
     snapshot_id = _new_snapshot_id(table)
     written: list[str] = []  # every file this operation wrote, to delete unless committed
-    written += [f.file_path for f in change.added]
+    written += [f.file_path for f in (*change.added, *change.added_data)]
     io = table.io
     rebased: list[int] = []
     committed = False
     try:
-        ours = _added_manifests(table, change.added, snapshot_id, written)
+        ours = _added_manifests(table, change, snapshot_id, written)
         for attempt in range(1, retries + 2):
             head = _head(table, branch)
             if head is None:
@@ -339,8 +359,8 @@ def conflicts(table: Table, news: Sequence[Snapshot], change: Rewrite, identifie
 
 def _conflict(entry: ManifestEntry, f: DataFile, change: Rewrite) -> str:
     if entry.status == ManifestEntryStatus.DELETED:
-        if f.content == DataFileContent.DATA and f.file_path in change.data:
-            return f"removed data file {f.file_path}, which this operation rewrites deletes for"
+        if f.content == DataFileContent.DATA and f.file_path in change.data | change.removed_data:
+            return f"removed data file {f.file_path}, which this operation rewrites"
         if f.content != DataFileContent.DATA and f.file_path in change.removed:
             return f"removed delete file {f.file_path}, which this operation removes"
         return ""
@@ -357,10 +377,7 @@ def _conflict(entry: ManifestEntry, f: DataFile, change: Rewrite) -> str:
     if f.content == DataFileContent.POSITION_DELETES:
         named = _named_file(f)
         if named is None or named in change.data:
-            return (
-                f"added position deletes {f.file_path} to a data file this operation "
-                "rewrites deletes for"
-            )
+            return f"added position deletes {f.file_path} to a data file this operation rewrites"
     return ""
 
 
@@ -378,18 +395,20 @@ def _named_file(f: DataFile) -> str | None:
 
 
 def _added_manifests(
-    table: Table, added: Sequence[DataFile], snapshot_id: int, written: list[str]
+    table: Table, change: Rewrite, snapshot_id: int, written: list[str]
 ) -> list[ManifestFile]:
-    """The new delete files in new delete manifests, one per partition spec, entries ADDED
-    with no sequence number (they inherit the snapshot's)."""
-    by_spec: dict[int, list[DataFile]] = defaultdict(list)
-    for f in added:
-        by_spec[f.spec_id].append(f)
+    """New manifests, one per content and partition spec: the new delete files with no
+    sequence number (they inherit the snapshot's), the new data files with `data_seq`."""
+    groups: dict[tuple[bool, int], list[DataFile]] = defaultdict(list)
+    for f in change.added:
+        groups[(True, f.spec_id)].append(f)
+    for f in change.added_data:
+        groups[(False, f.spec_id)].append(f)
     out = []
-    for spec_id, files in sorted(by_spec.items()):
+    for (deletes, spec_id), files in sorted(groups.items()):
         path = _manifest_path(table)
         written.append(path)
-        writer = DeleteManifestWriter(
+        writer = (DeleteManifestWriter if deletes else DataManifestWriter)(
             table.metadata.specs()[spec_id],
             table.metadata.schema(),
             table.io.new_output(path),
@@ -402,7 +421,7 @@ def _added_manifests(
                     ManifestEntry.from_args(
                         status=ManifestEntryStatus.ADDED,
                         snapshot_id=snapshot_id,
-                        sequence_number=None,
+                        sequence_number=None if deletes else change.data_seq,
                         file_sequence_number=None,
                         data_file=f,
                     )
@@ -414,23 +433,25 @@ def _added_manifests(
 def _manifests(
     table: Table, head: Snapshot, change: Rewrite, snapshot_id: int, written: list[str]
 ) -> list[ManifestFile]:
-    """The head's manifests, each delete manifest holding a removed file written again."""
+    """The head's manifests, each one holding a removed file written again."""
     io = table.io
     out = []
     found: set[str] = set()
     for manifest in head.manifests(io):
-        if manifest.content != ManifestContent.DELETES or not change.removed:
+        deletes = manifest.content == ManifestContent.DELETES
+        gone = change.removed if deletes else change.removed_data
+        if not gone:
             out.append(manifest)
             continue
         entries = manifest.fetch_manifest_entry(io, discard_deleted=True)
-        hit = [e for e in entries if e.data_file.file_path in change.removed]
+        hit = [e for e in entries if e.data_file.file_path in gone]
         if not hit:
             out.append(manifest)
             continue
         found.update(e.data_file.file_path for e in hit)
         path = _manifest_path(table)
         written.append(path)
-        writer = DeleteManifestWriter(
+        writer = (DeleteManifestWriter if deletes else DataManifestWriter)(
             table.metadata.specs()[manifest.partition_spec_id],
             table.metadata.schema(),
             io.new_output(path),
@@ -439,15 +460,15 @@ def _manifests(
         )
         with writer:
             for e in entries:
-                if e.data_file.file_path in change.removed:
+                if e.data_file.file_path in gone:
                     writer.delete(e)
                 else:
                     writer.existing(e)
         out.append(writer.to_manifest_file())
-    missing = change.removed - found
+    missing = (change.removed | change.removed_data) - found
     if missing:
         raise ConflictError(
-            f"{table.name()}: delete files this operation removes are no longer live: "
+            f"{table.name()}: files this operation removes are no longer live: "
             f"{', '.join(sorted(missing)[:3])}; nothing was committed"
         )
     return out
@@ -483,16 +504,25 @@ def _manifest_path(table: Table) -> str:
 
 
 def _summary(head: Snapshot, change: Rewrite) -> Summary:
-    """Iceberg's summary of a `replace`: what was added and removed, and the totals after."""
+    """Iceberg's summary of a `replace`: what was added and removed, and the totals after.
+    Sizes and row counts of removed files come in `change.summary` (`removed-files-size`,
+    `deleted-records`, `removed-position-deletes`, `removed-equality-deletes`)."""
     added_pos = [f for f in change.added if f.content == DataFileContent.POSITION_DELETES]
-    props: dict[str, str] = {
-        "added-delete-files": str(len(change.added)),
-        "added-position-delete-files": str(len(added_pos)),
-        "added-position-deletes": str(sum(f.record_count for f in added_pos)),
-        "added-files-size": str(sum(f.file_size_in_bytes for f in change.added)),
-        "removed-delete-files": str(len(change.removed)),
-        **change.summary,
-    }
+    extra = change.summary
+    props: dict[str, str] = {}
+    if change.added_data or change.removed_data:
+        props["added-data-files"] = str(len(change.added_data))
+        props["deleted-data-files"] = str(len(change.removed_data))
+        props["added-records"] = str(sum(f.record_count for f in change.added_data))
+    if change.added:
+        props["added-delete-files"] = str(len(change.added))
+        props["added-position-delete-files"] = str(len(added_pos))
+        props["added-position-deletes"] = str(sum(f.record_count for f in added_pos))
+    added_size = sum(f.file_size_in_bytes for f in (*change.added, *change.added_data))
+    props["added-files-size"] = str(added_size)
+    if change.removed:
+        props["removed-delete-files"] = str(len(change.removed))
+    props.update(extra)
     previous = head.summary or Summary(Operation.APPEND)
 
     def total(key: str, plus: int, minus: int) -> None:
@@ -504,15 +534,19 @@ def _summary(head: Snapshot, change: Rewrite) -> Summary:
         except ValueError:
             return
 
-    removed_size = int(change.summary.get("removed-files-size", "0"))
-    removed_eq_rows = int(change.summary.get("removed-equality-deletes", "0"))
+    def of(key: str) -> int:
+        return int(extra.get(key, "0"))
+
+    total("total-data-files", len(change.added_data), len(change.removed_data))
+    total("total-records", int(props.get("added-records", "0")), of("deleted-records"))
     total("total-delete-files", len(change.added), len(change.removed))
-    total("total-position-deletes", sum(f.record_count for f in added_pos), 0)
-    total("total-equality-deletes", 0, removed_eq_rows)
-    total("total-files-size", int(props["added-files-size"]), removed_size)
-    for key in ("total-data-files", "total-records"):
-        if previous.get(key) is not None:
-            props[key] = str(previous.get(key))
+    total(
+        "total-position-deletes",
+        sum(f.record_count for f in added_pos),
+        of("removed-position-deletes"),
+    )
+    total("total-equality-deletes", 0, of("removed-equality-deletes"))
+    total("total-files-size", added_size, of("removed-files-size"))
     return Summary(Operation.REPLACE, **props)
 
 
@@ -527,3 +561,47 @@ def _delete(io: object, paths: Iterable[str]) -> list[str]:
         except Exception:  # noqa: BLE001 - the store refused: named by the caller
             left.append(p)
     return left
+
+
+def list_files(io: Any, location: str) -> list[str]:
+    """Every file below `location` (a folder), named as `location` names it: through the
+    table's FileIO (pyiceberg's PyArrowFileIO, the one that lists), so an object store's
+    credentials and endpoint are those the catalog gave."""
+    from pyarrow.fs import FileSelector, FileType
+
+    fs_of = getattr(io, "fs_by_scheme", None)
+    if fs_of is None:
+        raise MorError(
+            f"{location}: listing it needs pyiceberg's PyArrowFileIO (py-io-impl), not "
+            f"{type(io).__name__}"
+        )
+    scheme, netloc, path = io.parse_location(location, io.properties)
+    fs = fs_of(scheme, netloc)
+    infos = fs.get_file_info(FileSelector(path, recursive=True, allow_not_found=True))
+    root, prefix = path.rstrip("/"), location.rstrip("/")
+    return sorted(prefix + i.path[len(root) :] for i in infos if i.type == FileType.File)
+
+
+def data_file_of(table: Table, path: str, partition: Any, spec_id: int) -> DataFile:
+    """The manifest record of a Parquet data file mor wrote: its size, row count and the
+    column metrics the table's `write.metadata.metrics.*` properties ask for, from its
+    footer (so pruning by column bounds keeps working on it)."""
+    inp = table.io.new_input(path)
+    with inp.open() as stream:
+        meta = pq.read_metadata(stream)
+    schema = table.schema()
+    stats = data_file_statistics_from_parquet_metadata(
+        meta,
+        compute_statistics_plan(schema, table.metadata.properties),
+        parquet_path_to_id_mapping(schema),
+    )
+    f = DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=partition,
+        file_size_in_bytes=len(inp),
+        **stats.to_serialized_dict(),
+    )
+    f.spec_id = spec_id
+    return f
