@@ -275,7 +275,7 @@ class CompactReport:
     written: list[FileOut] = field(default_factory=list)  # new data files
     estimated_files: int = 0  # the files the job was asked to write
     removed: list[FileOut] = field(default_factory=list)  # delete files removed
-    left_other_specs: int = 0  # files that qualified but are of an older partition spec
+    older_specs: int = 0  # data files rewritten in the older partition spec they are of
     snapshot: int | None = None
     attempts: int = 0
     rebased_over: list[int] = field(default_factory=list)
@@ -301,15 +301,15 @@ class CompactReport:
         verb = "would rewrite" if self.dry_run else "rewrote"
         gone = "would remove" if self.dry_run else "removed"
         older = (
-            f"; left {self.left_other_specs} files of older partition specs"
-            if self.left_other_specs
+            f" ({self.older_specs} of them in their older partition spec)"
+            if self.older_specs
             else ""
         )
         return (
             f"{head}; {verb} {self.data_files} data files ({self.data_rows} rows recorded, "
-            f"{self.data_bytes} bytes) in {self.partitions} partitions into {out}; {gone} "
-            f"{len(self.removed)} delete files ({sum(f.rows for f in self.removed)} rows, "
-            f"{sum(f.bytes for f in self.removed)} bytes){older}; {self.seconds:.1f} s"
+            f"{self.data_bytes} bytes) in {self.partitions} partitions{older} into {out}; "
+            f"{gone} {len(self.removed)} delete files ({sum(f.rows for f in self.removed)} "
+            f"rows, {sum(f.bytes for f in self.removed)} bytes); {self.seconds:.1f} s"
         )
 
 
@@ -369,9 +369,10 @@ def compact(
     table's `write.target-file-size-bytes`, else 512 MiB). A partition's qualifying files
     are rewritten when one qualifies by its deletes, when there are `min_input_files` of them
     or when together they make more than one target file. The new files are written in the
-    partition they came from (files of an older partition spec are left: moving their rows
-    into the current spec could put them out of reach of a partition-scoped equality delete
-    committed meanwhile) and keep the data sequence number of the snapshot read."""
+    partition and spec they came from (files of an older partition spec stay in it, as
+    Iceberg's `output-spec-id` allows: moving their rows into the current spec could put them
+    out of reach of a partition-scoped equality delete committed meanwhile, which applies to
+    its own spec's files only) and keep the data sequence number of the snapshot read."""
     import re
     import uuid as uuidlib
 
@@ -462,9 +463,6 @@ def compact(
         )
         if not heavy and small <= t.size_bytes <= large:
             continue
-        if t.spec_id != default:
-            report.left_other_specs += 1
-            continue
         live_share = 1.0 - ratio if n_deletes else 1.0
         groups.setdefault((t.spec_id, t.partition_id), []).append((t, heavy, live_share))
     chosen: list[list[tuple[Any, bool, float]]] = []
@@ -478,6 +476,7 @@ def compact(
         ):
             chosen.append(sorted(files, key=lambda x: x[0].path))
     rewritten = {t.path for files in chosen for t, _, _ in files}
+    report.older_specs = sum(1 for p in rewritten if tasks[p][0].spec_id != default)
     needed = {
         s.deletes_by_id()[i].path
         for p, (t, s) in tasks.items()
@@ -532,14 +531,14 @@ def compact(
                 props.get("write.parquet.compression-codec", "zstd"),
             )
             note("reading the new files' footers")
-            spec_id = tbl.metadata.default_spec_id
             for path in list_files(io, folder):
                 name = path.rsplit("/", 1)[-1]
                 m = re.search(rf"/{GROUP}=(\d+)/", path)
                 if m is None or not name.endswith(".parquet") or name[0] in "._":
                     continue
-                first = live[plan_groups[int(m.group(1))].paths[0]]
-                added.append(data_file_of(tbl, path, first.partition, spec_id))
+                first = plan_groups[int(m.group(1))].paths[0]
+                spec_id = tasks[first][0].spec_id
+                added.append(data_file_of(tbl, path, live[first].partition, spec_id))
         report.written = [FileOut(f.file_path, f.record_count, f.file_size_in_bytes) for f in added]
         eq_removed = [
             p for p in removed if deletes[p][0].content == DataFileContent.EQUALITY_DELETES

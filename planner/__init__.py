@@ -20,7 +20,8 @@ Planning queries (what a SELECT needs of each table):
   explain.py, query_metrics.py  EXPLAIN text; merge-on-read metrics known before reading
 
 Writing Iceberg metadata (the maintenance commands only, mor/maintenance.py):
-  commit.py         position delete files; a replace snapshot committed through the catalog
+  commit.py         position delete files, new data files' records; a replace snapshot
+                    committed through the catalog
 
 Shared: settings.py (the settings machinery, and the settings planner/ reads; the layers above
 declare theirs), state.py (the caches of the process, one object passed down as `cache`),

@@ -1,4 +1,4 @@
-"""convert-equality-deletes against Iceberg's own reader and library.
+"""convert-equality-deletes and compact against Iceberg's own reader and library.
 
     .venv/bin/python -m tests.oracle.maintenance --seeds 1,2,3,4,5,6 --steps 8
 
@@ -19,7 +19,9 @@ changed but the Java commit). After each:
   delete_files: the equality delete files left are those mor says it kept), and a further
   Java commit on top (a DELETE), read the same by Iceberg's reader and by mor.
 
-v3 histories are counted as refused (mor writes v2 only). Prints "maintenance: N
+Then the same table is compacted (`_compaction`: a Java equality delete or DELETE landing
+meanwhile), and checked the same way. v3 histories are counted as refused (mor writes v2
+only). Prints "maintenance: N
 comparisons, M differences"; exits 1 on any difference.
 """
 
@@ -235,7 +237,9 @@ def _run(
         ours = _bag(mor_sql(f"SELECT * FROM {name}", catalog=cat, spark=spark).collect())
         same(f"seed {seed}: mor vs Iceberg's reader after a Java DELETE on top", ours, theirs)
         del head
+        _compaction(spark, cat, w, name, java, seed, key, read, same, counts, lines, diffs)
 
+    n += counts.pop("compaction comparisons", 0)
     print(f"maintenance harness, {len(seeds)} Java histories, {time.monotonic() - started:.0f}s:")
     for line in lines:
         print(line)
@@ -245,6 +249,137 @@ def _run(
         print(f"DIFFERENCE {d}")
     print(f"maintenance: {n} comparisons, {len(diffs)} differences")
     return 1 if diffs else 0
+
+
+def _compaction(
+    spark: Any,
+    cat: Any,
+    w: Any,
+    name: str,
+    java: str,
+    seed: int,
+    key: str | None,
+    read: Any,
+    same: Any,
+    counts: Counter,
+    lines: list[str],
+    diffs: list[str],
+) -> None:
+    """`mor compact` of the converted table (every data file a delete applies to, and the
+    small files of partitions with 2 or more), with a Java commit landing between its read
+    and its commit: on odd seeds an equality delete through RowDelta (it must still apply
+    to the rewritten rows: they keep the read snapshot's data sequence number), on seeds
+    divisible by 4 a DELETE (position deletes: a conflict when it reaches a rewritten file).
+    Every snapshot reads as before, the new head as the old one plus the Java commit."""
+    from mor import mor_sql
+    from mor.maintenance import compact
+    from mor.planner.commit import ConflictError
+
+    def bump() -> None:
+        counts["compaction comparisons"] += 1
+
+    snaps = [r[0] for r in spark.sql(f"SELECT snapshot_id FROM {java}.snapshots").collect()]
+    want = {sid: read(f" VERSION AS OF {sid}") for sid in snaps}
+    expected = [read("")[0]]
+    landed: list[str] = []
+
+    def land(attempt: int) -> None:
+        if attempt != 1:
+            return
+        before = spark.sql(f"SELECT count(*) FROM {java}.snapshots").first()[0]
+        if seed % 2 == 1:
+            jvm = spark._jvm
+            w.table = lambda: jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+                spark._jsparkSession, java
+            )
+            w.op_eq()
+            kind = "equality delete"
+        elif seed % 4 == 0 and key is not None:
+            spark.sql(f"DELETE FROM {java} WHERE {key} % 7 = 2")
+            kind = "delete"
+        else:
+            return
+        spark.sql(f"REFRESH TABLE {java}")
+        if spark.sql(f"SELECT count(*) FROM {java}.snapshots").first()[0] > before:
+            landed.append(kind)
+            expected.append(read("")[0])
+
+    try:
+        report = compact(
+            name,
+            catalog=cat,
+            spark=spark,
+            delete_file_threshold=1,
+            min_input_files=2,
+            _before_commit=land,
+        )
+    except ConflictError as e:
+        report = None
+        counts["compactions stopped by a conflict (nothing committed)"] += 1
+        lines.append(f"  seed {seed}: compaction conflict: {str(e)[:120]}")
+    spark.sql(f"REFRESH TABLE {java}")
+    for sid in snaps:
+        bag, who = want[sid]
+        if who == "mor":
+            at = f" VERSION AS OF {sid}"
+            got = _bag(mor_sql(f"SELECT * FROM {name}{at}", catalog=cat, spark=spark).collect())
+        else:
+            got = _bag(spark.sql(f"SELECT * FROM {java} VERSION AS OF {sid}").collect())
+        bump()
+        if got != bag:
+            diffs.append(f"seed {seed} snapshot {sid} after compaction ({who}): {_diff(got, bag)}")
+    theirs, who = read("")
+    bump()
+    if theirs != expected[-1]:
+        diffs.append(
+            f"seed {seed}: compacted head vs the old head"
+            + (f" and the Java {landed[0]}" if landed else "")
+            + f" ({who}): {_diff(theirs, expected[-1])}"
+        )
+    ours = _bag(mor_sql(f"SELECT * FROM {name}", catalog=cat, spark=spark).collect())
+    bump()
+    if ours != theirs:
+        diffs.append(f"seed {seed}: mor vs {who} after compaction: {_diff(ours, theirs)}")
+    if report is not None and report.snapshot is not None:
+        counts["compacted"] += 1
+        counts["data files rewritten"] += report.data_files
+        counts["data files written"] += len(report.written)
+        counts["delete files removed by compaction"] += len(report.removed)
+        if landed:
+            counts[f"compactions rebased over a Java {landed[0]}"] += 1
+        spark.sql(f"SELECT * FROM {java}.entries").collect()  # every manifest parses
+        op = spark.sql(
+            f"SELECT operation FROM {java}.snapshots ORDER BY committed_at DESC LIMIT 1"
+        ).first()[0]
+        bump()
+        if op != "replace":
+            diffs.append(f"seed {seed}: Iceberg's snapshots table ends with {op} after compaction")
+        lines.append(
+            f"  seed {seed}: compacted {report.data_files} data files "
+            f"({report.older_specs} of an older spec, {report.data_rows} rows recorded) into "
+            f"{len(report.written)} ({sum(f.rows for f in report.written)} rows), removed "
+            f"{len(report.removed)} delete files"
+            + (f" (a Java {landed[0]} landed meanwhile)" if landed else "")
+        )
+    elif report is not None:
+        counts["nothing to compact"] += 1
+        lines.append(f"  seed {seed}: nothing to compact")
+    left = spark.sql(f"SELECT count(*) FROM {java}.delete_files").first()[0]
+    if left == 0:
+        table = cat.load_table(name)
+        py = _bag(tuple(r.values()) for r in table.scan().to_arrow().to_pylist())
+        bump()
+        if py != theirs:
+            diffs.append(f"seed {seed}: pyiceberg vs {who} after compaction: {_diff(py, theirs)}")
+        counts["read by pyiceberg after compaction"] += 1
+    if key is not None:  # a further Java commit on top
+        spark.sql(f"DELETE FROM {java} WHERE {key} % 3 = 2")
+        spark.sql(f"REFRESH TABLE {java}")
+        theirs = _bag(spark.sql(f"SELECT * FROM {java}").collect())
+        ours = _bag(mor_sql(f"SELECT * FROM {name}", catalog=cat, spark=spark).collect())
+        bump()
+        if ours != theirs:
+            diffs.append(f"seed {seed}: mor vs Iceberg after a Java DELETE on the compaction")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,142 @@
+"""`mor compact` against Iceberg's `rewrite_data_files`, on the same table, in one run.
+
+    .venv/bin/python -m bench.compact --rows 5000000 --reps 3
+
+bench/tables.py's table (Iceberg's Java writer: 8 data files, 1% position deletes through
+Spark's DELETE, 10% equality deletes over two id sets through RowDelta) is registered in a
+JDBC catalog on PostgreSQL that Iceberg's Spark catalog and pyiceberg's SqlCatalog share
+(tests/pgcatalog.py). Each round compacts the same snapshot twice, once by each, in an order
+that alternates: `CALL lake.system.rewrite_data_files(table, options =>
+map('delete-file-threshold', '1'))` and `mor.maintenance.compact(table,
+delete_file_threshold=1)`, both bin-packing to the same target size in the same Spark session
+(the same cores), each followed by `rollback_to_snapshot` to the snapshot read. Before any
+time is printed, the rows each compaction committed must equal the rows before it, read by
+Iceberg's reader (count and two sums of a 64-bit hash of every column). Then the reads of
+the compacted table against the uncompacted one: `count(*)` and a grouped aggregate, by mor
+and by Iceberg's reader, repeated (medians).
+
+Prints the medians and the ratio mor / Iceberg (below 1.0: mor is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+QUERIES = {
+    "count": "SELECT count(*) FROM {t}",
+    "group_agg": "SELECT grp, count(*), sum(v) FROM {t} GROUP BY grp",
+}
+
+
+FINGERPRINT = (
+    "SELECT count(*), sum(xxhash64(id, k, grp, v, pad)), "
+    "sum(pmod(xxhash64(id, k, grp, v, pad), 1000003)) FROM {t}"
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=5_000_000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--work", default=None, help="folder for the tables (default: a temp dir)")
+    args = ap.parse_args(argv)
+
+    from pyiceberg.catalog import load_catalog
+
+    from bench.tables import build
+    from mor import mor_sql
+    from mor.maintenance import compact
+    from tests.oracle.runtime import iceberg_session
+    from tests.pgcatalog import CATALOG, Postgres
+
+    work = Path(args.work or tempfile.mkdtemp(prefix="mor-compact-bench-"))
+    warehouse = f"file://{work}/lake"
+    with Postgres() as pg:
+        spark = iceberg_session(work / "java", conf=pg.spark_conf(warehouse))
+        local = build(spark, work / "java", args.rows, 0.01, 0.1, 2)
+        meta = (
+            spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+                spark._jsparkSession, local
+            )
+            .operations()
+            .current()
+            .metadataFileLocation()
+        )
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {CATALOG}.b")
+        spark.sql(
+            f"CALL {CATALOG}.system.register_table(table => 'b.t', metadata_file => '{meta}')"
+        )
+        cat = load_catalog(CATALOG, **pg.pyiceberg_properties(warehouse))
+        java = f"{CATALOG}.b.t"
+        base = cat.load_table("b.t").current_snapshot().snapshot_id
+        rows = tuple(spark.sql(FINGERPRINT.format(t=java)).first())
+
+        def rollback() -> None:
+            spark.sql(f"CALL {CATALOG}.system.rollback_to_snapshot('b.t', {base})")
+            spark.sql(f"REFRESH TABLE {java}")
+
+        def iceberg() -> str:
+            spark.sql(
+                f"CALL {CATALOG}.system.rewrite_data_files(table => 'b.t', "
+                "options => map('delete-file-threshold', '1'))"
+            ).collect()
+            return "Iceberg"
+
+        def mor() -> str:
+            compact("b.t", catalog=cat, spark=spark, delete_file_threshold=1)
+            return "mor"
+
+        times: dict[str, list[float]] = {"Iceberg": [], "mor": []}
+        for r in range(args.reps + 1):  # the first round warms both up, untimed
+            for run in (iceberg, mor) if r % 2 else (mor, iceberg):
+                t0 = time.perf_counter()
+                who = run()
+                took = time.perf_counter() - t0
+                spark.sql(f"REFRESH TABLE {java}")
+                after = tuple(spark.sql(FINGERPRINT.format(t=java)).first())
+                if after != rows:
+                    print(f"{who}'s compaction changed the rows: {after} against {rows}")
+                    return 1
+                if r:
+                    times[who].append(took)
+                last = cat.load_table("b.t").current_snapshot().snapshot_id
+                rollback()
+        print(
+            f"compaction of {args.rows:,} rows, 8 files, pos 1%, eq 10% (2 id sets), "
+            f"reps {args.reps}"
+        )
+        m, i = statistics.median(times["mor"]), statistics.median(times["Iceberg"])
+        print(f"  mor compact {m:.2f} s, Iceberg rewrite_data_files {i:.2f} s: ratio {m / i:.2f}")
+
+        # reads before and after (the last compaction, by whichever ran last, made current)
+        spark.sql(f"CALL {CATALOG}.system.set_current_snapshot('b.t', {last})")
+        print("reads, repeated (medians), before -> after compaction:")
+        for name, q in QUERIES.items():
+            out = []
+            for at in (base, last):
+                sql = q.format(t=f"b.t VERSION AS OF {at}")
+                jsql = q.format(t=f"{java} VERSION AS OF {at}")
+                ts: dict[str, list[float]] = {"mor": [], "Iceberg": []}
+                for _ in range(args.reps + 1):
+                    t0 = time.perf_counter()
+                    mor_sql(sql, catalog=cat, spark=spark).collect()
+                    ts["mor"].append(time.perf_counter() - t0)
+                    t0 = time.perf_counter()
+                    spark.sql(jsql).collect()
+                    ts["Iceberg"].append(time.perf_counter() - t0)
+                out.append({k: statistics.median(v[1:]) for k, v in ts.items()})
+            b, a = out
+            print(
+                f"  {name}: mor {b['mor']:.2f} -> {a['mor']:.2f} s, Iceberg's reader "
+                f"{b['Iceberg']:.2f} -> {a['Iceberg']:.2f} s"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
