@@ -103,8 +103,6 @@ test: java dev spark4
 	$(BIN)/python -m pytest -q --durations=12 -m "not replay"
 	@echo "== pyspark $(SPARK35), local-cluster[2,1,1024] =="
 	MOR_TEST_SPARK=local-cluster $(BIN)/python -m pytest -q --durations=12 -m cluster -k "not tpcds and not listing_threshold"
-	@echo "== pyspark $(SPARK35), standalone master and worker on 127.0.0.1 =="
-	MOR_TEST_SPARK=standalone $(BIN)/python -m pytest -q --durations=12 -m cluster -k "not tpcds and not listing_threshold and not column_types"
 	@echo "== pyspark $(SPARK41), classic and Spark Connect, with Iceberg's reader =="
 	$(S41)/python -m pytest -q --durations=12 -m spark41
 	@echo "== pyspark $(SPARK4), classic =="
@@ -115,12 +113,17 @@ test: java dev spark4
 clean:
 	rm -rf $(VENV) warehouse .pytest_cache .hypothesis
 
-# the long differential runs: Java-written histories against Iceberg's own reader (HISTORIES=200
-# by default), then Flink and Trino pipelines through the JDBC catalog (tests/oracle/pipelines.py)
+# the long runs: Java-written histories against Iceberg's own reader (HISTORIES=200 by
+# default), Flink and Trino pipelines through the JDBC catalog (tests/oracle/pipelines.py), the
+# maintenance harness on more seeds, and the cluster tests on a standalone master and worker
+# (local-cluster, in make test, runs them on executors in JVMs of their own already: a
+# standalone cluster adds the master and worker processes)
 HISTORIES ?= 200
 soak: java dev
 	$(BIN)/python -m tests.oracle.run --histories $(HISTORIES) --seed 1000
 	$(BIN)/python -m tests.oracle.pipelines --pipelines 40 --trino 10 --java 10 --seed 100
+	$(BIN)/python -m tests.oracle.maintenance --seeds 1,2,3,4,5,6,7,8,9,10,11,12
+	MOR_TEST_SPARK=standalone $(BIN)/python -m pytest -q --durations=12 -m cluster -k "not tpcds and not listing_threshold and not column_types"
 
 golden: dev
 	$(BIN)/python tests/test_golden.py

@@ -1,4 +1,5 @@
-"""`mor compact` against Iceberg's `rewrite_data_files`, on the same table, in one run.
+"""`mor compact` against Iceberg's `rewrite_data_files`, on the same table, in one run; and
+what `mor convert-equality-deletes` costs and gains.
 
     .venv/bin/python -m bench.compact --rows 5000000 --reps 3
 
@@ -15,6 +16,12 @@ Iceberg's reader (count and two sums of a 64-bit hash of every column). Then the
 the compacted table against the uncompacted one: `count(*)` and a grouped aggregate, by mor
 and by Iceberg's reader, repeated (medians).
 
+Then conversion, on the same snapshot: `convert_equality_deletes` timed (rolled back between
+rounds) against one read by mor of the unconverted snapshot in a fresh process cache (its
+first `count(*)`: the anti-join over the key columns), and the reads before and after it by
+mor, Iceberg's reader and DuckDB 1.5.5's iceberg extension (a process of its own per query,
+`--duckdb-timeout` seconds at most), rows checked equal.
+
 Prints the medians and the ratio mor / Iceberg (below 1.0: mor is faster).
 """
 
@@ -26,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 QUERIES = {
     "count": "SELECT count(*) FROM {t}",
@@ -44,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=5_000_000)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--work", default=None, help="folder for the tables (default: a temp dir)")
+    ap.add_argument("--duckdb-timeout", type=float, default=300)
     args = ap.parse_args(argv)
 
     from pyiceberg.catalog import load_catalog
@@ -135,7 +144,89 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {name}: mor {b['mor']:.2f} -> {a['mor']:.2f} s, Iceberg's reader "
                 f"{b['Iceberg']:.2f} -> {a['Iceberg']:.2f} s"
             )
+        spark.sql(f"CALL {CATALOG}.system.rollback_to_snapshot('b.t', {base})")
+        _conversion(spark, cat, java, base, args)
     return 0
+
+
+def _norm(v: Any) -> str:
+    try:
+        return f"{float(v):.6g}"
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def _conversion(spark: Any, cat: Any, java: str, base: int, args: Any) -> None:
+    from bench.flink_cdc import duckdb_python, run_duckdb
+    from mor import mor_sql
+    from mor.api import plan_query
+    from mor.maintenance import convert_equality_deletes
+    from mor.physical.compile import to_dataframe
+    from mor.planner.state import ProcessCaches
+    from tests.pgcatalog import CATALOG
+
+    def rollback() -> None:
+        spark.sql(f"CALL {CATALOG}.system.rollback_to_snapshot('b.t', {base})")
+        spark.sql(f"REFRESH TABLE {java}")
+
+    took, reads = [], []
+    for r in range(args.reps + 1):
+        t0 = time.perf_counter()
+        plan = plan_query(f"SELECT count(*) FROM b.t VERSION AS OF {base}", catalog=cat)
+        to_dataframe(plan.optimized, spark, ProcessCaches()).collect()  # a fresh cache
+        reads.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        report = convert_equality_deletes("b.t", catalog=cat, spark=spark)
+        took.append(time.perf_counter() - t0)
+        conv = report.snapshot
+        if r < args.reps:
+            rollback()
+    c, one = statistics.median(took[1:]), statistics.median(reads[1:])
+    print(
+        f"conversion: {c:.2f} s ({report.positions:,} positions in {len(report.written)} "
+        f"files, {len(report.removed)} equality delete files removed); one read by mor "
+        f"(count(*), fresh cache) {one:.2f} s: {c / one:.1f} reads"
+    )
+    spark.sql(f"REFRESH TABLE {java}")
+    after_meta = cat.load_table("b.t").metadata_location
+    spark.sql(f"CALL {CATALOG}.system.set_current_snapshot('b.t', {base})")
+    before_meta = cat.load_table("b.t").metadata_location  # the base current again
+    duck = duckdb_python()
+    print("reads, repeated (medians), before -> after conversion:")
+    for name, q in QUERIES.items():
+        line = []
+        for at, meta in ((base, before_meta), (conv, after_meta)):
+            ts: dict[str, list[float]] = {"mor": [], "Iceberg": []}
+            got = {}
+            for _ in range(args.reps + 1):
+                t0 = time.perf_counter()
+                got["mor"] = mor_sql(
+                    q.format(t=f"b.t VERSION AS OF {at}"), catalog=cat, spark=spark
+                ).collect()
+                ts["mor"].append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                got["Iceberg"] = spark.sql(q.format(t=f"{java} VERSION AS OF {at}")).collect()
+                ts["Iceberg"].append(time.perf_counter() - t0)
+            out = {k: statistics.median(v[1:]) for k, v in ts.items()}
+            d = run_duckdb(duck, {"t": meta}, q.format(t="t"), 1, args.reps, args.duckdb_timeout)
+            if "times" in d:
+                out["DuckDB"] = statistics.median(d["times"][1:])
+                mine = sorted(tuple(_norm(v) for v in r) for r in got["mor"])
+                theirs = sorted(tuple(_norm(v) for v in r) for r in d["rows"])
+                if mine != theirs:
+                    print(f"  {name}: DuckDB's rows differ from mor's at snapshot {at}")
+                    out["DuckDB"] = float("nan")
+            else:
+                out["DuckDB"] = float("inf")  # refused or timed out
+                print(f"  {name}: DuckDB at snapshot {at}: {d}")
+            if sorted(map(tuple, got["mor"])) != sorted(map(tuple, got["Iceberg"])):
+                print(f"  {name}: mor's rows differ from Iceberg's at snapshot {at}")
+            line.append(out)
+        b, a = line
+        print(
+            f"  {name}: "
+            + ", ".join(f"{k} {b[k]:.2f} -> {a[k]:.2f} s ({a[k] / b[k]:.2f})" for k in b)
+        )
 
 
 if __name__ == "__main__":

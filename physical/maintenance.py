@@ -94,29 +94,38 @@ def write_compacted(
 ) -> None:
     """Write the live rows of `plan` (a planned `SELECT *, _file, _pos` of the table, cut to
     the groups' data files) under `folder` (a path Spark writes to), one sub-folder
-    `mor_group=<i>` per group, as Parquet whose columns carry the Iceberg field ids (nested
-    struct fields too) and whose timestamps are INT64 microseconds, as Iceberg's writers
-    write them. One Spark job, committed by Spark's file commit protocol: the folder holds
-    all the files or, when the job fails, none that a later listing takes for output."""
+    `mor_group=<i>` per group (a partition column of the write; with one group, written
+    straight into `mor_group=0`, sparing Spark's sort by partition column), as Parquet
+    whose columns carry the Iceberg field ids (nested struct fields too) and whose
+    timestamps are INT64 microseconds, as Iceberg's writers write them. One Spark job,
+    committed by Spark's file commit protocol: the folder holds all the files or, when the
+    job fails, none that a later listing takes for output."""
     from pyspark.sql import Row
 
     df = to_dataframe(plan, spark, ProcessCaches())
-    starts, at = [], 0
-    for g in groups:
-        starts.append(at)
-        at += g.files
-    assign = spark.createDataFrame(
-        [
-            Row(_file=p, g=i, n=g.files, o=o)
-            for i, (g, o) in enumerate(zip(groups, starts))
-            for p in g.paths
-        ],
-        "_file string, g int, n int, o int",
-    )
-    rows = df.join(F.broadcast(assign), "_file")
-    bucket = F.col("o") + F.pmod(F.xxhash64("_file", "_pos"), F.col("n")).cast("int")
-    rows = rows.withColumn("_bucket", bucket).repartition(max(at, 1), "_bucket")
-    out = rows.select(*[_with_id(c) for c in columns], F.col("g").alias(GROUP))
+    spread = F.xxhash64("_file", "_pos")  # the same rows to the same file on a task's retry
+    if len(groups) == 1:  # one partition: no join, no partition column to sort the rows by
+        n = groups[0].files
+        out = df.repartition(n, spread).select(*[_with_id(c) for c in columns])
+        folder, partition = f"{folder.rstrip('/')}/{GROUP}=0", []
+    else:
+        starts, at = [], 0
+        for g in groups:
+            starts.append(at)
+            at += g.files
+        assign = spark.createDataFrame(
+            [
+                Row(_file=p, g=i, n=g.files, o=o)
+                for i, (g, o) in enumerate(zip(groups, starts))
+                for p in g.paths
+            ],
+            "_file string, g int, n int, o int",
+        )
+        rows = df.join(F.broadcast(assign), "_file")
+        bucket = F.col("o") + F.pmod(spread, F.col("n")).cast("int")
+        rows = rows.withColumn("_bucket", bucket).repartition(at, "_bucket")
+        out = rows.select(*[_with_id(c) for c in columns], F.col("g").alias(GROUP))
+        partition = [GROUP]
     key = "spark.sql.parquet.outputTimestampType"
     before = spark.conf.get(key, None)
     spark.conf.set(key, "TIMESTAMP_MICROS")
@@ -125,7 +134,7 @@ def write_compacted(
             out.write.mode("errorifexists")
             .option("compression", compression)
             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
-            .partitionBy(GROUP)
+            .partitionBy(*partition)
             .parquet(folder)
         )
     finally:

@@ -95,12 +95,16 @@ def test_column_types_match_the_spec_and_iceberg_reader() -> None:
     print(summary)
 
 
-def test_converted_tables_match_iceberg_reader_and_library() -> None:
-    """convert-equality-deletes on Java-written v2 histories in a JDBC catalog shared with
-    Iceberg's Spark catalog (tests/oracle/maintenance.py): every snapshot read by Iceberg's
-    reader as before, the converted one by mor, Iceberg's reader and pyiceberg alike; Java
-    commits landing meanwhile (an INSERT rebased over, a DELETE rebased over or stopping it);
-    Iceberg's metadata tables and a Java DELETE on top."""
-    summary = run_harness("maintenance", "--seeds", "1,2,3,5,9,12", timeout=900)
+def test_converted_and_compacted_tables_match_iceberg_reader_and_library() -> None:
+    """convert-equality-deletes, then compact, on Java-written v2 histories in a JDBC catalog
+    shared with Iceberg's Spark catalog (tests/oracle/maintenance.py): every snapshot read by
+    Iceberg's reader as before, the new ones by mor, Iceberg's reader and pyiceberg alike;
+    Java commits landing meanwhile (an INSERT rebased over, a DELETE rebased over or stopping
+    it; a RowDelta equality delete rebased over by the compaction and still applying to the
+    rewritten rows); Iceberg's metadata tables and a Java DELETE on top. More seeds in `make
+    soak`."""
+    summary = run_harness("maintenance", "--seeds", "1,2,3,12", timeout=900)
     assert " 0 differences" in summary and "conflicts" in summary and "rebased over" in summary
+    assert "compactions rebased over a Java equality delete" in summary
+    assert "compactions stopped by a conflict" in summary
     print(summary)
