@@ -407,13 +407,18 @@ def compact(
             f"{table}: format version {version}; compact commits v2 metadata only (v3 "
             "tables are not written yet)"
         )
-    schema = tbl.schema()
-    _writable(schema, table)
+    _writable(tbl.schema(), table)
     head = tbl.metadata.snapshot_by_name(branch)
     if head is None:
         if branch == "main" and not tbl.metadata.snapshots:
             raise MorError(f"{table}: the table has no snapshot yet; nothing to compact")
         raise MorError(f"{table}: no branch {branch!r}")
+    # the schema mor reads the head with (planner/schemas.schema_at: a branch head other
+    # than the current snapshot is read with its own), the one the new files are written in
+    schema = tbl.schema()
+    if head.snapshot_id != tbl.metadata.current_snapshot_id and head.schema_id is not None:
+        schema = next((s for s in tbl.metadata.schemas if s.schema_id == head.schema_id), schema)
+        _writable(schema, table)
     props = tbl.metadata.properties
     target = target_file_size or int(props.get("write.target-file-size-bytes", TARGET_FILE_SIZE))
     report = CompactReport(table, branch, head.snapshot_id, dry_run, target)
@@ -538,7 +543,7 @@ def compact(
                     continue
                 first = plan_groups[int(m.group(1))].paths[0]
                 spec_id = tasks[first][0].spec_id
-                added.append(data_file_of(tbl, path, live[first].partition, spec_id))
+                added.append(data_file_of(tbl, path, live[first].partition, spec_id, schema))
         report.written = [FileOut(f.file_path, f.record_count, f.file_size_in_bytes) for f in added]
         eq_removed = [
             p for p in removed if deletes[p][0].content == DataFileContent.EQUALITY_DELETES

@@ -582,14 +582,17 @@ def list_files(io: Any, location: str) -> list[str]:
     return sorted(prefix + i.path[len(root) :] for i in infos if i.type == FileType.File)
 
 
-def data_file_of(table: Table, path: str, partition: Any, spec_id: int) -> DataFile:
-    """The manifest record of a Parquet data file mor wrote: its size, row count and the
-    column metrics the table's `write.metadata.metrics.*` properties ask for, from its
-    footer (so pruning by column bounds keeps working on it)."""
+def data_file_of(
+    table: Table, path: str, partition: Any, spec_id: int, schema: Schema | None = None
+) -> DataFile:
+    """The manifest record of a Parquet data file mor wrote in `schema` (default: the
+    table's): its size, row count and the column metrics the table's
+    `write.metadata.metrics.*` properties ask for, from its footer (so pruning by column
+    bounds keeps working on it)."""
     inp = table.io.new_input(path)
     with inp.open() as stream:
         meta = pq.read_metadata(stream)
-    schema = table.schema()
+    schema = schema or table.schema()
     stats = data_file_statistics_from_parquet_metadata(
         meta,
         compute_statistics_plan(schema, table.metadata.properties),
