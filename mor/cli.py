@@ -412,9 +412,25 @@ def cmd_describe(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_convert(args: argparse.Namespace) -> int:
+def _maintenance_report(args: argparse.Namespace, report: Any, unit: str) -> int:
+    """What a maintenance command wrote and removed (`unit`: what a written file holds), then
+    its summary line; or the report as one JSON object."""
     import json
 
+    progress.clear()
+    if args.format == "json":
+        sys.stdout.write(json.dumps(report.as_dict(), indent=1) + "\n")
+        return 0
+    for f in report.written if not args.dry_run else ():
+        sys.stdout.write(f"added   {f.path} ({f.rows} {unit}, {f.bytes} bytes)\n")
+    for f in report.removed:
+        verb = "would remove" if args.dry_run else "removed"
+        sys.stdout.write(f"{verb} {f.path} ({f.rows} rows, {f.bytes} bytes)\n")
+    sys.stdout.write(report.line() + "\n")
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
     from mor.maintenance import convert_equality_deletes
 
     report = convert_equality_deletes(
@@ -427,22 +443,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
         spark=lambda: spark_session(args),
         progress=progress.note,
     )
-    progress.clear()
-    if args.format == "json":
-        sys.stdout.write(json.dumps(report.as_dict(), indent=1) + "\n")
-        return 0
-    for f in report.written if not args.dry_run else ():
-        sys.stdout.write(f"added   {f.path} ({f.rows} positions, {f.bytes} bytes)\n")
-    for f in report.removed:
-        verb = "would remove" if args.dry_run else "removed"
-        sys.stdout.write(f"{verb} {f.path} ({f.rows} rows, {f.bytes} bytes)\n")
-    sys.stdout.write(report.line() + "\n")
-    return 0
+    return _maintenance_report(args, report, "positions")
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
-    import json
-
     from mor.maintenance import compact
 
     report = compact(
@@ -459,17 +463,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
         spark=lambda: spark_session(args),
         progress=progress.note,
     )
-    progress.clear()
-    if args.format == "json":
-        sys.stdout.write(json.dumps(report.as_dict(), indent=1) + "\n")
-        return 0
-    for f in report.written:
-        sys.stdout.write(f"added   {f.path} ({f.rows} rows, {f.bytes} bytes)\n")
-    for f in report.removed:
-        verb = "would remove" if args.dry_run else "removed"
-        sys.stdout.write(f"{verb} {f.path} ({f.rows} rows, {f.bytes} bytes)\n")
-    sys.stdout.write(report.line() + "\n")
-    return 0
+    return _maintenance_report(args, report, "rows")
 
 
 def cmd_health(args: argparse.Namespace) -> int:

@@ -78,6 +78,32 @@ class ConvertReport:
         )
 
 
+def _v2_table(catalog: Any, warehouse: str | None, table: str, why: str) -> tuple[Any, Any]:
+    """The catalog and the table a maintenance command commits through; a table of another
+    format version than 2 refused in one line (`why`: what the command writes)."""
+    from mor.api import resolve_catalog
+
+    cat = resolve_catalog(catalog, warehouse)
+    try:
+        tbl = cat.load_table(table)
+    except Exception as e:  # noqa: BLE001 - NoSuchTableError and kin: one line
+        raise TableNotFoundError(f"{table}: {e}") from e
+    version = tbl.metadata.format_version
+    if version != 2:
+        raise UnsupportedError(f"{table}: format version {version}; {why}")
+    return cat, tbl
+
+
+def _session(spark: Any) -> Any:
+    """`spark`: a session, a function making one, or None (mor's local one); only called
+    when there is something for Spark to do."""
+    from mor.physical import local_session, prepare_session
+
+    if spark is None:
+        return local_session()
+    return spark() if callable(spark) else prepare_session(spark)
+
+
 def _kept_by(where: str, sql: str, cat: Any, schema: Any, table: str, cache: Any) -> set[str]:
     """The recorded paths of the data files a `--where` filter keeps (by their partition
     values and column bounds). Every conjunct must be a comparison mor evaluates on file
@@ -130,25 +156,20 @@ def convert_equality_deletes(
     called before each commit attempt (tests land concurrent commits there)."""
     from pyiceberg.manifest import DataFileContent
 
-    from mor.api import plan_query, resolve_catalog
-    from mor.physical import local_session, prepare_session
+    from mor.api import plan_query
     from mor.physical.maintenance import deleted_positions, only_files
     from mor.planner.nodes import IcebergScan
     from mor.planner.state import ProcessCaches
 
     started = time.perf_counter()
     note = progress or (lambda text: None)
-    cat = resolve_catalog(catalog, warehouse)
-    try:
-        tbl = cat.load_table(table)
-    except Exception as e:  # noqa: BLE001 - NoSuchTableError and kin: one line
-        raise TableNotFoundError(f"{table}: {e}") from e
-    version = tbl.metadata.format_version
-    if version != 2:
-        raise UnsupportedError(
-            f"{table}: format version {version}; convert-equality-deletes writes position "
-            "delete files of v2 tables (deletion vectors of v3 tables are not written yet)"
-        )
+    cat, tbl = _v2_table(
+        catalog,
+        warehouse,
+        table,
+        "convert-equality-deletes writes position delete files of v2 tables (deletion "
+        "vectors of v3 tables are not written yet)",
+    )
     head = tbl.metadata.snapshot_by_name(branch)
     if head is None:
         raise MorError(f"{table}: no branch {branch!r}")
@@ -192,14 +213,7 @@ def convert_equality_deletes(
     found = {}
     if chosen:
         note(f"resolving the equality deletes of {len(chosen)} data files")
-        session = (
-            local_session()
-            if spark is None
-            else spark()
-            if callable(spark)
-            else prepare_session(spark)
-        )
-        found = deleted_positions(session, only_files(full, chosen))
+        found = deleted_positions(_session(spark), only_files(full, chosen))
     report.positions = sum(len(v) for v in found.values())
     if dry_run:
         report.written = [FileOut("", len(v), 0) for v in found.values() if len(v)]
@@ -378,8 +392,7 @@ def compact(
 
     from pyiceberg.manifest import DataFileContent
 
-    from mor.api import plan_query, resolve_catalog
-    from mor.physical import local_session, prepare_session
+    from mor.api import plan_query
     from mor.physical.maintenance import GROUP, Column, Group, only_files, write_compacted
     from mor.planner.commit import _named_file, data_file_of, list_files
     from mor.planner.nodes import IcebergScan
@@ -396,17 +409,12 @@ def compact(
         raise MorError("--delete-file-threshold must be 1 or more")
     if min_input_files < 1:
         raise MorError("--min-input-files must be 1 or more")
-    cat = resolve_catalog(catalog, warehouse)
-    try:
-        tbl = cat.load_table(table)
-    except Exception as e:  # noqa: BLE001 - NoSuchTableError and kin: one line
-        raise TableNotFoundError(f"{table}: {e}") from e
-    version = tbl.metadata.format_version
-    if version != 2:
-        raise UnsupportedError(
-            f"{table}: format version {version}; compact commits v2 metadata only (v3 "
-            "tables are not written yet)"
-        )
+    cat, tbl = _v2_table(
+        catalog,
+        warehouse,
+        table,
+        "compact commits v2 metadata only (v3 tables are not written yet)",
+    )
     _writable(tbl.schema(), table)
     head = tbl.metadata.snapshot_by_name(branch)
     if head is None:
@@ -514,13 +522,7 @@ def compact(
     try:
         if rewritten:
             note(f"rewriting {len(rewritten)} data files of {len(chosen)} partitions")
-            session = (
-                local_session()
-                if spark is None
-                else spark()
-                if callable(spark)
-                else prepare_session(spark)
-            )
+            session = _session(spark)
             names = ", ".join("`" + f.name.replace("`", "``") + "`" for f in schema.fields)
             rows_sql = f"SELECT {names}, _file, _pos FROM {table} VERSION AS OF {head.snapshot_id}"
             rows = only_files(plan_query(rows_sql, catalog=cat, cache=cache).optimized, rewritten)
