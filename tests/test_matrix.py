@@ -30,16 +30,18 @@ MATRIX = ROOT / ".venv" / "mor-matrix"
 
 def _load(suite: str, test: str | None = None) -> dict[str, Any]:
     path = MATRIX / suite / "results.pickle"
-    if not path.exists() and suite == "tpcds":  # make soak's: not in make test's 90 minutes
-        pytest.fail(
-            f"{path} is missing: make it with `.venv/bin/python -m tests.oracle.tpc tpcds "
-            f"--sf 0.01 --export {MATRIX / suite}` (part of `make soak`)"
-        )
     if not path.exists():
-        pytest.fail(
-            f"{path} is missing: the pyspark 3.5 leg makes it (`.venv/bin/python -m pytest "
-            f"tests/test_oracle.py -k {test or suite}`, part of `make test`)"
-        )
+        if suite == "tpcds":  # make soak's: not in make test's 90 minutes
+            how = (
+                f"make it with `.venv/bin/python -m tests.oracle.tpc tpcds --sf 0.01 --export "
+                f"{MATRIX / suite}` (part of `make soak`)"
+            )
+        else:
+            how = (
+                f"the pyspark 3.5 leg makes it (`.venv/bin/python -m pytest "
+                f"tests/test_oracle.py -k {test or suite}`, part of `make test`)"
+            )
+        pytest.fail(f"{path} is missing: {how}")
     with open(path, "rb") as f:
         return pickle.load(f)
 

@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _modes() -> list[str]:
-    """The leg's mode on this pyspark (tests/oracle/on_s3.py): on 4.1 a classic session,
-    then Spark Connect (`both`); `plain` (no histories, no Iceberg reader) on 3.5 and where
-    Iceberg publishes no runtime."""
+    """The leg's mode on this pyspark (tests/oracle/on_s3.py): on 4.1 histories written by a
+    classic session and everything checked through Spark Connect (`both`); `plain` (no
+    histories, no Iceberg reader) on 3.5 and where Iceberg publishes no runtime."""
     import pyspark
 
     from tests.oracle.runtime import RUNTIMES, spark_line
@@ -36,7 +36,7 @@ def _modes() -> list[str]:
         # same checks), for the suite's time: its s3a (AWS SDK v1) still reads the real
         # tables, the REST catalog's table and the CLI's sessions here
         return ["plain"]
-    # on 4.x one run checks a classic session, then a Connect server, over one store
+    # on 4.x a classic session writes, a Connect server on the same store checks
     return ["both"]
 
 
