@@ -116,10 +116,11 @@ clean:
 
 # the long runs: Java-written histories against Iceberg's own reader (HISTORIES=200 by
 # default), Flink and Trino pipelines through the JDBC catalog (tests/oracle/pipelines.py), the
-# maintenance harness on more seeds, tables of 2000 data files, three histories on S3 (classic
-# and Spark Connect, on Spark 4.1), TPC-DS's 99 queries against Iceberg's reader on 3.5 and
-# replayed on the newest pyspark, S3 there, the column types against Iceberg's reader on 3.5
-# (4.1 runs them in make test) and replayed on local-cluster, and the cluster tests on a
+# maintenance harness on more seeds (v2, v3 and upgraded to v3), tables of 2000 data files,
+# three histories on S3 (classic and Spark Connect, on Spark 4.1), TPC-DS's 99 queries against
+# Iceberg's reader on 3.5 and replayed on the newest pyspark, S3 there, the column types against
+# Iceberg's reader on 3.5 (4.1 runs them in make test) and replayed on local-cluster, and the
+# cluster tests on a
 # standalone master and worker (local-cluster, in make test, runs them on executors in JVMs of
 # their own already: a standalone cluster adds the master and worker processes)
 HISTORIES ?= 200
@@ -127,6 +128,8 @@ soak: java dev spark4
 	$(BIN)/python -m tests.oracle.run --histories $(HISTORIES) --seed 1000
 	$(BIN)/python -m tests.oracle.pipelines --pipelines 40 --trino 10 --java 10 --seed 100
 	$(BIN)/python -m tests.oracle.maintenance --seeds 1,2,3,4,5,6,7,8,9,10,11,12
+	$(BIN)/python -m tests.oracle.maintenance --seeds 13,14,15,16,17,18,19,20 --version 3
+	$(BIN)/python -m tests.oracle.maintenance --seeds 5,6,7,8,9,10,11,12 --version '2->3'
 	$(BIN)/python -m tests.oracle.many_files --files 2000
 	$(S41)/python -m tests.oracle.on_s3 --mode both --seeds 3 4 6
 	$(S41)/python -m tests.oracle.on_s3 --mode classic --seeds 3 4 6

@@ -7,15 +7,18 @@
    equality deletes reach (`--where`: those of the partitions a filter keeps);
 3. the positions those deletes remove from each file are found by the step a query of mor
    runs to resolve them (physical/maintenance.py: one Spark job per set of id sets);
-4. each file's positions are written as one position delete file naming that file alone;
+4. each file's positions are written as one position delete file naming that file alone (v2),
+   or, on a v3 table, as one deletion vector per file holding them together with every
+   position the file's current deletion vector and position delete files delete (the vector
+   replaces the one it had, as the spec asks of a writer), all vectors in one Puffin file;
 5. the equality delete files no live data file needs any more are removed: a file is kept
    while it applies to a data file left unconverted (outside `--where`);
 6. one snapshot (`replace`: no row changes) is committed atomically through the table's
    catalog, rebased over commits that landed meanwhile unless one conflicts
    (planner/commit.py); nothing is left behind when it fails.
 
-`--dry-run` stops after step 3 and reports what it would write and remove. Format version 2
-tables only; a v3 table (deletion vectors) is refused by name.
+`--dry-run` stops after step 3 and reports what it would write and remove. Format versions 2
+and 3; compaction (below) of v2 tables only.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class FileOut:
     path: str
     rows: int
     bytes: int
+    data_file: str = ""  # a deletion vector's: the data file it applies to
 
 
 @dataclass
@@ -45,8 +49,10 @@ class ConvertReport:
     dry_run: bool
     data_files: int = 0  # data files equality deletes reach, converted
     data_rows: int = 0  # their rows, read by the resolving job
-    positions: int = 0  # positions written
-    written: list[FileOut] = field(default_factory=list)  # position delete files
+    positions: int = 0  # positions the equality deletes remove, written
+    written: list[FileOut] = field(default_factory=list)  # position delete files / vectors
+    vectors: bool = False  # v3: deletion vectors (in one Puffin file) instead of files
+    replaced: int = 0  # v3: deletion vectors replaced by the new ones
     removed: list[FileOut] = field(default_factory=list)  # equality delete files
     kept: int = 0  # equality delete files kept: they reach data files left unconverted
     snapshot: int | None = None  # committed
@@ -68,19 +74,26 @@ class ConvertReport:
             if self.snapshot is not None
             else f"{self.table}: nothing to convert in snapshot {self.base_snapshot}"
         )
+        what = (
+            f"{len(self.written)} deletion vectors ({wrote} bytes, replacing {self.replaced})"
+            if self.vectors
+            else f"{len(self.written)} position delete files ({wrote} bytes)"
+        )
         return (
             f"{head}; {self.data_files} data files ({self.data_rows} rows) read; "
             f"{'would write' if self.dry_run else 'wrote'} {self.positions} positions in "
-            f"{len(self.written)} position delete files ({wrote} bytes); "
+            f"{what}; "
             f"{'would remove' if self.dry_run else 'removed'} {len(self.removed)} equality "
             f"delete files ({sum(f.rows for f in self.removed)} rows, {gone} bytes), "
             f"kept {self.kept}; {self.seconds:.1f} s"
         )
 
 
-def _v2_table(catalog: Any, warehouse: str | None, table: str, why: str) -> tuple[Any, Any]:
+def _table(
+    catalog: Any, warehouse: str | None, table: str, versions: tuple[int, ...], why: str
+) -> tuple[Any, Any]:
     """The catalog and the table a maintenance command commits through; a table of another
-    format version than 2 refused in one line (`why`: what the command writes)."""
+    format version than `versions` refused in one line (`why`: what the command writes)."""
     from mor.api import resolve_catalog
 
     cat = resolve_catalog(catalog, warehouse)
@@ -89,7 +102,7 @@ def _v2_table(catalog: Any, warehouse: str | None, table: str, why: str) -> tupl
     except Exception as e:  # noqa: BLE001 - NoSuchTableError and kin: one line
         raise TableNotFoundError(f"{table}: {e}") from e
     version = tbl.metadata.format_version
-    if version != 2:
+    if version not in versions:
         raise UnsupportedError(f"{table}: format version {version}; {why}")
     return cat, tbl
 
@@ -163,13 +176,14 @@ def convert_equality_deletes(
 
     started = time.perf_counter()
     note = progress or (lambda text: None)
-    cat, tbl = _v2_table(
+    cat, tbl = _table(
         catalog,
         warehouse,
         table,
-        "convert-equality-deletes writes position delete files of v2 tables (deletion "
-        "vectors of v3 tables are not written yet)",
+        (2, 3),
+        "convert-equality-deletes writes position delete files (v2) or deletion vectors (v3)",
     )
+    v3 = tbl.metadata.format_version == 3
     head = tbl.metadata.snapshot_by_name(branch)
     if head is None:
         raise MorError(f"{table}: no branch {branch!r}")
@@ -215,6 +229,7 @@ def convert_equality_deletes(
         note(f"resolving the equality deletes of {len(chosen)} data files")
         found = deleted_positions(_session(spark), only_files(full, chosen))
     report.positions = sum(len(v) for v in found.values())
+    report.vectors = v3
     if dry_run:
         report.written = [FileOut("", len(v), 0) for v in found.values() if len(v)]
         report.seconds = time.perf_counter() - started
@@ -223,24 +238,8 @@ def convert_equality_deletes(
         report.seconds = time.perf_counter() - started
         return report
 
-    note(f"writing {len(found)} position delete files")
-    added = []
-    try:
-        for path, positions in sorted(found.items()):
-            if path not in data_files:
-                raise InternalError(f"{table}: resolved {path}, which is no live data file")
-            if len(positions):
-                added.append(write_position_deletes(tbl, data_files[path], positions))
-    except BaseException:
-        for f in added:
-            try:
-                io.delete(f.file_path)
-            except Exception:  # noqa: BLE001 - best effort; the commit never references it
-                pass
-        raise
-    report.written = [FileOut(f.file_path, f.record_count, f.file_size_in_bytes) for f in added]
     change = Rewrite(
-        added=added,
+        added=[],
         removed=removed,
         data=set(chosen),
         reach_seq=max((eq_files[p][1] for p in removed), default=0),
@@ -251,6 +250,31 @@ def convert_equality_deletes(
             "mor.operation": "convert-equality-deletes",
         },
     )
+    for p in found:
+        if p not in data_files:
+            raise InternalError(f"{table}: resolved {p}, which is no live data file")
+    if v3:
+        note(f"writing {sum(1 for v in found.values() if len(v))} deletion vectors")
+        _vectors(tbl, table, tasks, found, data_files, change)
+        report.replaced = len(change.removed_dvs)
+    else:
+        note(f"writing {len(found)} position delete files")
+        try:
+            for path, positions in sorted(found.items()):
+                if len(positions):
+                    change.added.append(write_position_deletes(tbl, data_files[path], positions))
+        except BaseException:
+            _delete_quietly(io, [f.file_path for f in change.added])
+            raise
+    report.written = [
+        FileOut(
+            f.file_path,
+            f.record_count,
+            _content_size(f),
+            getattr(f, "referenced_data_file", None) or "",
+        )
+        for f in change.added
+    ]
     note("committing")
     done = commit_rewrite(cat, table, head, branch, change, before_commit=_before_commit)
     report.snapshot = done.snapshot.snapshot_id
@@ -258,6 +282,83 @@ def convert_equality_deletes(
     report.rebased_over = done.rebased_over
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _delete_quietly(io: Any, paths: list[str]) -> None:
+    for p in paths:
+        try:
+            io.delete(p)
+        except Exception:  # noqa: BLE001 - best effort; the commit never references it
+            pass
+
+
+def _content_size(f: Any) -> int:
+    """A delete file's bytes: a deletion vector's blob, else the whole file."""
+    size = getattr(f, "content_size_in_bytes", None)
+    return int(size) if size is not None else int(f.file_size_in_bytes)
+
+
+def _vectors(
+    tbl: Any, table: str, tasks: dict, found: dict, data_files: dict, change: Rewrite
+) -> None:
+    """v3: one deletion vector per data file with positions in `found` (what its equality
+    deletes remove), merged with every position its current deletion vector and position
+    delete files delete, all in one new Puffin file under `<location>/data/`; the vectors
+    they replace go to `change.removed_dvs` and the new ones to `change.added`, with the
+    summary's counts. The Puffin file is deleted again when anything fails before the
+    commit takes it over."""
+    import uuid
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from mor.physical.delete_files import read_positions
+    from mor.physical.dv import puffin
+    from mor.planner.commit import dv_file
+    from mor.planner.state import ProcessCaches
+
+    paths = sorted(p for p, v in found.items() if len(v))
+    if not paths:
+        return
+    by_scan: dict[int, tuple[Any, list]] = {}
+    for p in paths:
+        t, s = tasks[p]
+        by_scan.setdefault(id(s), (s, []))[1].append(t)
+    merged: dict[str, list[int]] = {}
+    old_rows = old_bytes = 0
+    for s, ts in by_scan.values():
+        deletes = s.deletes_by_id()
+        current = read_positions(ts, deletes, table, s.source_key, ProcessCaches())
+        for t in ts:
+            parts = [found[t.path].cast(pa.int64())]
+            if t.file_id in current:
+                parts.append(current[t.file_id])
+            merged[t.path] = pc.unique(pa.concat_arrays(parts)).sort().to_pylist()
+            for d in (deletes[i] for i in t.pos_deletes):
+                if d.dv is not None:
+                    change.removed_dvs.add((d.path, d.dv.offset))
+                    old_rows += d.record_count
+                    old_bytes += d.dv.length
+    data, placed = puffin([(p, merged[p]) for p in paths], "mor convert-equality-deletes")
+    path = f"{tbl.metadata.location.rstrip('/')}/data/mor-{uuid.uuid4()}-deletes.puffin"
+    with tbl.io.new_output(path).create(overwrite=False) as out:
+        out.write(data)
+    try:
+        for p, (offset, length) in zip(paths, placed):
+            change.added.append(
+                dv_file(data_files[p], path, len(data), offset, length, len(merged[p]))
+            )
+    except BaseException:
+        _delete_quietly(tbl.io, [path])
+        raise
+    change.summary.update(
+        {
+            "added-dvs": str(len(paths)),
+            "removed-dvs": str(len(change.removed_dvs)),
+            "removed-position-deletes": str(old_rows),
+            "removed-files-size": str(int(change.summary["removed-files-size"]) + old_bytes),
+        }
+    )
 
 
 # Iceberg's defaults for rewrite_data_files (SizeBasedFileRewritePlanner, BinPackRewriteFilePlanner)
@@ -409,11 +510,14 @@ def compact(
         raise MorError("--delete-file-threshold must be 1 or more")
     if min_input_files < 1:
         raise MorError("--min-input-files must be 1 or more")
-    cat, tbl = _v2_table(
+    cat, tbl = _table(
         catalog,
         warehouse,
         table,
-        "compact commits v2 metadata only (v3 tables are not written yet)",
+        (2,),
+        "compact rewrites data files of v2 tables only (the rows of a v3 table keep their "
+        "row lineage, _row_id and _last_updated_sequence_number, in the files they move to; "
+        "mor does not write those yet)",
     )
     _writable(tbl.schema(), table)
     head = tbl.metadata.snapshot_by_name(branch)

@@ -21,6 +21,21 @@ library makes one (`RewriteFiles`, operation `replace`):
 - the commit asks the catalog to move the branch from the snapshot the change was computed
   on to the new one (`AssertRefSnapshotId`): the catalog does it atomically or refuses.
 
+On a v3 table the same snapshot is made with v3 metadata, the manifests and the manifest list
+copied at the level of their Avro records (pyiceberg 0.12 reads v3 manifests through its v2
+schema and would drop a deletion vector's `referenced_data_file`, `content_offset` and
+`content_size_in_bytes`, and every manifest's `first_row_id`):
+
+- new delete manifests (deletion vectors) are written in the v3 entry schema;
+- a manifest holding a removed file is written again record by record in its own Avro schema,
+  every value as it was except the entry's status, snapshot id and (materialized) sequence
+  numbers, and for a data file its `first_row_id` (materialized from the manifest's);
+- a removed deletion vector is one blob, (Puffin path, `content_offset`): the other vectors
+  of its Puffin file stay;
+- the manifest list keeps each carried-over manifest's record, `first_row_id` included; a data
+  manifest without one is assigned the next row ids (row lineage: the snapshot's
+  `first-row-id` is the table's `next-row-id`, its `added-rows` the ids assigned).
+
 Optimistic concurrency, as Iceberg's `SnapshotProducer`: when another commit landed first the
 change is checked against every snapshot committed since (`conflicts`), and rebuilt over the
 new head when nothing in them touches it (appends are rebased over), up to `retries` times.
@@ -32,13 +47,19 @@ error names them.
 
 from __future__ import annotations
 
+import copy
+import gzip
+import io as _io
+import json
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
@@ -50,6 +71,8 @@ from pyiceberg.io.pyarrow import (
     schema_to_pyarrow,
 )
 from pyiceberg.manifest import (
+    MANIFEST_LIST_FILE_SCHEMAS,
+    UNASSIGNED_SEQ,
     DataFile,
     DataFileContent,
     FileFormat,
@@ -71,6 +94,7 @@ from pyiceberg.table.update import (
     SetSnapshotRefUpdate,
 )
 from pyiceberg.types import IntegerType, ListType, LongType, NestedField, StringType, StructType
+from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
 from mor.planner.errors import MorError
 
@@ -111,6 +135,50 @@ class DeleteManifestWriter(DataManifestWriter):
     @property
     def _meta(self) -> dict[str, str]:
         return {**super()._meta, "content": "deletes"}
+
+
+class DvManifestWriter(DeleteManifestWriter):
+    """A v3 manifest of deletion vectors: the v3 entry schema, its records written whole
+    (pyiceberg writes v3 files from its v2 records, which have no `referenced_data_file`,
+    `content_offset` or `content_size_in_bytes`). Entries are DataFiles bound to the v3 struct
+    (`dv_file`)."""
+
+    @property
+    def version(self) -> Any:
+        return 3
+
+    def new_writer(self) -> Any:
+        from pyiceberg.avro.file import AvroOutputFile
+
+        schema = self._with_partition(3)
+        return AvroOutputFile[ManifestEntry](
+            output_file=self._output_file,
+            file_schema=schema,
+            record_schema=schema,
+            schema_name="manifest_entry",
+            metadata=self._meta,
+        )
+
+
+def dv_file(
+    data_file: DataFile, puffin_path: str, puffin_size: int, offset: int, length: int, rows: int
+) -> DataFile:
+    """The manifest record of a deletion vector of `data_file` (its partition and spec), the
+    blob at `offset` of the Puffin file `puffin_path`, holding `rows` positions."""
+    f = DataFile.from_args(
+        _table_format_version=3,
+        content=DataFileContent.POSITION_DELETES,
+        file_path=puffin_path,
+        file_format=FileFormat.PUFFIN,
+        partition=data_file.partition,
+        record_count=rows,
+        file_size_in_bytes=puffin_size,
+        referenced_data_file=data_file.file_path,
+        content_offset=offset,
+        content_size_in_bytes=length,
+    )
+    f.spec_id = data_file.spec_id
+    return f
 
 
 def _int_equality_ids(schema: Schema) -> Schema:
@@ -155,7 +223,8 @@ class Rewrite:
     deletes: a concurrent commit adding a data file below it (a rewrite keeping old sequence
     numbers) would be reached by a removed delete, and conflicts. `added_data`: new data
     files, committed with data sequence number `data_seq`; `removed_data`: paths of the live
-    data files they replace."""
+    data files they replace. `removed_dvs`: deletion vectors to remove (v3), each by its
+    Puffin file and blob offset."""
 
     added: list[DataFile]
     removed: set[str]
@@ -165,6 +234,7 @@ class Rewrite:
     added_data: list[DataFile] = field(default_factory=list)
     removed_data: set[str] = field(default_factory=set)
     data_seq: int | None = None
+    removed_dvs: set[tuple[str, int]] = field(default_factory=set)  # (Puffin path, offset)
 
     def __post_init__(self) -> None:
         if self.added_data and self.data_seq is None:
@@ -192,10 +262,11 @@ def commit_rewrite(
     `before_commit(attempt)`: called right before each attempt asks the catalog (tests use
     it to land a concurrent commit)."""
     table = catalog.load_table(identifier)
-    if table.metadata.format_version != 2:
+    version = table.metadata.format_version
+    if version not in (2, 3) or (version == 3 and (change.added_data or change.removed_data)):
         raise MorError(
-            f"{identifier}: format version {table.metadata.format_version}; this commit "
-            "writes v2 metadata only"
+            f"{identifier}: format version {version}; this commit writes v2 metadata, and "
+            "v3 metadata for delete files only"
         )
     snapshot_id = _new_snapshot_id(table)
     written: list[str] = []  # every file this operation wrote, to delete unless committed
@@ -215,9 +286,13 @@ def commit_rewrite(
                 rebased += [s.snapshot_id for s in news if s.snapshot_id not in rebased]
                 base = head
             mark = len(written)  # what this attempt writes: written[mark:]
-            manifests = _manifests(table, head, change, snapshot_id, written) + ours
             seq = table.metadata.last_sequence_number + 1
-            listing = _manifest_list(table, head, manifests, snapshot_id, seq, written)
+            lineage: dict[str, int] = {}
+            if version == 3:
+                listing, lineage = _v3_list(table, head, change, ours, snapshot_id, seq, written)
+            else:
+                manifests = _manifests(table, head, change, snapshot_id, written) + ours
+                listing = _manifest_list(table, head, manifests, snapshot_id, seq, written)
             snapshot = Snapshot(
                 snapshot_id=snapshot_id,
                 parent_snapshot_id=head.snapshot_id,
@@ -226,23 +301,27 @@ def commit_rewrite(
                 manifest_list=listing,
                 summary=_summary(head, change),
                 schema_id=table.metadata.current_schema_id,
+                **lineage,
             )
             if before_commit is not None:
                 before_commit(attempt)
             try:
-                catalog.commit_table(
-                    table,
-                    requirements=(
-                        AssertTableUUID(uuid=table.metadata.table_uuid),
-                        AssertRefSnapshotId(ref=branch, snapshot_id=head.snapshot_id),
-                    ),
-                    updates=(
-                        AddSnapshotUpdate(snapshot=snapshot),
-                        SetSnapshotRefUpdate(
-                            ref_name=branch, type=SnapshotRefType.BRANCH, snapshot_id=snapshot_id
+                with _v3_metadata(catalog, table, identifier):
+                    catalog.commit_table(
+                        table,
+                        requirements=(
+                            AssertTableUUID(uuid=table.metadata.table_uuid),
+                            AssertRefSnapshotId(ref=branch, snapshot_id=head.snapshot_id),
                         ),
-                    ),
-                )
+                        updates=(
+                            AddSnapshotUpdate(snapshot=snapshot),
+                            SetSnapshotRefUpdate(
+                                ref_name=branch,
+                                type=SnapshotRefType.BRANCH,
+                                snapshot_id=snapshot_id,
+                            ),
+                        ),
+                    )
             except CommitStateUnknownException as e:
                 committed = True  # perhaps: nothing may be deleted
                 raise CommitUnknownError(
@@ -340,6 +419,9 @@ def conflicts(table: Table, news: Sequence[Snapshot], change: Rewrite, identifie
     in its partition that names no file), or adds a data file that a removed equality
     delete would reach (a data sequence number at or below `reach_seq`)."""
     io = table.io
+    if table.metadata.format_version >= 3:
+        _conflicts_v3(table, news, change, identifier)
+        return
     for snap in news:
         for manifest in snap.manifests(io):
             if manifest.added_snapshot_id != snap.snapshot_id:
@@ -357,12 +439,61 @@ def conflicts(table: Table, news: Sequence[Snapshot], change: Rewrite, identifie
                     )
 
 
+def _conflicts_v3(table: Table, news: Sequence[Snapshot], change: Rewrite, identifier: str) -> None:
+    """`conflicts` on a v3 table, its manifests read as Avro records (pyiceberg 0.12 reads no
+    deletion vector's `referenced_data_file` or offset: every vector would conflict)."""
+    from types import SimpleNamespace
+
+    def bounds(raw: Any) -> dict[int, bytes]:
+        return {kv["key"]: kv["value"] for kv in raw or []}
+
+    for snap in news:
+        _, _, listed = _read_avro(table.io, snap.manifest_list)
+        for m in listed:
+            if m["added_snapshot_id"] != snap.snapshot_id:
+                continue
+            _, _, records = _read_avro(table.io, m["manifest_path"])
+            for r in records:
+                if (r["snapshot_id"] or m["added_snapshot_id"]) != snap.snapshot_id:
+                    continue
+                raw = r["data_file"]
+                seq = r["sequence_number"]
+                if seq is None and r["status"] == 1:
+                    seq = snap.sequence_number
+                entry = SimpleNamespace(
+                    status=ManifestEntryStatus(r["status"]), sequence_number=seq
+                )
+                f = SimpleNamespace(
+                    content=DataFileContent(raw.get("content", 0)),
+                    file_path=raw["file_path"],
+                    lower_bounds=bounds(raw.get("lower_bounds")),
+                    upper_bounds=bounds(raw.get("upper_bounds")),
+                    referenced_data_file=raw.get("referenced_data_file"),
+                    content_offset=raw.get("content_offset"),
+                )
+                what = _conflict(entry, f, change)  # type: ignore[arg-type]
+                if what:
+                    raise ConflictError(
+                        f"{identifier}: snapshot {snap.snapshot_id} "
+                        f"({snap.summary.operation.value if snap.summary else '?'}), committed "
+                        f"meanwhile, {what}; nothing was committed"
+                    )
+
+
 def _conflict(entry: ManifestEntry, f: DataFile, change: Rewrite) -> str:
     if entry.status == ManifestEntryStatus.DELETED:
         if f.content == DataFileContent.DATA and f.file_path in change.data | change.removed_data:
             return f"removed data file {f.file_path}, which this operation rewrites"
         if f.content != DataFileContent.DATA and f.file_path in change.removed:
             return f"removed delete file {f.file_path}, which this operation removes"
+        offset = getattr(f, "content_offset", None)
+        if f.content == DataFileContent.POSITION_DELETES and (
+            (f.file_path, offset) in change.removed_dvs
+            or (offset is None and f.file_path in {p for p, _ in change.removed_dvs})
+        ):
+            return (
+                f"removed a deletion vector of {f.file_path}, whose vectors this operation replaces"
+            )
         return ""
     if entry.status != ManifestEntryStatus.ADDED:
         return ""
@@ -376,6 +507,11 @@ def _conflict(entry: ManifestEntry, f: DataFile, change: Rewrite) -> str:
         return ""
     if f.content == DataFileContent.POSITION_DELETES:
         named = _named_file(f)
+        if getattr(f, "referenced_data_file", None) and named in change.data:
+            return (
+                f"added a deletion vector ({f.file_path}) to {named}, a data file this "
+                "operation rewrites"
+            )
         if named is None or named in change.data:
             return f"added position deletes {f.file_path} to a data file this operation rewrites"
     return ""
@@ -408,7 +544,10 @@ def _added_manifests(
     for (deletes, spec_id), files in sorted(groups.items()):
         path = _manifest_path(table)
         written.append(path)
-        writer = (DeleteManifestWriter if deletes else DataManifestWriter)(
+        v3 = table.metadata.format_version == 3
+        writer = (
+            DvManifestWriter if v3 else DeleteManifestWriter if deletes else DataManifestWriter
+        )(
             table.metadata.specs()[spec_id],
             table.metadata.schema(),
             table.io.new_output(path),
@@ -499,6 +638,266 @@ def _manifest_list(
     return path
 
 
+@contextmanager
+def _v3_metadata(catalog: Catalog, table: Table, identifier: str) -> Iterator[None]:
+    """Let a catalog that writes the table's metadata file itself (SQL, Hive, Glue, ...)
+    write a v3 one: pyiceberg 0.12 models v3 metadata and applies the commit's updates to it
+    (`next-row-id` advanced by the snapshot's `added-rows`), but refuses to serialize it
+    (iceberg-python #1551). For this commit only, this catalog object serializes it with
+    pydantic, as it serializes v2 metadata, after two checks that refuse the commit (nothing
+    written) when they fail: the JSON parses back to the same metadata, and it keeps every
+    key the previous metadata file has, at the top and in each snapshot (a field pyiceberg
+    does not model would be lost). A REST catalog writes the file itself: nothing to do."""
+    from pyiceberg.table.metadata import TableMetadataUtil
+    from pyiceberg.typedef import IcebergBaseModel
+
+    if table.metadata.format_version < 3 or not hasattr(type(catalog), "_write_metadata"):
+        yield
+        return
+    with table.io.new_input(table.metadata_location).open() as stream:
+        raw = stream.read()
+    before = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+
+    def write(metadata: Any, io: Any, metadata_path: str) -> None:
+        path = metadata_path
+        text = IcebergBaseModel.model_dump_json(metadata, exclude_none=True)
+        after = json.loads(text)
+        lost = sorted(set(before) - set(after))
+        snaps = {s["snapshot-id"]: s for s in after.get("snapshots", [])}
+        for old in before.get("snapshots", []):
+            lost += [
+                f"snapshot {old['snapshot-id']} {k}"
+                for k in old
+                if k not in snaps.get(old["snapshot-id"], {})
+            ]
+        if lost:
+            raise MorError(
+                f"{identifier}: its v3 metadata written by pyiceberg would lose "
+                f"{', '.join(lost[:5])}; nothing was committed"
+            )
+        if TableMetadataUtil.parse_raw(text) != metadata:
+            raise MorError(
+                f"{identifier}: its v3 metadata does not read back as written; nothing was "
+                "committed"
+            )
+        data = text.encode()
+        if ".gz." in path.rsplit("/", 1)[-1]:
+            data = gzip.compress(data)
+        with io.new_output(path).create(overwrite=False) as out:
+            out.write(data)
+
+    catalog._write_metadata = write  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del catalog._write_metadata  # type: ignore[attr-defined]
+
+
+def _plain(schema: Any) -> Any:
+    """An Avro schema without its logical types: records read through it hold the values as
+    stored (days, microseconds, a decimal's bytes), which a writer given the original schema
+    stores unchanged."""
+    if isinstance(schema, dict):
+        return {k: _plain(v) for k, v in schema.items() if k != "logicalType"}
+    if isinstance(schema, list):
+        return [_plain(v) for v in schema]
+    return schema
+
+
+def _read_avro(io: Any, path: str) -> tuple[Any, dict[str, str], list[dict[str, Any]]]:
+    """An Avro file's writer schema, its metadata (but Avro's own keys) and its records, the
+    values as stored."""
+    with io.new_input(path).open() as stream:
+        raw = stream.read()
+    schema = fastavro.reader(_io.BytesIO(raw)).writer_schema
+    reader = fastavro.reader(_io.BytesIO(raw), reader_schema=_plain(schema))
+    meta = {k: v for k, v in reader.metadata.items() if not k.startswith("avro.")}
+    return schema, meta, list(reader)
+
+
+def _write_avro(io: Any, path: str, schema: Any, meta: dict[str, str], records: list) -> int:
+    """Write `records` as an Avro file (deflate) through `io`; its size."""
+    buf = _io.BytesIO()
+    fastavro.writer(buf, fastavro.parse_schema(copy.deepcopy(schema)), records, codec="deflate",
+                    metadata=meta)  # fmt: skip
+    data = buf.getvalue()
+    with io.new_output(path).create(overwrite=False) as out:
+        out.write(data)
+    return len(data)
+
+
+def _v3_rewrite(
+    table: Table,
+    listed: dict[str, Any],
+    change: Rewrite,
+    snapshot_id: int,
+    seq: int,
+    written: list[str],
+    found: set[Any],
+) -> dict[str, Any] | None:
+    """The manifest-list record of `listed` (a manifest of the head) written again with the
+    files `change` removes DELETED, or None when it holds none of them. Every other live
+    entry becomes EXISTING with its inherited snapshot id, sequence numbers and (data files)
+    first row id written out; DELETED entries are dropped, as Iceberg's writers drop them."""
+    deletes = listed["content"] == ManifestContent.DELETES
+    if not (change.removed or change.removed_dvs) if deletes else not change.removed_data:
+        return None
+    schema, meta, records = _read_avro(table.io, listed["manifest_path"])
+
+    def key(f: dict[str, Any]) -> Any:
+        if deletes and f.get("content_offset") is not None:
+            return (f["file_path"], f["content_offset"])
+        return f["file_path"]
+
+    gone = (change.removed | change.removed_dvs) if deletes else change.removed_data
+    live = [r for r in records if r["status"] != 2]
+    hit = [r for r in live if key(r["data_file"]) in gone]
+    if not hit:
+        return None
+    found.update(key(r["data_file"]) for r in hit)
+    out, counts = [], {"existing": [0, 0], "deleted": [0, 0]}
+    next_row = listed.get("first_row_id")
+    min_seq = None
+    for r in live:
+        r = dict(r)
+        added = r["status"] == 1
+        r["snapshot_id"] = (
+            r["snapshot_id"] if r["snapshot_id"] is not None else listed["added_snapshot_id"]
+        )
+        for k in ("sequence_number", "file_sequence_number"):
+            if r.get(k) is None and (added or listed["sequence_number"] == 0):
+                r[k] = listed["sequence_number"]
+        f = r["data_file"]
+        if (
+            not deletes
+            and "first_row_id" in f
+            and f["first_row_id"] is None
+            and next_row is not None
+        ):
+            r["data_file"] = {**f, "first_row_id": next_row}
+            next_row += f["record_count"]
+        if key(f) in gone:
+            r["status"], r["snapshot_id"] = 2, snapshot_id
+            counts["deleted"][0] += 1
+            counts["deleted"][1] += f["record_count"]
+        else:
+            r["status"] = 0
+            counts["existing"][0] += 1
+            counts["existing"][1] += f["record_count"]
+            if r.get("sequence_number") is not None:
+                min_seq = (
+                    r["sequence_number"] if min_seq is None else min(min_seq, r["sequence_number"])
+                )
+        out.append(r)
+    path = _manifest_path(table)
+    written.append(path)
+    size = _write_avro(table.io, path, schema, meta, out)
+    return {
+        **listed,
+        "manifest_path": path,
+        "manifest_length": size,
+        "sequence_number": seq,
+        "min_sequence_number": seq if min_seq is None else min_seq,
+        "added_snapshot_id": snapshot_id,
+        "added_files_count": 0,
+        "existing_files_count": counts["existing"][0],
+        "deleted_files_count": counts["deleted"][0],
+        "added_rows_count": 0,
+        "existing_rows_count": counts["existing"][1],
+        "deleted_rows_count": counts["deleted"][1],
+        "first_row_id": None,  # its data files carry theirs; assigned anew as Iceberg does
+    }
+
+
+def _listed(m: ManifestFile, seq: int) -> dict[str, Any]:
+    """The manifest-list record (v3 names) of a manifest this operation wrote."""
+    unassigned = m.min_sequence_number in (None, UNASSIGNED_SEQ)
+    return {
+        "manifest_path": m.manifest_path,
+        "manifest_length": m.manifest_length,
+        "partition_spec_id": m.partition_spec_id,
+        "content": int(m.content),
+        "sequence_number": seq,
+        "min_sequence_number": seq if unassigned else m.min_sequence_number,
+        "added_snapshot_id": m.added_snapshot_id,
+        "added_files_count": m.added_files_count,
+        "existing_files_count": m.existing_files_count,
+        "deleted_files_count": m.deleted_files_count,
+        "added_rows_count": m.added_rows_count,
+        "existing_rows_count": m.existing_rows_count,
+        "deleted_rows_count": m.deleted_rows_count,
+        "partitions": [
+            {
+                "contains_null": p.contains_null,
+                "contains_nan": p.contains_nan,
+                "lower_bound": p.lower_bound,
+                "upper_bound": p.upper_bound,
+            }
+            for p in (m.partitions or [])
+        ],
+        "key_metadata": None,
+        "first_row_id": None,
+    }
+
+
+_V3_LIST_SCHEMA = AvroSchemaConversion().iceberg_to_avro(
+    MANIFEST_LIST_FILE_SCHEMAS[3], schema_name="manifest_file"
+)
+
+
+def _v3_list(
+    table: Table,
+    head: Snapshot,
+    change: Rewrite,
+    ours: Sequence[ManifestFile],
+    snapshot_id: int,
+    seq: int,
+    written: list[str],
+) -> tuple[str, dict[str, int]]:
+    """The v3 manifest list of the new snapshot over `head` (see the module's docstring),
+    and the snapshot's row-lineage fields."""
+    io = table.io
+    _, _, heads = _read_avro(io, head.manifest_list)
+    found: set[Any] = set()
+    records = []
+    for listed in heads:
+        listed = {k: listed.get(k) for k in _list_names()}
+        again = _v3_rewrite(table, listed, change, snapshot_id, seq, written, found)
+        records.append(again if again is not None else listed)
+    records += [_listed(m, seq) for m in ours]
+    missing = (change.removed | change.removed_dvs) - found
+    if missing:
+        names = sorted(p if isinstance(p, str) else f"{p[0]} (offset {p[1]})" for p in missing)
+        raise ConflictError(
+            f"{table.name()}: files this operation removes are no longer live: "
+            f"{', '.join(names[:3])}; nothing was committed"
+        )
+    start = table.metadata.next_row_id or 0
+    next_row = start
+    for r in records:
+        if r["content"] == ManifestContent.DATA and r.get("first_row_id") is None:
+            r["first_row_id"] = next_row
+            next_row += (r["existing_rows_count"] or 0) + (r["added_rows_count"] or 0)
+    path = (
+        f"{table.metadata.location.rstrip('/')}/metadata/"
+        f"snap-{snapshot_id}-{len(written)}-{uuid.uuid4()}.avro"
+    )
+    written.append(path)
+    meta = {
+        "snapshot-id": str(snapshot_id),
+        "parent-snapshot-id": str(head.snapshot_id),
+        "sequence-number": str(seq),
+        "first-row-id": str(start),
+        "format-version": "3",
+    }
+    _write_avro(io, path, _V3_LIST_SCHEMA, meta, records)
+    return path, {"first_row_id": start, "added_rows": next_row - start}
+
+
+def _list_names() -> list[str]:
+    return [f.name for f in MANIFEST_LIST_FILE_SCHEMAS[3].fields]
+
+
 def _manifest_path(table: Table) -> str:
     return f"{table.metadata.location.rstrip('/')}/metadata/mor-{uuid.uuid4()}-m0.avro"
 
@@ -508,6 +907,7 @@ def _summary(head: Snapshot, change: Rewrite) -> Summary:
     Sizes and row counts of removed files come in `change.summary` (`removed-files-size`,
     `deleted-records`, `removed-position-deletes`, `removed-equality-deletes`)."""
     added_pos = [f for f in change.added if f.content == DataFileContent.POSITION_DELETES]
+    pos_files = [f for f in added_pos if f.file_format != FileFormat.PUFFIN]
     extra = change.summary
     props: dict[str, str] = {}
     if change.added_data or change.removed_data:
@@ -516,12 +916,13 @@ def _summary(head: Snapshot, change: Rewrite) -> Summary:
         props["added-records"] = str(sum(f.record_count for f in change.added_data))
     if change.added:
         props["added-delete-files"] = str(len(change.added))
-        props["added-position-delete-files"] = str(len(added_pos))
+        props["added-position-delete-files"] = str(len(pos_files))
         props["added-position-deletes"] = str(sum(f.record_count for f in added_pos))
-    added_size = sum(f.file_size_in_bytes for f in (*change.added, *change.added_data))
+    added_size = sum(_size(f) for f in (*change.added, *change.added_data))
     props["added-files-size"] = str(added_size)
-    if change.removed:
-        props["removed-delete-files"] = str(len(change.removed))
+    removed = len(change.removed) + len(change.removed_dvs)
+    if removed:
+        props["removed-delete-files"] = str(removed)
     props.update(extra)
     previous = head.summary or Summary(Operation.APPEND)
 
@@ -539,7 +940,7 @@ def _summary(head: Snapshot, change: Rewrite) -> Summary:
 
     total("total-data-files", len(change.added_data), len(change.removed_data))
     total("total-records", int(props.get("added-records", "0")), of("deleted-records"))
-    total("total-delete-files", len(change.added), len(change.removed))
+    total("total-delete-files", len(change.added), removed)
     total(
         "total-position-deletes",
         sum(f.record_count for f in added_pos),
@@ -548,6 +949,13 @@ def _summary(head: Snapshot, change: Rewrite) -> Summary:
     total("total-equality-deletes", 0, of("removed-equality-deletes"))
     total("total-files-size", added_size, of("removed-files-size"))
     return Summary(Operation.REPLACE, **props)
+
+
+def _size(f: DataFile) -> int:
+    """A file's bytes in a summary: a deletion vector's blob, else the whole file (as
+    Iceberg's `SnapshotSummary` counts them)."""
+    blob = getattr(f, "content_size_in_bytes", None) if f.file_format == FileFormat.PUFFIN else None
+    return int(blob) if blob is not None else int(f.file_size_in_bytes)
 
 
 def _delete(io: object, paths: Iterable[str]) -> list[str]:

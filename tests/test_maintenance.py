@@ -355,3 +355,169 @@ def test_a_failure_before_the_commit_leaves_nothing_behind(catalog: Any, spark: 
         convert_equality_deletes("m.g", catalog=catalog, spark=spark, _before_commit=boom)
     assert _files(location) == files
     assert w.refresh().current_snapshot().snapshot_id == head
+
+
+def _as_v3(catalog: Any, w: TableWriter, name: str) -> Any:
+    """The table of `w` registered again as `name`, upgraded to format version 3 as an
+    upgrade leaves a table (its v2 manifests, no row id assigned yet: `next-row-id` 0), its
+    metadata file written here with pydantic (pyiceberg 0.12 writes no v3 metadata)."""
+    import json
+
+    from pyiceberg.table.metadata import TableMetadataUtil
+    from pyiceberg.typedef import IcebergBaseModel
+
+    t = w.refresh()
+    raw = {**json.loads(t.metadata.model_dump_json()), "format-version": 3, "next-row-id": 0}
+    md = TableMetadataUtil.parse_obj(raw)
+    path = f"{t.metadata.location}/metadata/00099-upgraded.metadata.json"
+    with t.io.new_output(path).create() as out:
+        out.write(IcebergBaseModel.model_dump_json(md).encode())
+    return catalog.register_table(name, path)
+
+
+def _raw_entries(table: Any, snapshot: Any) -> list[tuple[dict, dict]]:
+    """(manifest-list record, entry record) of a snapshot, as Avro stores them (pyiceberg
+    0.12 reads v3 fields away)."""
+    import io
+
+    import fastavro
+
+    def read(path: str) -> list[dict]:
+        with table.io.new_input(path).open() as s:
+            return list(fastavro.reader(io.BytesIO(s.read())))
+
+    return [(m, e) for m in read(snapshot.manifest_list) for e in read(m["manifest_path"])]
+
+
+def test_v3_deletion_vectors_merge_the_files_deletes_and_assign_row_ids(
+    catalog: Any, spark: Any
+) -> None:
+    """On a v3 table (upgraded from v2: its position delete file and equality deletes kept),
+    each data file the equality deletes reach gets one deletion vector holding those
+    positions and the ones its position delete file deletes, all in one Puffin file whose
+    blobs, footer and manifest entries agree; the equality delete files go; the manifest
+    list assigns row ids to the data manifests (none had any), the snapshot's first-row-id
+    is the table's next-row-id and its added-rows what it assigned. A failure right before
+    the commit leaves no file behind."""
+    import json
+
+    from mor.physical.dv import decode
+
+    w = _two_files(catalog)
+    first = min(
+        (
+            e.data_file
+            for _, e in _entries(w.refresh(), w.table.current_snapshot())
+            if e.data_file.content == DataFileContent.DATA
+        ),
+        key=lambda f: int.from_bytes(f.lower_bounds[1], "little"),
+    )  # ids 0-9
+    w.commit(deletes=[w.position_delete_file({first.file_path: [0, 5]}, first)])
+    table = _as_v3(catalog, w, "m.g3")
+    before = _ids(catalog, spark, "m.g3")
+    old = table.current_snapshot()
+    snaps = [s.snapshot_id for s in table.metadata.snapshots]
+    history = {s: _ids_at(catalog, spark, "m.g3", s) for s in snaps}
+
+    files = _files(table.metadata.location)
+
+    def boom(attempt: int) -> None:  # the Puffin file, manifests and list were written
+        assert any(p.endswith(".puffin") for p in _files(table.metadata.location) - files)
+        raise OSError("storage went away")
+
+    with pytest.raises(OSError, match="storage went away"):
+        convert_equality_deletes("m.g3", catalog=catalog, spark=spark, _before_commit=boom)
+    assert _files(table.metadata.location) == files  # all of it deleted again
+    report = convert_equality_deletes("m.g3", catalog=catalog, spark=spark)
+    assert report.vectors and len(report.removed) == 2 and report.kept == 0
+    assert "deletion vectors" in report.line()
+    table = catalog.load_table("m.g3")
+    assert table.metadata.format_version == 3
+    new = table.current_snapshot()
+    assert new.parent_snapshot_id == old.snapshot_id
+    assert _ids(catalog, spark, "m.g3") == before
+    for s in snaps:
+        assert _ids_at(catalog, spark, "m.g3", s) == history[s]
+
+    entries = _raw_entries(table, new)
+    dvs = [(m, e) for m, e in entries if e["data_file"]["file_format"].upper() == "PUFFIN"]
+    assert len(dvs) == 2 and all(e["status"] == 1 for _, e in dvs)
+    puffins = {e["data_file"]["file_path"] for _, e in dvs}
+    assert len(puffins) == 1
+    with table.io.new_input(puffins.pop()).open() as s:
+        blob = s.read()
+    assert blob[:4] == b"PFA1" and blob[-4:] == b"PFA1"
+    size = int.from_bytes(blob[-12:-8], "little")
+    footer = json.loads(blob[-12 - size : -12])
+    meta = {b["properties"]["referenced-data-file"]: b for b in footer["blobs"]}
+    got = {}
+    for _, e in dvs:
+        f = e["data_file"]
+        at, n = f["content_offset"], f["content_size_in_bytes"]
+        b = meta[f["referenced_data_file"]]
+        assert (b["offset"], b["length"], b["type"]) == (at, n, "deletion-vector-v1")
+        assert b["fields"] == [2147483645] and b["snapshot-id"] == b["sequence-number"] == -1
+        positions = decode(blob[at : at + n], "test", f["record_count"]).to_pylist()
+        assert int(b["properties"]["cardinality"]) == len(positions)
+        got[f["referenced_data_file"]] = positions
+        assert f["file_size_in_bytes"] == len(blob)
+    # the first file: positions 0 and 5 (its position delete file), 3 (id 3), 7 (s7)
+    assert got[first.file_path] == [0, 3, 5, 7]
+    assert sorted(len(p) for p in got.values()) == [1, 4]  # the second: id 12 (position 2)
+    removed = [e for _, e in entries if e["status"] == 2]
+    assert sorted(e["data_file"]["content"] for e in removed) == [2, 2]
+    # row lineage: both data manifests assigned ids in order, 20 rows in all
+    data = [m for m in {m["manifest_path"]: m for m, _ in entries}.values() if m["content"] == 0]
+    assert sorted(m["first_row_id"] for m in data) == [0, 10]
+    assert (new.first_row_id, new.added_rows, table.metadata.next_row_id) == (0, 20, 20)
+    assert new.summary["added-dvs"] == "2" and new.summary["removed-delete-files"] == "2"
+    assert int(new.summary["added-position-deletes"]) == 5
+
+    again = convert_equality_deletes("m.g3", catalog=catalog, spark=spark)
+    assert again.snapshot is None and not again.written
+
+
+def _ids_at(cat: Any, spark: Any, name: str, snapshot: int) -> list[int]:
+    sql = f"SELECT id FROM {name} VERSION AS OF {snapshot}"
+    return sorted(r[0] for r in mor_sql(sql, catalog=cat, spark=spark).collect())
+
+
+def test_v3_replaces_one_vector_of_a_shared_puffin_file(catalog: Any, spark: Any) -> None:
+    """A conversion replaces the vector of the data file it converts, one blob of its Puffin
+    file: the vectors of other data files in that file stay. The first conversion writes the
+    vectors of both data files in one Puffin file; an equality delete reaching the first file
+    only is then committed (through mor's v3 commit, as a fixture: pyiceberg writes no v3
+    snapshot), and the second conversion replaces the first file's vector alone."""
+    from pyiceberg.manifest import DATA_FILE_TYPE, DataFile
+
+    from mor.planner.commit import Rewrite, commit_rewrite
+
+    w = _two_files(catalog)
+    table = _as_v3(catalog, w, "m.g4")
+    convert_equality_deletes("m.g4", catalog=catalog, spark=spark)
+    assert _ids(catalog, spark, "m.g4") == LIVE
+    eq = w.equality_delete_file([1], [{1: 4}])
+    v3 = DataFile.from_args(
+        _table_format_version=3, **{f.name: getattr(eq, f.name) for f in DATA_FILE_TYPE[2].fields}
+    )
+    v3.spec_id = eq.spec_id
+    table = catalog.load_table("m.g4")
+    commit_rewrite(catalog, "m.g4", table.current_snapshot(), "main", Rewrite([v3], set(), set()))
+    assert _ids(catalog, spark, "m.g4") == [i for i in LIVE if i != 4]
+
+    report = convert_equality_deletes("m.g4", catalog=catalog, spark=spark)
+    assert report.data_files == 1 and report.replaced == 1 and len(report.written) == 1
+    assert _ids(catalog, spark, "m.g4") == [i for i in LIVE if i != 4]
+    table = catalog.load_table("m.g4")
+    live = [
+        e["data_file"]
+        for _, e in _raw_entries(table, table.current_snapshot())
+        if e["status"] != 2 and e["data_file"]["content"] == 1
+    ]
+    assert sorted(f["record_count"] for f in live) == [1, 3]  # B's {2}, A's {3, 4, 7}
+    assert len({f["file_path"] for f in live}) == 2  # B's stays in the first Puffin file
+    # row lineage: the ids the first conversion assigned are kept, none assigned again
+    snap = table.current_snapshot()
+    listed = {m["manifest_path"]: m for m, _ in _raw_entries(table, snap)}.values()
+    assert sorted(m["first_row_id"] for m in listed if m["content"] == 0) == [0, 10]
+    assert (snap.first_row_id, snap.added_rows, table.metadata.next_row_id) == (20, 0, 20)
