@@ -12,7 +12,6 @@ only module of the project that writes tables.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -191,10 +190,12 @@ class TableWriter:
     ) -> DataFile:
         location = self.table.location()
         path = f"{location}/data/delete-{uuid.uuid4()}.parquet"
-        local = path[len("file://") :] if path.startswith("file://") else path
-        with pq.ParquetWriter(local, table.schema) as w:
-            w.write_table(table)
-        meta = pq.read_metadata(local)
+        sink = pa.BufferOutputStream()  # written through the table's FileIO: local or S3
+        pq.write_table(table, sink)
+        data = sink.getvalue().to_pybytes()
+        with self.table.io.new_output(path).create() as out:
+            out.write(data)
+        meta = pq.read_metadata(pa.BufferReader(data))
         stats = data_file_statistics_from_parquet_metadata(
             meta, compute_statistics_plan(schema, FULL_METRICS), parquet_path_to_id_mapping(schema)
         )
@@ -203,7 +204,7 @@ class TableWriter:
             file_path=path,
             file_format=FileFormat.PARQUET,
             partition=partition,
-            file_size_in_bytes=os.path.getsize(local),
+            file_size_in_bytes=len(data),
             equality_ids=eq_ids,
             **stats.to_serialized_dict(),
         )
