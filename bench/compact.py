@@ -22,7 +22,9 @@ first `count(*)`: the anti-join over the key columns), and the reads before and 
 mor, Iceberg's reader and DuckDB 1.5.5's iceberg extension (a process of its own per query,
 `--duckdb-timeout` seconds at most), rows checked equal.
 
-Prints the medians and the ratio mor / Iceberg (below 1.0: mor is faster).
+Prints the medians and the ratio mor / Iceberg (below 1.0: mor is faster). `--version 3`:
+the table is v3 (deletion vectors from Spark's DELETE) and only the conversion runs (it
+writes deletion vectors merged with those; mor compacts v2 tables only).
 """
 
 from __future__ import annotations
@@ -53,6 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--work", default=None, help="folder for the tables (default: a temp dir)")
     ap.add_argument("--duckdb-timeout", type=float, default=300)
+    ap.add_argument(
+        "--version",
+        type=int,
+        choices=(2, 3),
+        default=2,
+        help="format version; 3: conversion only (deletion vectors; mor compacts v2 only)",
+    )
     args = ap.parse_args(argv)
 
     from pyiceberg.catalog import load_catalog
@@ -67,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     warehouse = f"file://{work}/lake"
     with Postgres() as pg:
         spark = iceberg_session(work / "java", conf=pg.spark_conf(warehouse))
-        local = build(spark, work / "java", args.rows, 0.01, 0.1, 2)
+        local = build(spark, work / "java", args.rows, 0.01, 0.1, 2, version=args.version)
         meta = (
             spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
                 spark._jsparkSession, local
@@ -100,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
             compact("b.t", catalog=cat, spark=spark, delete_file_threshold=1)
             return "mor"
 
+        if args.version == 3:
+            _conversion(spark, cat, java, base, args)
+            return 0
         times: dict[str, list[float]] = {"Iceberg": [], "mor": []}
         for r in range(args.reps + 1):  # the first round warms both up, untimed
             for run in (iceberg, mor) if r % 2 else (mor, iceberg):

@@ -77,7 +77,7 @@ def advice(
     named = "/" not in table
 
     def compact(parts: list[dict[str, Any]], *options: str) -> dict[str, str]:
-        if not named:
+        if not named or report["format_version"] >= 3:  # mor compacts v2 tables only
             return {}
         w = _where(src, parts) if len(parts) != len(partitions) else None
         where = f" --where {json.dumps(w)}" if w else ""
@@ -158,7 +158,8 @@ def advice(
                 "reason": (
                     f"{live_eq} equality delete file(s) apply to live data files: every read "
                     "joins them, and pyiceberg, Polars and Daft refuse the table; converted "
-                    "to position deletes once, they are read as positions by every reader"
+                    "to position deletes (deletion vectors on v3) once, they are read as "
+                    "positions by every reader"
                 ),
                 "partitions": [],
             }

@@ -477,6 +477,27 @@ def test_v3_deletion_vectors_merge_the_files_deletes_and_assign_row_ids(
     assert again.snapshot is None and not again.written
 
 
+def test_v3_health_advises_the_conversion_and_no_compaction(catalog: Any, spark: Any) -> None:
+    """`mor health` of a v3 table names mor's conversion (which writes deletion vectors
+    there) but never `mor compact`, which refuses v3 tables; after the conversion it counts
+    the vectors and no equality delete."""
+    from mor import health
+
+    w = _two_files(catalog)
+    w.commit(deletes=[w.equality_delete_file([1], [{1: i} for i in range(20)])])  # all rows
+    _as_v3(catalog, w, "m.g5")
+    before = health("m.g5", catalog=catalog, exact=True, spark=spark)
+    (adv,) = [a for a in before["advice"] if a["procedure"] == "convert-equality-deletes"]
+    assert adv["mor"] == "mor convert-equality-deletes m.g5"
+    heavy = [a for a in before["advice"] if a["procedure"] == "rewrite_data_files"]
+    assert heavy and all("mor" not in a for a in heavy)  # Iceberg's CALL alone
+    convert_equality_deletes("m.g5", catalog=catalog, spark=spark)
+    after = health("m.g5", catalog=catalog, exact=True, spark=spark)
+    assert after["equality_delete_files"] == 0
+    assert after["deleted_records"] == before["deleted_records"] == 20
+    assert not [a for a in after["advice"] if "mor" in a and "compact" in a["mor"]]
+
+
 def _ids_at(cat: Any, spark: Any, name: str, snapshot: int) -> list[int]:
     sql = f"SELECT id FROM {name} VERSION AS OF {snapshot}"
     return sorted(r[0] for r in mor_sql(sql, catalog=cat, spark=spark).collect())
