@@ -491,6 +491,11 @@ def test_v3_health_advises_the_conversion_and_no_compaction(catalog: Any, spark:
     assert adv["mor"] == "mor convert-equality-deletes m.g5"
     heavy = [a for a in before["advice"] if a["procedure"] == "rewrite_data_files"]
     assert heavy and all("mor" not in a for a in heavy)  # Iceberg's CALL alone
+    from mor.maintenance import compact
+    from mor.planner.errors import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match=r"m.g5: format version 3; compact rewrites"):
+        compact("m.g5", catalog=catalog, spark=spark, delete_file_threshold=1)
     convert_equality_deletes("m.g5", catalog=catalog, spark=spark)
     after = health("m.g5", catalog=catalog, exact=True, spark=spark)
     assert after["equality_delete_files"] == 0
