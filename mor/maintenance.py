@@ -27,7 +27,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mor.planner.commit import Rewrite, commit_rewrite, write_position_deletes
+from mor.planner.commit import Rewrite, commit_rewrite, v3_field, write_position_deletes
 from mor.planner.errors import InternalError, MorError, TableNotFoundError, UnsupportedError
 
 
@@ -75,7 +75,8 @@ class ConvertReport:
             else f"{self.table}: nothing to convert in snapshot {self.base_snapshot}"
         )
         what = (
-            f"{len(self.written)} deletion vectors ({wrote} bytes, replacing {self.replaced})"
+            f"{len(self.written)} deletion vectors"
+            + ("" if self.dry_run else f" ({wrote} bytes, replacing {self.replaced})")
             if self.vectors
             else f"{len(self.written)} position delete files ({wrote} bytes)"
         )
@@ -271,7 +272,7 @@ def convert_equality_deletes(
             f.file_path,
             f.record_count,
             _content_size(f),
-            getattr(f, "referenced_data_file", None) or "",
+            v3_field(f, "referenced_data_file") or "",
         )
         for f in change.added
     ]
@@ -294,7 +295,7 @@ def _delete_quietly(io: Any, paths: list[str]) -> None:
 
 def _content_size(f: Any) -> int:
     """A delete file's bytes: a deletion vector's blob, else the whole file."""
-    size = getattr(f, "content_size_in_bytes", None)
+    size = v3_field(f, "content_size_in_bytes")
     return int(size) if size is not None else int(f.file_size_in_bytes)
 
 

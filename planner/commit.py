@@ -71,6 +71,7 @@ from pyiceberg.io.pyarrow import (
     schema_to_pyarrow,
 )
 from pyiceberg.manifest import (
+    DATA_FILE_TYPE,
     MANIFEST_LIST_FILE_SCHEMAS,
     UNASSIGNED_SEQ,
     DataFile,
@@ -179,6 +180,20 @@ def dv_file(
     )
     f.spec_id = data_file.spec_id
     return f
+
+
+_V3_FIELDS = [f.name for f in DATA_FILE_TYPE[3].fields]
+
+
+def v3_field(f: DataFile, name: str) -> Any:
+    """A v3 field of a DataFile (`referenced_data_file`, `content_offset`,
+    `content_size_in_bytes`, `first_row_id`): pyiceberg 0.12 has no property for them, and a
+    DataFile bound to the v2 struct has none (None)."""
+    i = _V3_FIELDS.index(name)
+    try:
+        return f[i]
+    except IndexError:
+        return None
 
 
 def _int_equality_ids(schema: Schema) -> Schema:
@@ -954,7 +969,7 @@ def _summary(head: Snapshot, change: Rewrite) -> Summary:
 def _size(f: DataFile) -> int:
     """A file's bytes in a summary: a deletion vector's blob, else the whole file (as
     Iceberg's `SnapshotSummary` counts them)."""
-    blob = getattr(f, "content_size_in_bytes", None) if f.file_format == FileFormat.PUFFIN else None
+    blob = v3_field(f, "content_size_in_bytes") if f.file_format == FileFormat.PUFFIN else None
     return int(blob) if blob is not None else int(f.file_size_in_bytes)
 
 

@@ -472,6 +472,9 @@ def test_v3_deletion_vectors_merge_the_files_deletes_and_assign_row_ids(
     assert (new.first_row_id, new.added_rows, table.metadata.next_row_id) == (0, 20, 20)
     assert new.summary["added-dvs"] == "2" and new.summary["removed-delete-files"] == "2"
     assert int(new.summary["added-position-deletes"]) == 5
+    blobs = sum(e["data_file"]["content_size_in_bytes"] for _, e in dvs)
+    assert int(new.summary["added-files-size"]) == blobs  # the vectors, not the Puffin twice
+    assert sorted(f.data_file for f in report.written) == sorted(got)
 
     again = convert_equality_deletes("m.g3", catalog=catalog, spark=spark)
     assert again.snapshot is None and not again.written
