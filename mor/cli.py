@@ -422,11 +422,12 @@ def _maintenance_report(args: argparse.Namespace, report: Any, unit: str) -> int
         sys.stdout.write(json.dumps(report.as_dict(), indent=1) + "\n")
         return 0
     for f in report.written if not args.dry_run else ():
-        of = f" for {f.data_file}" if getattr(f, "data_file", "") else ""
+        of = f" for {f.data_file}" if f.data_file else ""
         sys.stdout.write(f"added   {f.path} ({f.rows} {unit}, {f.bytes} bytes){of}\n")
-    for f in report.removed:
+    for f in report.removed:  # a deletion vector: one blob of its Puffin file, for a data file
         verb = "would remove" if args.dry_run else "removed"
-        sys.stdout.write(f"{verb} {f.path} ({f.rows} rows, {f.bytes} bytes)\n")
+        of = f" for {f.data_file}" if f.data_file else ""
+        sys.stdout.write(f"{verb} {f.path} ({f.rows} rows, {f.bytes} bytes){of}\n")
     sys.stdout.write(report.line() + "\n")
     return 0
 

@@ -77,7 +77,7 @@ def advice(
     named = "/" not in table
 
     def compact(parts: list[dict[str, Any]], *options: str) -> dict[str, str]:
-        if not named or report["format_version"] >= 3:  # mor compacts v2 tables only
+        if not named:
             return {}
         w = _where(src, parts) if len(parts) != len(partitions) else None
         where = f" --where {json.dumps(w)}" if w else ""

@@ -18,7 +18,7 @@
    (planner/commit.py); nothing is left behind when it fails.
 
 `--dry-run` stops after step 3 and reports what it would write and remove. Format versions 2
-and 3; compaction (below) of v2 tables only.
+and 3, for compaction (below) too: on v3 the rows it moves keep their row lineage.
 """
 
 from __future__ import annotations
@@ -264,8 +264,8 @@ def convert_equality_deletes(
             for path, positions in sorted(found.items()):
                 if len(positions):
                     change.added.append(write_position_deletes(tbl, data_files[path], positions))
-        except BaseException:
-            _delete_quietly(io, [f.file_path for f in change.added])
+        except BaseException as e:
+            _undo(io, [f.file_path for f in change.added], e)
             raise
     report.written = [
         FileOut(
@@ -285,12 +285,17 @@ def convert_equality_deletes(
     return report
 
 
-def _delete_quietly(io: Any, paths: list[str]) -> None:
-    for p in paths:
-        try:
-            io.delete(p)
-        except Exception:  # noqa: BLE001 - best effort; the commit never references it
-            pass
+def _undo(io: Any, paths: list[str], error: BaseException) -> None:
+    """Delete the files this command wrote before a commit could take them over (`error`
+    stopped it); a MorError names those the store refused to delete, so that they can be
+    removed by hand (the commit's own clean-up does the same)."""
+    from mor.planner.commit import _delete
+
+    left = _delete(io, paths)
+    if left and isinstance(error, MorError):
+        raise type(error)(
+            f"{error}; files it wrote could not be removed: {', '.join(left)}"
+        ) from error
 
 
 def _content_size(f: Any) -> int:
@@ -349,8 +354,8 @@ def _vectors(
             change.added.append(
                 dv_file(data_files[p], path, len(data), offset, length, len(merged[p]))
             )
-    except BaseException:
-        _delete_quietly(tbl.io, [path])
+    except BaseException as e:
+        _undo(tbl.io, [path], e)
         raise
     change.summary.update(
         {
@@ -488,16 +493,19 @@ def compact(
     partition and spec they came from (files of an older partition spec stay in it, as
     Iceberg's `output-spec-id` allows: moving their rows into the current spec could put them
     out of reach of a partition-scoped equality delete committed meanwhile, which applies to
-    its own spec's files only) and keep the data sequence number of the snapshot read."""
+    its own spec's files only) and keep the data sequence number of the snapshot read. On a
+    v3 table each row is written with the `_row_id` and `_last_updated_sequence_number` it
+    read as (stored, else inherited), so every row keeps its lineage."""
     import re
     import uuid as uuidlib
 
-    from pyiceberg.manifest import DataFileContent
+    from pyiceberg.manifest import DataFileContent, ManifestContent
 
     from mor.api import plan_query
     from mor.physical.maintenance import GROUP, Column, Group, only_files, write_compacted
     from mor.planner.commit import _named_file, data_file_of, list_files
-    from mor.planner.nodes import IcebergScan
+    from mor.planner.manifests import read_manifest
+    from mor.planner.nodes import LINEAGE_COLUMNS, IcebergScan
     from mor.planner.sources import PathMap
     from mor.planner.state import ProcessCaches
 
@@ -511,15 +519,8 @@ def compact(
         raise MorError("--delete-file-threshold must be 1 or more")
     if min_input_files < 1:
         raise MorError("--min-input-files must be 1 or more")
-    cat, tbl = _table(
-        catalog,
-        warehouse,
-        table,
-        (2,),
-        "compact rewrites data files of v2 tables only (the rows of a v3 table keep their "
-        "row lineage, _row_id and _last_updated_sequence_number, in the files they move to; "
-        "mor does not write those yet)",
-    )
+    cat, tbl = _table(catalog, warehouse, table, (2, 3), "compact rewrites v2 and v3 tables")
+    lineage = tbl.metadata.format_version >= 3  # rows keep their _row_id and its sequence
     _writable(tbl.schema(), table)
     head = tbl.metadata.snapshot_by_name(branch)
     if head is None:
@@ -550,14 +551,23 @@ def compact(
 
     io = tbl.io
     live: dict[str, Any] = {}
-    deletes: dict[str, tuple[Any, int]] = {}
+    # every live delete file of the head, dangling ones too, by path (a deletion vector: by
+    # its Puffin file and offset, several sharing one file); read by mor's manifest reader,
+    # which keeps the v3 fields (pyiceberg 0.12 reads `referenced_data_file` and
+    # `content_offset` away)
+    deletes: dict[Any, tuple[Any, int]] = {}
     for manifest in head.manifests(io):
+        if manifest.content == ManifestContent.DELETES:
+            for entry in read_manifest(io, manifest):
+                f = entry.data_file
+                at = f.content_offset
+                deletes[f.file_path if at is None else (f.file_path, at)] = (
+                    f,
+                    entry.sequence_number or 0,
+                )
+            continue
         for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
-            f = entry.data_file
-            if f.content == DataFileContent.DATA:
-                live[f.file_path] = f
-            else:
-                deletes[f.file_path] = (f, entry.sequence_number or 0)
+            live[entry.data_file.file_path] = entry.data_file
     if set(live) != set(tasks):
         raise InternalError(f"{table}: the plan of snapshot {head.snapshot_id} misses data files")
 
@@ -572,7 +582,7 @@ def compact(
         known = sum(
             by_id[i].record_count
             for i in t.pos_deletes
-            if _named_file(deletes[by_id[i].path][0]) == path
+            if _named_file(deletes[_key(by_id[i])][0]) == path
         )
         ratio = min(known, t.record_count) / t.record_count if t.record_count else 1.0
         heavy = n_deletes > 0 and (
@@ -596,12 +606,12 @@ def compact(
     rewritten = {t.path for files in chosen for t, _, _ in files}
     report.older_specs = sum(1 for p in rewritten if tasks[p][0].spec_id != default)
     needed = {
-        s.deletes_by_id()[i].path
+        _key(s.deletes_by_id()[i])
         for p, (t, s) in tasks.items()
         if p not in rewritten
         for i in (*t.pos_deletes, *t.eq_deletes)
     }
-    removed = {p for p in deletes if p not in needed}  # dangling ones too
+    removed = {k for k in deletes if k not in needed}  # dangling ones too
     plan_groups = [
         Group(
             tuple(t.path for t, _, _ in files),
@@ -614,10 +624,7 @@ def compact(
     report.data_rows = sum(live[p].record_count for p in rewritten)
     report.data_bytes = sum(live[p].file_size_in_bytes for p in rewritten)
     report.estimated_files = sum(g.files for g in plan_groups)
-    report.removed = [
-        FileOut(p, deletes[p][0].record_count, deletes[p][0].file_size_in_bytes)
-        for p in sorted(removed)
-    ]
+    report.removed = [_removed(deletes[k][0]) for k in sorted(removed, key=str)]
     if dry_run or not (rewritten or removed):
         report.seconds = time.perf_counter() - started
         return report
@@ -628,12 +635,14 @@ def compact(
         if rewritten:
             note(f"rewriting {len(rewritten)} data files of {len(chosen)} partitions")
             session = _session(spark)
-            names = ", ".join("`" + f.name.replace("`", "``") + "`" for f in schema.fields)
-            rows_sql = f"SELECT {names}, _file, _pos FROM {table} VERSION AS OF {head.snapshot_id}"
-            rows = only_files(plan_query(rows_sql, catalog=cat, cache=cache).optimized, rewritten)
             columns = [
                 Column(f.name, f.field_id, f.field_type.model_dump_json()) for f in schema.fields
             ]
+            if lineage:  # v3: each row's lineage, as read (stored, else inherited), kept
+                columns += [Column(n, i, '"long"') for n, i in LINEAGE_COLUMNS.items()]
+            names = ", ".join("`" + c.name.replace("`", "``") + "`" for c in columns)
+            rows_sql = f"SELECT {names}, _file, _pos FROM {table} VERSION AS OF {head.snapshot_id}"
+            rows = only_files(plan_query(rows_sql, catalog=cat, cache=cache).optimized, rewritten)
             write_compacted(
                 session,
                 rows,
@@ -650,15 +659,19 @@ def compact(
                     continue
                 first = plan_groups[int(m.group(1))].paths[0]
                 spec_id = tasks[first][0].spec_id
-                added.append(data_file_of(tbl, path, live[first].partition, spec_id, schema))
+                f = data_file_of(tbl, path, live[first].partition, spec_id, schema)
+                if f.record_count:  # Spark writes an empty file where no row is left
+                    added.append(f)
         report.written = [FileOut(f.file_path, f.record_count, f.file_size_in_bytes) for f in added]
         eq_removed = [
-            p for p in removed if deletes[p][0].content == DataFileContent.EQUALITY_DELETES
+            k for k in removed if deletes[k][0].content == DataFileContent.EQUALITY_DELETES
         ]
-        pos_removed = [p for p in removed if p not in eq_removed]
+        pos_removed = [k for k in removed if k not in eq_removed]
+        dvs = {k for k in removed if isinstance(k, tuple)}
         change = Rewrite(
             added=[],
-            removed=removed,
+            removed=removed - dvs,
+            removed_dvs=dvs,
             data=set(rewritten),
             reach_seq=max((deletes[p][1] for p in eq_removed), default=0),
             added_data=added,
@@ -673,6 +686,7 @@ def compact(
                     sum(deletes[p][0].record_count for p in eq_removed)
                 ),
                 "removed-files-size": str(report.data_bytes + sum(f.bytes for f in report.removed)),
+                **({"removed-dvs": str(len(dvs))} if dvs else {}),
                 "mor.operation": "compact",
             },
         )
@@ -689,6 +703,20 @@ def compact(
     report.rebased_over = done.rebased_over
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _key(d: Any) -> Any:
+    """A delete file of a plan (DeleteTask) as compaction keys the head's: by path, a
+    deletion vector by (Puffin path, offset)."""
+    return (d.path, d.dv.offset) if d.is_dv else d.path
+
+
+def _removed(f: Any) -> FileOut:
+    """A removed delete file of the head's manifests (a deletion vector: its blob's bytes and
+    the data file it names, as the conversion reports the ones it replaces)."""
+    if f.content_offset is None:
+        return FileOut(f.file_path, f.record_count, f.file_size_in_bytes)
+    return FileOut(f.file_path, f.record_count, f.content_size_in_bytes, f.referenced_data_file)
 
 
 def _clear(io: Any, folder: str, keep: set[str] = frozenset()) -> None:  # type: ignore[assignment]

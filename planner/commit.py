@@ -98,6 +98,7 @@ from pyiceberg.types import IntegerType, ListType, LongType, NestedField, String
 from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
 from mor.planner.errors import MorError
+from mor.planner.nodes import LINEAGE_COLUMNS
 
 RETRIES = 4
 POSITION_DELETE_SCHEMA = Schema(
@@ -138,11 +139,11 @@ class DeleteManifestWriter(DataManifestWriter):
         return {**super()._meta, "content": "deletes"}
 
 
-class DvManifestWriter(DeleteManifestWriter):
-    """A v3 manifest of deletion vectors: the v3 entry schema, its records written whole
-    (pyiceberg writes v3 files from its v2 records, which have no `referenced_data_file`,
-    `content_offset` or `content_size_in_bytes`). Entries are DataFiles bound to the v3 struct
-    (`dv_file`)."""
+class _V3Entries:
+    """A v3 manifest: the v3 entry schema, its records written whole (pyiceberg writes v3
+    files from its v2 records, which have no `referenced_data_file`, `content_offset`,
+    `content_size_in_bytes` or `first_row_id`). Entries are DataFiles bound to the v3 struct
+    (`dv_file`, `data_file_of` on a v3 table)."""
 
     @property
     def version(self) -> Any:
@@ -151,14 +152,23 @@ class DvManifestWriter(DeleteManifestWriter):
     def new_writer(self) -> Any:
         from pyiceberg.avro.file import AvroOutputFile
 
-        schema = self._with_partition(3)
+        schema = self._with_partition(3)  # type: ignore[attr-defined]
         return AvroOutputFile[ManifestEntry](
-            output_file=self._output_file,
+            output_file=self._output_file,  # type: ignore[attr-defined]
             file_schema=schema,
             record_schema=schema,
             schema_name="manifest_entry",
-            metadata=self._meta,
+            metadata=self._meta,  # type: ignore[attr-defined]
         )
+
+
+class DvManifestWriter(_V3Entries, DeleteManifestWriter):
+    """A v3 manifest of deletion vectors."""
+
+
+class V3DataManifestWriter(_V3Entries, DataManifestWriter):
+    """A v3 manifest of data files (compaction's new files: `first_row_id` null, assigned
+    from the manifest's in the manifest list; their rows carry the `_row_id` they had)."""
 
 
 def dv_file(
@@ -278,11 +288,8 @@ def commit_rewrite(
     it to land a concurrent commit)."""
     table = catalog.load_table(identifier)
     version = table.metadata.format_version
-    if version not in (2, 3) or (version == 3 and (change.added_data or change.removed_data)):
-        raise MorError(
-            f"{identifier}: format version {version}; this commit writes v2 metadata, and "
-            "v3 metadata for delete files only"
-        )
+    if version not in (2, 3):
+        raise MorError(f"{identifier}: format version {version}; this commit writes v2 and v3")
     snapshot_id = _new_snapshot_id(table)
     written: list[str] = []  # every file this operation wrote, to delete unless committed
     written += [f.file_path for f in (*change.added, *change.added_data)]
@@ -433,66 +440,59 @@ def conflicts(table: Table, news: Sequence[Snapshot], change: Rewrite, identifie
     applies to one of its data files (positions or a deletion vector naming it, or any delete
     in its partition that names no file), or adds a data file that a removed equality
     delete would reach (a data sequence number at or below `reach_seq`)."""
-    io = table.io
-    if table.metadata.format_version >= 3:
-        _conflicts_v3(table, news, change, identifier)
-        return
+    entries = _new_entries_v3 if table.metadata.format_version >= 3 else _new_entries
     for snap in news:
-        for manifest in snap.manifests(io):
-            if manifest.added_snapshot_id != snap.snapshot_id:
-                continue  # carried over: nothing of this snapshot
-            for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
-                if entry.snapshot_id != snap.snapshot_id:
-                    continue
-                f = entry.data_file
-                what = _conflict(entry, f, change)
-                if what:
-                    raise ConflictError(
-                        f"{identifier}: snapshot {snap.snapshot_id} "
-                        f"({snap.summary.operation.value if snap.summary else '?'}), committed "
-                        f"meanwhile, {what}; nothing was committed"
-                    )
+        for entry, f in entries(table, snap):
+            what = _conflict(entry, f, change)
+            if what:
+                raise ConflictError(
+                    f"{identifier}: snapshot {snap.snapshot_id} "
+                    f"({snap.summary.operation.value if snap.summary else '?'}), committed "
+                    f"meanwhile, {what}; nothing was committed"
+                )
 
 
-def _conflicts_v3(table: Table, news: Sequence[Snapshot], change: Rewrite, identifier: str) -> None:
-    """`conflicts` on a v3 table, its manifests read as Avro records (pyiceberg 0.12 reads no
-    deletion vector's `referenced_data_file` or offset: every vector would conflict)."""
+def _new_entries(table: Table, snap: Snapshot) -> Iterator[tuple[ManifestEntry, DataFile]]:
+    """The entries `snap` wrote (added or deleted by it), from the manifests it added."""
+    io = table.io
+    for manifest in snap.manifests(io):
+        if manifest.added_snapshot_id != snap.snapshot_id:
+            continue  # carried over: nothing of this snapshot
+        for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
+            if entry.snapshot_id == snap.snapshot_id:
+                yield entry, entry.data_file
+
+
+def _new_entries_v3(table: Table, snap: Snapshot) -> Iterator[tuple[Any, Any]]:
+    """`_new_entries` of a v3 table, its manifests read as Avro records (pyiceberg 0.12 reads
+    no deletion vector's `referenced_data_file` or offset: every vector would conflict)."""
     from types import SimpleNamespace
 
     def bounds(raw: Any) -> dict[int, bytes]:
         return {kv["key"]: kv["value"] for kv in raw or []}
 
-    for snap in news:
-        _, _, listed = _read_avro(table.io, snap.manifest_list)
-        for m in listed:
-            if m["added_snapshot_id"] != snap.snapshot_id:
+    _, _, listed = _read_avro(table.io, snap.manifest_list)
+    for m in listed:
+        if m["added_snapshot_id"] != snap.snapshot_id:
+            continue
+        _, _, records = _read_avro(table.io, m["manifest_path"])
+        for r in records:
+            if (r["snapshot_id"] or m["added_snapshot_id"]) != snap.snapshot_id:
                 continue
-            _, _, records = _read_avro(table.io, m["manifest_path"])
-            for r in records:
-                if (r["snapshot_id"] or m["added_snapshot_id"]) != snap.snapshot_id:
-                    continue
-                raw = r["data_file"]
-                seq = r["sequence_number"]
-                if seq is None and r["status"] == 1:
-                    seq = snap.sequence_number
-                entry = SimpleNamespace(
-                    status=ManifestEntryStatus(r["status"]), sequence_number=seq
-                )
-                f = SimpleNamespace(
-                    content=DataFileContent(raw.get("content", 0)),
-                    file_path=raw["file_path"],
-                    lower_bounds=bounds(raw.get("lower_bounds")),
-                    upper_bounds=bounds(raw.get("upper_bounds")),
-                    referenced_data_file=raw.get("referenced_data_file"),
-                    content_offset=raw.get("content_offset"),
-                )
-                what = _conflict(entry, f, change)  # type: ignore[arg-type]
-                if what:
-                    raise ConflictError(
-                        f"{identifier}: snapshot {snap.snapshot_id} "
-                        f"({snap.summary.operation.value if snap.summary else '?'}), committed "
-                        f"meanwhile, {what}; nothing was committed"
-                    )
+            raw = r["data_file"]
+            seq = r["sequence_number"]
+            if seq is None and r["status"] == 1:
+                seq = snap.sequence_number
+            entry = SimpleNamespace(status=ManifestEntryStatus(r["status"]), sequence_number=seq)
+            f = SimpleNamespace(
+                content=DataFileContent(raw.get("content", 0)),
+                file_path=raw["file_path"],
+                lower_bounds=bounds(raw.get("lower_bounds")),
+                upper_bounds=bounds(raw.get("upper_bounds")),
+                referenced_data_file=raw.get("referenced_data_file"),
+                content_offset=raw.get("content_offset"),
+            )
+            yield entry, f
 
 
 def _conflict(entry: ManifestEntry, f: DataFile, change: Rewrite) -> str:
@@ -559,10 +559,11 @@ def _added_manifests(
     for (deletes, spec_id), files in sorted(groups.items()):
         path = _manifest_path(table)
         written.append(path)
-        v3 = table.metadata.format_version == 3
-        writer = (
-            DvManifestWriter if v3 else DeleteManifestWriter if deletes else DataManifestWriter
-        )(
+        if table.metadata.format_version == 3:
+            kind: type = DvManifestWriter if deletes else V3DataManifestWriter
+        else:
+            kind = DeleteManifestWriter if deletes else DataManifestWriter
+        writer = kind(
             table.metadata.specs()[spec_id],
             table.metadata.schema(),
             table.io.new_output(path),
@@ -755,7 +756,8 @@ def _v3_rewrite(
     entry becomes EXISTING with its inherited snapshot id, sequence numbers and (data files)
     first row id written out; DELETED entries are dropped, as Iceberg's writers drop them."""
     deletes = listed["content"] == ManifestContent.DELETES
-    if not (change.removed or change.removed_dvs) if deletes else not change.removed_data:
+    gone = (change.removed | change.removed_dvs) if deletes else change.removed_data
+    if not gone:
         return None
     schema, meta, records = _read_avro(table.io, listed["manifest_path"])
 
@@ -764,7 +766,6 @@ def _v3_rewrite(
             return (f["file_path"], f["content_offset"])
         return f["file_path"]
 
-    gone = (change.removed | change.removed_dvs) if deletes else change.removed_data
     live = [r for r in records if r["status"] != 2]
     hit = [r for r in live if key(r["data_file"]) in gone]
     if not hit:
@@ -858,6 +859,7 @@ def _listed(m: ManifestFile, seq: int) -> dict[str, Any]:
 _V3_LIST_SCHEMA = AvroSchemaConversion().iceberg_to_avro(
     MANIFEST_LIST_FILE_SCHEMAS[3], schema_name="manifest_file"
 )
+_LIST_NAMES = [f.name for f in MANIFEST_LIST_FILE_SCHEMAS[3].fields]
 
 
 def _v3_list(
@@ -876,11 +878,11 @@ def _v3_list(
     found: set[Any] = set()
     records = []
     for listed in heads:
-        listed = {k: listed.get(k) for k in _list_names()}
+        listed = {k: listed.get(k) for k in _LIST_NAMES}
         again = _v3_rewrite(table, listed, change, snapshot_id, seq, written, found)
         records.append(again if again is not None else listed)
     records += [_listed(m, seq) for m in ours]
-    missing = (change.removed | change.removed_dvs) - found
+    missing = (change.removed | change.removed_dvs | change.removed_data) - found
     if missing:
         names = sorted(p if isinstance(p, str) else f"{p[0]} (offset {p[1]})" for p in missing)
         raise ConflictError(
@@ -907,10 +909,6 @@ def _v3_list(
     }
     _write_avro(io, path, _V3_LIST_SCHEMA, meta, records)
     return path, {"first_row_id": start, "added_rows": next_row - start}
-
-
-def _list_names() -> list[str]:
-    return [f.name for f in MANIFEST_LIST_FILE_SCHEMAS[3].fields]
 
 
 def _manifest_path(table: Table) -> str:
@@ -1011,17 +1009,29 @@ def data_file_of(
     """The manifest record of a Parquet data file mor wrote in `schema` (default: the
     table's): its size, row count and the column metrics the table's
     `write.metadata.metrics.*` properties ask for, from its footer (so pruning by column
-    bounds keeps working on it)."""
+    bounds keeps working on it). On a v3 table the record is bound to the v3 struct, its
+    `first_row_id` null (inherited from its manifest's), and the row lineage columns the file
+    carries get no metrics: a null `_row_id` stands for one inherited, which bounds of the
+    stored values would not cover."""
     inp = table.io.new_input(path)
     with inp.open() as stream:
         meta = pq.read_metadata(stream)
     schema = schema or table.schema()
+    props = table.metadata.properties
+    version = table.metadata.format_version
+    if version >= 3:
+        lineage = [
+            NestedField(i, name, LongType(), required=False) for name, i in LINEAGE_COLUMNS.items()
+        ]
+        props = {**props, **{f"write.metadata.metrics.column.{f.name}": "none" for f in lineage}}
+        schema = Schema(*schema.fields, *lineage, schema_id=schema.schema_id)
     stats = data_file_statistics_from_parquet_metadata(
         meta,
-        compute_statistics_plan(schema, table.metadata.properties),
+        compute_statistics_plan(schema, props),
         parquet_path_to_id_mapping(schema),
     )
     f = DataFile.from_args(
+        _table_format_version=version,
         content=DataFileContent.DATA,
         file_path=path,
         file_format=FileFormat.PARQUET,

@@ -480,11 +480,12 @@ def test_v3_deletion_vectors_merge_the_files_deletes_and_assign_row_ids(
     assert again.snapshot is None and not again.written
 
 
-def test_v3_health_advises_the_conversion_and_no_compaction(catalog: Any, spark: Any) -> None:
+def test_v3_health_advises_the_conversion_and_compaction(catalog: Any, spark: Any) -> None:
     """`mor health` of a v3 table names mor's conversion (which writes deletion vectors
-    there) but never `mor compact`, which refuses v3 tables; after the conversion it counts
-    the vectors and no equality delete."""
+    there) and `mor compact` for the files deletes weigh on; after the conversion it counts
+    the vectors and no equality delete, after the compaction no delete at all."""
     from mor import health
+    from mor.maintenance import compact
 
     w = _two_files(catalog)
     w.commit(deletes=[w.equality_delete_file([1], [{1: i} for i in range(20)])])  # all rows
@@ -493,17 +494,102 @@ def test_v3_health_advises_the_conversion_and_no_compaction(catalog: Any, spark:
     (adv,) = [a for a in before["advice"] if a["procedure"] == "convert-equality-deletes"]
     assert adv["mor"] == "mor convert-equality-deletes m.g5"
     heavy = [a for a in before["advice"] if a["procedure"] == "rewrite_data_files"]
-    assert heavy and all("mor" not in a for a in heavy)  # Iceberg's CALL alone
-    from mor.maintenance import compact
-    from mor.planner.errors import UnsupportedError
-
-    with pytest.raises(UnsupportedError, match=r"m.g5: format version 3; compact rewrites"):
-        compact("m.g5", catalog=catalog, spark=spark, delete_file_threshold=1)
+    assert heavy and all(a["mor"].startswith("mor compact m.g5") for a in heavy)
     convert_equality_deletes("m.g5", catalog=catalog, spark=spark)
     after = health("m.g5", catalog=catalog, exact=True, spark=spark)
     assert after["equality_delete_files"] == 0
     assert after["deleted_records"] == before["deleted_records"] == 20
-    assert not [a for a in after["advice"] if "mor" in a and "compact" in a["mor"]]
+    report = compact("m.g5", catalog=catalog, spark=spark, delete_file_threshold=1)
+    assert report.data_files == 2 and not report.written  # every row deleted
+    assert sorted(f.data_file for f in report.removed) == sorted(
+        p for p in _files_of(catalog, "m.g5", before=True)
+    )
+    done = health("m.g5", catalog=catalog, exact=True, spark=spark)
+    counts = ("data_files", "position_delete_files", "deletion_vectors", "deleted_records")
+    assert [done[k] for k in counts] == [0, 0, 0, 0]
+    assert not [a for a in done["advice"] if "mor" in a]
+
+
+def _files_of(catalog: Any, name: str, before: bool = False) -> list[str]:
+    """The data files of `name`'s current snapshot (`before`: of its parent)."""
+    table = catalog.load_table(name)
+    snap = table.current_snapshot()
+    if before:
+        snap = table.metadata.snapshot_by_id(snap.parent_snapshot_id)
+    return sorted(
+        e["data_file"]["file_path"]
+        for _, e in _raw_entries(table, snap)
+        if e["status"] != 2 and e["data_file"]["content"] == 0
+    )
+
+
+def test_v3_compaction_keeps_each_rows_lineage(catalog: Any, spark: Any) -> None:
+    """On a v3 table, compaction writes each row's `_row_id` and
+    `_last_updated_sequence_number` (field ids 2147483540 and 2147483539) into the new files,
+    so every row keeps both (Iceberg's rewrite does the same); the new entries carry the read
+    snapshot's data sequence number and no first_row_id of their own (their manifest's is
+    assigned from the table's next-row-id); the rewritten files' deletion vectors are removed
+    blob by blob, and the equality delete that reached them with them."""
+    import pyarrow.parquet as pq
+    from pyiceberg.manifest import DATA_FILE_TYPE, DataFile
+
+    from mor.maintenance import compact
+    from mor.planner.commit import Rewrite, commit_rewrite
+
+    w = _two_files(catalog)
+    _as_v3(catalog, w, "m.g6")
+    convert_equality_deletes("m.g6", catalog=catalog, spark=spark)  # assigns row ids 0-19
+    eq = w.equality_delete_file([1], [{1: 4}])  # and an equality delete again, v3-committed
+    v3 = DataFile.from_args(
+        _table_format_version=3, **{f.name: getattr(eq, f.name) for f in DATA_FILE_TYPE[2].fields}
+    )
+    v3.spec_id = eq.spec_id
+    table = catalog.load_table("m.g6")
+    commit_rewrite(catalog, "m.g6", table.current_snapshot(), "main", Rewrite([v3], set(), set()))
+    sql = "SELECT id, s, _row_id, _last_updated_sequence_number FROM m.g6"
+    before = sorted(tuple(r) for r in mor_sql(sql, catalog=catalog, spark=spark).collect())
+    assert [r[0] for r in before] == [i for i in LIVE if i != 4]
+    # row ids 0-19, a file's ten in its order (which file got 0-9 is the list's order)
+    assert all(r[2] % 10 == r[0] % 10 for r in before) and len({r[2] for r in before}) == 16
+    assert all(r[3] is not None for r in before)
+    head = catalog.load_table("m.g6").current_snapshot()
+    old_files = _files_of(catalog, "m.g6")
+
+    report = compact("m.g6", catalog=catalog, spark=spark, delete_file_threshold=1)
+    assert report.data_files == 2 and len(report.written) == 1
+    vectors = [f for f in report.removed if f.data_file]
+    assert sorted(f.rows for f in vectors) == [1, 2]  # {12} and {3, 7}, by blob
+    assert sorted(f.data_file for f in vectors) == old_files
+    assert [f.rows for f in report.removed if not f.data_file] == [1]  # the delete of 4
+    table = catalog.load_table("m.g6")
+    new = table.current_snapshot()
+    after = sorted(tuple(r) for r in mor_sql(sql, catalog=catalog, spark=spark).collect())
+    assert after == before
+    entries = _raw_entries(table, new)
+    live = [(m, e) for m, e in entries if e["status"] != 2]
+    assert all(e["data_file"]["content"] == 0 for _, e in live)  # no delete left
+    ((m, e),) = live
+    f = e["data_file"]
+    assert e["status"] == 1 and f["first_row_id"] is None
+    assert e["sequence_number"] == head.sequence_number  # the read snapshot's
+    assert m["first_row_id"] == 20 and m["added_rows_count"] == len(before)
+    assert (new.first_row_id, new.added_rows) == (20, len(before))
+    assert table.metadata.next_row_id == 20 + len(before)
+    gone = [e for _, e in entries if e["status"] == 2 and e["snapshot_id"] == new.snapshot_id]
+    assert sorted(e["data_file"]["content"] for e in gone) == [0, 0, 1, 1, 2]
+    assert new.summary["removed-dvs"] == "2" and new.summary["deleted-data-files"] == "2"
+    # the lineage is stored in the file, under its field ids
+    with table.io.new_input(f["file_path"]).open() as stream:
+        stored = pq.read_table(stream)
+    ids = {
+        fld.name: int(fld.metadata[b"PARQUET:field_id"]) for fld in stored.schema if fld.metadata
+    }
+    assert ids["_row_id"] == 2147483540 and ids["_last_updated_sequence_number"] == 2147483539
+    rows = sorted(zip(*(stored.column(c).to_pylist() for c in ("id", "s", "_row_id"))))
+    assert rows == [r[:3] for r in before]
+    assert f["column_sizes"] and 2147483540 not in {
+        kv["key"] for kv in f["lower_bounds"] or []
+    }  # no bounds of lineage: a null _row_id stands for an inherited one
 
 
 def _ids_at(cat: Any, spark: Any, name: str, snapshot: int) -> list[int]:
