@@ -3,6 +3,7 @@ deletes and equality deletes. mor vs Iceberg's own Spark reader vs plain Parquet
 
     .venv/bin/python bench/streaming.py                       # TPC-H sf 0.1, 80 commits per table
     .venv/bin/python bench/streaming.py --sf 1 --reps 3       # the scale-factor-1 run
+    .venv/bin/python bench/streaming.py --convert             # convert-equality-deletes on them
 
 The tables are written by Iceberg 1.10.2's Java writer through Spark (the runtime that
 `make test` installs). The fact tables (lineitem, orders, partsupp, customer) are streamed:
@@ -200,6 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", help="query names to run (q1 ... q22, scan_*)")
     ap.add_argument("--warehouse", default=str(Path(tempfile.gettempdir()) / "mor-streaming"))
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument(
+        "--convert",
+        action="store_true",
+        help="time mor convert-equality-deletes on each streamed table instead of the queries",
+    )
     args = ap.parse_args(argv)
     wh = Path(args.warehouse) / f"sf{args.sf:g}-c{args.commits}"
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -213,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
         b.build()
         (wh / "BUILT").write_text(json.dumps(b.counts))
         print(f"tables written in {time.time() - started:.0f}s: {b.counts}", flush=True)
+    if args.convert:
+        convert(spark, wh, args.reps)
+        spark.stop()
+        return 0
     plain_copies(spark, wh)
     todo: list[tuple[str, str, str, str]] = []  # name, ours, native, plain
     for n, theirs, ours in queries(TPCH, data, wh):
@@ -311,6 +321,78 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps({"rows": out, "summary": summary}, indent=2))
     spark.stop()
     return 0
+
+
+def convert(spark: Any, wh: Path, reps: int) -> None:
+    """`mor convert-equality-deletes` of each streamed table against one resolving read: the
+    table's current metadata registered in a SQLite catalog of its own (pyiceberg's), then, per
+    round (medians of `reps`), in a process state as a new `mor` process has it: a `count(*)`
+    by mor (its first: the equality deletes resolved against the key columns), the
+    conversion, and the reads after by mor and by Iceberg's reader (the new metadata file by
+    path), rows checked equal to those before. Between rounds the catalog is pointed back at
+    the registered metadata and every file the round wrote under the table is deleted, so
+    the cached warehouse stays as the builder wrote it."""
+    import os
+
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from mor import mor_sql
+    from mor.maintenance import convert_equality_deletes
+
+    work = Path(tempfile.mkdtemp(prefix="mor-convert-"))
+    cat = SqlCatalog("conv", uri=f"sqlite:///{work}/catalog.db", warehouse=f"file://{work}")
+    cat.create_namespace("s")
+    fp = "SELECT count(*), sum(xxhash64(*)) FROM {t}"
+    print(f"convert-equality-deletes on the streamed tables ({wh.name}), medians of {reps}")
+    for t in STREAMED:
+        meta = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+            spark._jsparkSession, f"local.tpch.{t}"
+        )
+        registered = meta.operations().current().metadataFileLocation()
+        root = Path(meta.location().removeprefix("file:"))
+        files = {os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs}
+        want = tuple(spark.sql(fp.format(t=f"local.tpch.{t}")).first())
+        times: dict[str, list[float]] = {"read": [], "convert": [], "mor after": [], "ice": []}
+        ice_before = []
+        for _ in range(reps):
+            cat.register_table(f"s.{t}", registered)
+            clear_caches()
+            t0 = time.perf_counter()
+            mor_sql(f"SELECT count(*) FROM s.{t}", catalog=cat, spark=spark).collect()
+            times["read"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            spark.sql(f"SELECT count(*) FROM local.tpch.{t}").collect()
+            ice_before.append(time.perf_counter() - t0)
+            clear_caches()
+            t0 = time.perf_counter()
+            report = convert_equality_deletes(f"s.{t}", catalog=cat, spark=spark)
+            times["convert"].append(time.perf_counter() - t0)
+            clear_caches()
+            t0 = time.perf_counter()
+            mor_sql(f"SELECT count(*) FROM s.{t}", catalog=cat, spark=spark).collect()
+            times["mor after"].append(time.perf_counter() - t0)
+            new = cat.load_table(f"s.{t}").metadata_location
+            t0 = time.perf_counter()
+            spark.read.format("iceberg").load(new).selectExpr("count(*)").collect()
+            times["ice"].append(time.perf_counter() - t0)
+            got = tuple(mor_sql(fp.format(t=f"s.{t}"), catalog=cat, spark=spark).first())
+            spark.read.format("iceberg").load(new).createOrReplaceTempView("converted")
+            theirs = tuple(spark.sql(fp.format(t="converted")).first())
+            if got != want or theirs != want:
+                raise SystemExit(f"{t}: rows after conversion differ: {got} {theirs} {want}")
+            cat.drop_table(f"s.{t}")
+            for path in {os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs} - files:
+                os.remove(path)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        print(
+            f"  {t}: {report.data_files} data files, {len(report.removed)} equality delete "
+            f"files removed, {report.positions:,} positions in {len(report.written)} files; "
+            f"conversion {med['convert']:.2f} s = {med['convert'] / med['read']:.2f} first "
+            f"reads by mor ({med['read']:.2f} s); count(*) first call by mor "
+            f"{med['read']:.2f} -> {med['mor after']:.2f} s, by Iceberg's reader "
+            f"{statistics.median(ice_before):.2f} -> {med['ice']:.2f} s",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
