@@ -424,10 +424,12 @@ def _maintenance_report(args: argparse.Namespace, report: Any, unit: str) -> int
     for f in report.written if not args.dry_run else ():
         of = f" for {f.data_file}" if f.data_file else ""
         sys.stdout.write(f"added   {f.path} ({f.rows} {unit}, {f.bytes} bytes){of}\n")
+    verb = "would remove" if args.dry_run else "removed"
     for f in report.removed:  # a deletion vector: one blob of its Puffin file, for a data file
-        verb = "would remove" if args.dry_run else "removed"
         of = f" for {f.data_file}" if f.data_file else ""
         sys.stdout.write(f"{verb} {f.path} ({f.rows} rows, {f.bytes} bytes){of}\n")
+    for f in getattr(report, "merged", ()):  # v3 conversion: held by the new vector now
+        sys.stdout.write(f"{verb} {f.path} ({f.rows} rows, {f.bytes} bytes), merged\n")
     sys.stdout.write(report.line() + "\n")
     return 0
 

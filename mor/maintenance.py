@@ -53,6 +53,8 @@ class ConvertReport:
     written: list[FileOut] = field(default_factory=list)  # position delete files / vectors
     vectors: bool = False  # v3: deletion vectors (in one Puffin file) instead of files
     replaced: int = 0  # v3: deletion vectors replaced by the new ones
+    # v3: file-scoped position delete files whose positions the new vectors hold, removed
+    merged: list[FileOut] = field(default_factory=list)
     removed: list[FileOut] = field(default_factory=list)  # equality delete files
     kept: int = 0  # equality delete files kept: they reach data files left unconverted
     snapshot: int | None = None  # committed
@@ -76,7 +78,13 @@ class ConvertReport:
         )
         what = (
             f"{len(self.written)} deletion vectors"
-            + ("" if self.dry_run else f" ({wrote} bytes, replacing {self.replaced})")
+            + (
+                ""
+                if self.dry_run
+                else f" ({wrote} bytes, replacing {self.replaced}"
+                + (f" and {len(self.merged)} position delete files" if self.merged else "")
+                + ")"
+            )
             if self.vectors
             else f"{len(self.written)} position delete files ({wrote} bytes)"
         )
@@ -168,7 +176,7 @@ def convert_equality_deletes(
     are converted. `spark`: a session, or a function making one (called only when there is
     something to resolve). `progress(text)`: called at each phase. `_before_commit(attempt)`:
     called before each commit attempt (tests land concurrent commits there)."""
-    from pyiceberg.manifest import DataFileContent
+    from pyiceberg.manifest import DataFileContent, FileFormat
 
     from mor.api import plan_query
     from mor.physical.maintenance import deleted_positions, only_files
@@ -208,7 +216,7 @@ def convert_equality_deletes(
     }
 
     io = tbl.io
-    data_files, eq_files = {}, {}
+    data_files, eq_files, pos_files = {}, {}, {}
     for manifest in head.manifests(io):
         for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
             f = entry.data_file
@@ -216,6 +224,8 @@ def convert_equality_deletes(
                 data_files[f.file_path] = f
             elif f.content == DataFileContent.EQUALITY_DELETES:
                 eq_files[f.file_path] = (f, entry.sequence_number or 0)
+            elif v3 and f.file_format != FileFormat.PUFFIN:  # Parquet position deletes
+                pos_files[f.file_path] = f
     removed = {p for p in eq_files if p not in needed}
     report.kept = len(eq_files) - len(removed)
     report.removed = [
@@ -241,7 +251,7 @@ def convert_equality_deletes(
 
     change = Rewrite(
         added=[],
-        removed=removed,
+        removed=set(removed),  # v3: the position delete files merged into vectors join it
         data=set(chosen),
         reach_seq=max((eq_files[p][1] for p in removed), default=0),
         summary={
@@ -256,8 +266,12 @@ def convert_equality_deletes(
             raise InternalError(f"{table}: resolved {p}, which is no live data file")
     if v3:
         note(f"writing {sum(1 for v in found.values() if len(v))} deletion vectors")
-        _vectors(tbl, table, tasks, found, data_files, change)
+        _vectors(tbl, table, tasks, found, data_files, pos_files, change)
         report.replaced = len(change.removed_dvs)
+        report.merged = [
+            FileOut(p, pos_files[p].record_count, pos_files[p].file_size_in_bytes)
+            for p in sorted(change.removed - removed)
+        ]
     else:
         note(f"writing {len(found)} position delete files")
         try:
@@ -305,14 +319,22 @@ def _content_size(f: Any) -> int:
 
 
 def _vectors(
-    tbl: Any, table: str, tasks: dict, found: dict, data_files: dict, change: Rewrite
+    tbl: Any,
+    table: str,
+    tasks: dict,
+    found: dict,
+    data_files: dict,
+    pos_files: dict,
+    change: Rewrite,
 ) -> None:
     """v3: one deletion vector per data file with positions in `found` (what its equality
     deletes remove), merged with every position its current deletion vector and position
     delete files delete, all in one new Puffin file under `<location>/data/`; the vectors
-    they replace go to `change.removed_dvs` and the new ones to `change.added`, with the
-    summary's counts. The Puffin file is deleted again when anything fails before the
-    commit takes it over."""
+    they replace go to `change.removed_dvs`, the position delete files (`pos_files`, by
+    path) that name that data file alone to `change.removed` (their positions are in the
+    vector now, as the spec asks of a writer adding one; a file naming several data files
+    stays), and the new vectors to `change.added`, with the summary's counts. The Puffin
+    file is deleted again when anything fails before the commit takes it over."""
     import uuid
 
     import pyarrow as pa
@@ -320,7 +342,7 @@ def _vectors(
 
     from mor.physical.delete_files import read_positions
     from mor.physical.dv import puffin
-    from mor.planner.commit import dv_file
+    from mor.planner.commit import _named_file, dv_file
     from mor.planner.state import ProcessCaches
 
     paths = sorted(p for p, v in found.items() if len(v))
@@ -331,7 +353,7 @@ def _vectors(
         t, s = tasks[p]
         by_scan.setdefault(id(s), (s, []))[1].append(t)
     merged: dict[str, list[int]] = {}
-    old_rows = old_bytes = 0
+    old_rows = old_bytes = merged_files = 0
     for s, ts in by_scan.values():
         deletes = s.deletes_by_id()
         current = read_positions(ts, deletes, table, s.source_key, ProcessCaches())
@@ -345,6 +367,11 @@ def _vectors(
                     change.removed_dvs.add((d.path, d.dv.offset))
                     old_rows += d.record_count
                     old_bytes += d.dv.length
+                elif d.path in pos_files and _named_file(pos_files[d.path]) == t.path:
+                    change.removed.add(d.path)
+                    merged_files += 1
+                    old_rows += d.record_count
+                    old_bytes += d.size_bytes
     data, placed = puffin([(p, merged[p]) for p in paths], "mor convert-equality-deletes")
     path = f"{tbl.metadata.location.rstrip('/')}/data/mor-{uuid.uuid4()}-deletes.puffin"
     with tbl.io.new_output(path).create(overwrite=False) as out:
@@ -361,6 +388,7 @@ def _vectors(
         {
             "added-dvs": str(len(paths)),
             "removed-dvs": str(len(change.removed_dvs)),
+            "removed-position-delete-files": str(merged_files),
             "removed-position-deletes": str(old_rows),
             "removed-files-size": str(int(change.summary["removed-files-size"]) + old_bytes),
         }
@@ -426,10 +454,16 @@ class CompactReport:
             if self.older_specs
             else ""
         )
+        vectors = sum(1 for f in self.removed if f.data_file)  # blobs of Puffin files
+        what = (
+            f"{len(self.removed) - vectors} delete files and {vectors} deletion vectors"
+            if vectors
+            else f"{len(self.removed)} delete files"
+        )
         return (
             f"{head}; {verb} {self.data_files} data files ({self.data_rows} rows recorded, "
             f"{self.data_bytes} bytes) in {self.partitions} partitions{older} into {out}; "
-            f"{gone} {len(self.removed)} delete files ({sum(f.rows for f in self.removed)} "
+            f"{gone} {what} ({sum(f.rows for f in self.removed)} "
             f"rows, {sum(f.bytes for f in self.removed)} bytes); {self.seconds:.1f} s"
         )
 

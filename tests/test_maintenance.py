@@ -465,12 +465,19 @@ def test_v3_deletion_vectors_merge_the_files_deletes_and_assign_row_ids(
     assert got[first.file_path] == [0, 3, 5, 7]
     assert sorted(len(p) for p in got.values()) == [1, 4]  # the second: id 12 (position 2)
     removed = [e for _, e in entries if e["status"] == 2]
-    assert sorted(e["data_file"]["content"] for e in removed) == [2, 2]
+    # the equality delete files, and the position delete file naming the first file alone
+    # (its positions are in the vector now)
+    assert sorted(e["data_file"]["content"] for e in removed) == [1, 2, 2]
+    (pos,) = [e["data_file"] for e in removed if e["data_file"]["content"] == 1]
+    assert [f.path for f in report.merged] == [pos["file_path"]]
+    assert "replacing 0 and 1 position delete files" in report.line()
     # row lineage: both data manifests assigned ids in order, 20 rows in all
     data = [m for m in {m["manifest_path"]: m for m, _ in entries}.values() if m["content"] == 0]
     assert sorted(m["first_row_id"] for m in data) == [0, 10]
     assert (new.first_row_id, new.added_rows, table.metadata.next_row_id) == (0, 20, 20)
-    assert new.summary["added-dvs"] == "2" and new.summary["removed-delete-files"] == "2"
+    assert new.summary["added-dvs"] == "2" and new.summary["removed-delete-files"] == "3"
+    assert new.summary["removed-position-delete-files"] == "1"
+    assert new.summary["removed-position-deletes"] == "2"
     assert int(new.summary["added-position-deletes"]) == 5
     blobs = sum(e["data_file"]["content_size_in_bytes"] for _, e in dvs)
     assert int(new.summary["added-files-size"]) == blobs  # the vectors, not the Puffin twice
@@ -561,6 +568,7 @@ def test_v3_compaction_keeps_each_rows_lineage(catalog: Any, spark: Any) -> None
     assert sorted(f.rows for f in vectors) == [1, 2]  # {12} and {3, 7}, by blob
     assert sorted(f.data_file for f in vectors) == old_files
     assert [f.rows for f in report.removed if not f.data_file] == [1]  # the delete of 4
+    assert "removed 1 delete files and 2 deletion vectors (4 rows" in report.line()
     table = catalog.load_table("m.g6")
     new = table.current_snapshot()
     after = sorted(tuple(r) for r in mor_sql(sql, catalog=catalog, spark=spark).collect())
