@@ -772,7 +772,12 @@ def _v3_rewrite(
         return None
     found.update(key(r["data_file"]) for r in hit)
     out, counts = [], {"existing": [0, 0], "deleted": [0, 0]}
-    next_row = listed.get("first_row_id")
+    next_row = None if deletes else listed.get("first_row_id")
+    if next_row is not None and not _has_first_row_id(schema):
+        # a manifest written before the table's upgrade, in the v2 schema: its files inherit
+        # ids counted over the live entries, which this rewrite changes (a removed file no
+        # longer counts), so each file's id is written out, in the v3 schema's field
+        schema, meta = _with_first_row_id(schema), {**meta, "format-version": "3"}
     min_seq = None
     for r in live:
         r = dict(r)
@@ -784,12 +789,7 @@ def _v3_rewrite(
             if r.get(k) is None and (added or listed["sequence_number"] == 0):
                 r[k] = listed["sequence_number"]
         f = r["data_file"]
-        if (
-            not deletes
-            and "first_row_id" in f
-            and f["first_row_id"] is None
-            and next_row is not None
-        ):
+        if next_row is not None and f.get("first_row_id") is None:
             r["data_file"] = {**f, "first_row_id": next_row}
             next_row += f["record_count"]
         if key(f) in gone:
@@ -823,6 +823,32 @@ def _v3_rewrite(
         "deleted_rows_count": counts["deleted"][1],
         "first_row_id": None,  # its data files carry theirs; assigned anew as Iceberg does
     }
+
+
+def _data_file_record(schema: dict[str, Any]) -> dict[str, Any]:
+    """The `data_file` record schema of a manifest entry's Avro schema."""
+    (field,) = [f for f in schema["fields"] if f["name"] == "data_file"]
+    return field["type"]
+
+
+def _has_first_row_id(schema: dict[str, Any]) -> bool:
+    return any(f["name"] == "first_row_id" for f in _data_file_record(schema)["fields"])
+
+
+def _with_first_row_id(schema: dict[str, Any]) -> dict[str, Any]:
+    """A manifest entry's Avro schema with the v3 `first_row_id` field (142) in its
+    `data_file` record, optional, as the spec declares it."""
+    out = copy.deepcopy(schema)
+    _data_file_record(out)["fields"].append(
+        {
+            "name": "first_row_id",
+            "type": ["null", "long"],
+            "default": None,
+            "doc": "The _row_id for the first row in the data file",
+            "field-id": 142,
+        }
+    )
+    return out
 
 
 def _listed(m: ManifestFile, seq: int) -> dict[str, Any]:

@@ -644,3 +644,50 @@ def test_v3_replaces_one_vector_of_a_shared_puffin_file(catalog: Any, spark: Any
     listed = {m["manifest_path"]: m for m, _ in _raw_entries(table, snap)}.values()
     assert sorted(m["first_row_id"] for m in listed if m["content"] == 0) == [0, 10]
     assert (snap.first_row_id, snap.added_rows, table.metadata.next_row_id) == (20, 0, 20)
+
+
+def test_v3_compaction_keeps_the_ids_of_files_left_in_an_old_manifest(
+    catalog: Any, spark: Any
+) -> None:
+    """A table upgraded from v2 keeps its v2 manifests, whose files inherit their row ids
+    counted over the manifest's live entries. A compaction that rewrites one file of such a
+    manifest marks it DELETED, so the files after it would count differently: each file left
+    gets its first_row_id written out (the manifest copied in the schema with the v3 field),
+    and keeps the ids it had (the bug the harness found on an upgraded history: a row's id
+    moved from 3 to 4)."""
+    from mor.maintenance import compact
+
+    w = TableWriter(catalog, "m.v7", SCHEMA2)
+    files = [
+        f
+        for lo in (0, 10, 20)
+        for f in w.data_files(
+            pa.table(
+                {
+                    "id": pa.array(range(lo, lo + 10), pa.int64()),
+                    "s": [f"s{i}" for i in range(lo, lo + 10)],
+                }
+            )
+        )
+    ]
+    w.commit(data=files)  # one manifest of three files
+    w.commit(deletes=[w.equality_delete_file([1], [{1: i} for i in range(6)])])
+    _as_v3(catalog, w, "m.g7")
+    convert_equality_deletes("m.g7", catalog=catalog, spark=spark)  # assigns ids 0-29
+    sql = "SELECT id, _row_id, _last_updated_sequence_number FROM m.g7"
+    before = sorted(tuple(r) for r in mor_sql(sql, catalog=catalog, spark=spark).collect())
+    assert [r[0] for r in before] == list(range(6, 30))
+    assert len({r[1] for r in before}) == 24
+    sizes = sorted(f.file_size_in_bytes for f in files)
+    # the first file qualifies by its deletes (60%), the other two are of the target size
+    report = compact("m.g7", catalog=catalog, spark=spark, target_file_size=sizes[1])
+    assert report.data_files == 1 and len(report.written) == 1
+    after = sorted(tuple(r) for r in mor_sql(sql, catalog=catalog, spark=spark).collect())
+    assert after == before
+    table = catalog.load_table("m.g7")
+    kept = [
+        e["data_file"]
+        for _, e in _raw_entries(table, table.current_snapshot())
+        if e["status"] == 0 and e["data_file"]["content"] == 0
+    ]
+    assert len(kept) == 2 and all(f["first_row_id"] is not None for f in kept)

@@ -82,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot run the maintenance harness here: {e}")
         return 2
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if os.environ.get("MOR_HARNESS_KEEP"):  # to look at the tables after a difference
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _run(
