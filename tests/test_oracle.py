@@ -29,8 +29,8 @@ def test_random_histories_match_iceberg_reader() -> None:
     """Random histories written by Iceberg's Java writer and Spark SQL, every snapshot read by
     mor and Iceberg's reader: on 3.5 two (v3, and v2 upgraded to v3), with the consumer that
     polls each history while it is written (mor against mor; Spark Connect runs
-    tests/test_consume.py); on Spark 4.1 the v3 one, without the consumer. make soak runs
-    hundreds."""
+    tests/test_consume.py); on Spark 4.1 the v3 one, without the consumer (in `make soak`
+    since 2026-11-28, for CI's 90 minutes). make soak runs hundreds."""
     import pyspark
 
     if pyspark.__version__.startswith("3."):
