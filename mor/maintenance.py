@@ -697,10 +697,10 @@ def compact(
                 if f.record_count:  # Spark writes an empty file where no row is left
                     added.append(f)
         report.written = [FileOut(f.file_path, f.record_count, f.file_size_in_bytes) for f in added]
-        eq_removed = [
+        eq_removed = {
             k for k in removed if deletes[k][0].content == DataFileContent.EQUALITY_DELETES
-        ]
-        pos_removed = [k for k in removed if k not in eq_removed]
+        }
+        pos_removed = removed - eq_removed
         dvs = {k for k in removed if isinstance(k, tuple)}
         change = Rewrite(
             added=[],
