@@ -63,10 +63,10 @@ EAGER = {"MOR_RESOLVE_AT_READ": "1", "MOR_KEEP_AT_READ": "1"}
 def _native_session(warehouse: str) -> Any:
     from pyspark.sql import SparkSession
 
-    from tests.oracle.runtime import IVY, iceberg_coordinates
+    from tests.oracle.runtime import iceberg_coordinates, ivy_home
 
     group, artifact, version = iceberg_coordinates().split(":")
-    jar = IVY / "jars" / f"{group}_{artifact}-{version}.jar"
+    jar = ivy_home() / "jars" / f"{group}_{artifact}-{version}.jar"
     if not jar.exists():
         raise SystemExit(f"{jar} is missing: run `python -m tests.oracle.runtime` once")
     log_conf = ROOT / "physical" / "log4j2.properties"

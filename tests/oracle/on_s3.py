@@ -56,7 +56,6 @@ from tests.objectstore import KEY, SECRET, SeaweedFS, StoreUnavailable  # noqa: 
 from tests.oracle.histories import Writer  # noqa: E402
 from tests.oracle.run import check_history  # noqa: E402
 from tests.oracle.runtime import (  # noqa: E402
-    IVY,
     RuntimeUnavailable,
     iceberg_coordinates,
     iceberg_session,
@@ -211,9 +210,8 @@ def rest_catalog(
     conf.write_text(
         "[spark]\n"
         # the store's s3a settings, no jar: a session the CLI starts adds hadoop-aws itself,
-        # resolved through the project's Ivy cache as any other (spark.jars.ivy)
+        # resolved through Spark's own Ivy cache as any other
         + "".join(f'"{k}" = "{v}"\n' for k, v in store.s3a_conf().items())
-        + f'"spark.jars.ivy" = "{IVY}"\n'
         + '"spark.sql.shuffle.partitions" = "2"\n'
         # the same catalog under another name, from mor's own config file
         + "[catalogs.sw2]\n"

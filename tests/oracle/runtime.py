@@ -1,9 +1,11 @@
 """Apache Iceberg's Spark runtime, the oracle and the benchmarks' peer, as Spark users add it:
 `spark.jars.packages` with Maven coordinates, resolved by Spark's own Ivy from Maven Central.
 
-The Ivy folder is the project's own (`.venv/ivy`, `spark.jars.ivy`): the first session downloads
-the jars, later ones resolve from that cache without a download. Iceberg ships a runtime per
-Spark line; for a pyspark without one, `RuntimeUnavailable` says which lines exist.
+The Ivy folder is Spark's default (`spark.jars.ivy` unset: `~/.ivy2` for Spark 3.5,
+`~/.ivy2.5.2` for Spark 4), outside the clone as for any Spark user: the first session on a
+machine downloads the jars, later ones (and later clones) resolve from that cache without a
+download. Iceberg ships a runtime per Spark line; for a pyspark without one,
+`RuntimeUnavailable` says which lines exist.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-IVY = ROOT / ".venv" / "ivy"
 ICEBERG = "1.12.0"
 # the Spark lines Iceberg 1.12.0 publishes a runtime for on Maven Central (org.apache.iceberg:
 # iceberg-spark-runtime-<line>_<scala>); 4.0's newest is 1.11.0 and 4.2 and later have none
@@ -27,6 +28,12 @@ def spark_line() -> str:
     import pyspark
 
     return ".".join(pyspark.__version__.split(".")[:2])
+
+
+def ivy_home() -> Path:
+    """Spark's default Ivy folder for the pyspark installed here (Spark 4 moved it, for Ivy
+    2.5.2's incompatible cache layout)."""
+    return Path.home() / (".ivy2" if spark_line().startswith("3.") else ".ivy2.5.2")
 
 
 def iceberg_coordinates() -> str:
@@ -53,9 +60,9 @@ def s3a_coordinates() -> str:
 
 
 def packages_conf(*coordinates: str) -> dict[str, str]:
-    """Spark settings that add `coordinates` (and what they depend on) through the project's
-    Ivy cache."""
-    return {"spark.jars.packages": ",".join(coordinates), "spark.jars.ivy": str(IVY)}
+    """Spark settings that add `coordinates` (and what they depend on) through Spark's own Ivy
+    cache."""
+    return {"spark.jars.packages": ",".join(coordinates)}
 
 
 def merged(conf: dict[str, str], more: dict[str, str]) -> dict[str, str]:
@@ -114,7 +121,7 @@ def iceberg_session(
     except Exception as e:  # noqa: BLE001 - Ivy could not resolve, or the JVM did not start
         raise RuntimeUnavailable(
             f"a Spark session with {settings['spark.jars.packages']} did not start "
-            f"(Maven Central unreachable? Ivy cache {IVY}): {str(e).strip()[:300]}"
+            f"(Maven Central unreachable? Ivy cache {ivy_home()}): {str(e).strip()[:300]}"
         ) from e
     spark.sparkContext.setLogLevel("FATAL")
     return spark
@@ -138,12 +145,12 @@ def main() -> int:
         .appName("mor-resolve-jars")
         .config("spark.ui.enabled", "false")
         .config("spark.jars.packages", ",".join(coords))
-        .config("spark.jars.ivy", str(IVY))
         .getOrCreate()
     )
     jars = spark.sparkContext._jsc.sc().listJars().size()
     spark.stop()
-    print(f"resolved {', '.join(coords)}: {jars} jars in {IVY} ({time.monotonic() - started:.0f}s)")
+    took = time.monotonic() - started
+    print(f"resolved {', '.join(coords)}: {jars} jars in {ivy_home()} ({took:.0f}s)")
     return 0
 
 
