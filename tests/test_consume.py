@@ -20,6 +20,7 @@ import pytest
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
+from legs import soak_in
 from mor import changes, stream_changes
 from mor.api import default_catalog
 from mor.cli import main
@@ -354,6 +355,9 @@ def test_cli_writes_each_batch_then_moves_the_checkpoint(
     assert "table cli.t has no snapshot 1" in err and err.count("\n") == 1
 
 
+# through Spark Connect in `make soak` only (the CLI's own process runs a classic session there
+# too, as on 3.5, which runs it in make test)
+@soak_in("connect")
 def test_cli_killed_at_random_moments_loses_and_repeats_no_commit(
     tmp_path: Path, spark: Any
 ) -> None:

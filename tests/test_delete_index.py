@@ -14,6 +14,9 @@ from pyiceberg.manifest import DataFileContent, FileFormat
 
 from mor.planner.delete_index import POS_FILE_PATH_ID, DeleteIndex, Entry, InvalidDeletes
 
+# the fast tier too (`make check`: tests/legs.py)
+pytestmark = [pytest.mark.check]
+
 POS, EQ, DATA = (
     DataFileContent.POSITION_DELETES,
     DataFileContent.EQUALITY_DELETES,

@@ -16,6 +16,9 @@ from pyroaring import BitMap
 from mor.physical.dv import MAGIC, decode, encode
 from mor.planner.errors import DataFileError
 
+# the fast tier too (`make check`: tests/legs.py)
+pytestmark = [pytest.mark.check]
+
 WHERE = "deletion vector s3://w/t/data/dv.puffin at offset 4 of db.t"
 
 

@@ -13,10 +13,14 @@ from pyiceberg.types import DecimalType, DoubleType, IntegerType, LongType, Stri
 
 from mor.planner.eq_bounds import may_apply, metrics_of
 
+# the fast tier too (`make check`: tests/legs.py)
+pytestmark = [pytest.mark.check]
+
 
 def _file(
     lo: bytes | None, hi: bytes | None, nulls: int | None = 0, values: int | None = 10
 ) -> Any:
+
     fid = 1
     return SimpleNamespace(
         lower_bounds={fid: lo} if lo is not None else {},

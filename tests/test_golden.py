@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+# the fast tier too (`make check`: tests/legs.py)
+pytestmark = [pytest.mark.check]
+
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "golden"
 REALDATA = HERE / "realdata"

@@ -75,6 +75,9 @@ _FILE_FIELDS = (
     "equality_ids",
 )
 
+# the fast tier too (`make check`: tests/legs.py)
+pytestmark = [pytest.mark.check]
+
 
 def _theirs(entry: Any) -> tuple:
     f = entry.data_file

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from legs import soak_in
 from mor import mor_sql
 
 # the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
@@ -58,6 +59,9 @@ def test_v3_answers_equal_those_iceberg_gave_on_spark_3_5(spark: Any) -> None:
         assert got == expected, f"{sql} with {settings}: {got} != {expected}"
 
 
+# on the clusters in `make soak` (with the 3.5 export soak makes) and on the newest pyspark's
+# classic session there too; Spark Connect replays 4.1's in make test
+@soak_in("cluster", "4.3")
 def test_column_types_answers_equal_those_checked_with_iceberg(spark: Any) -> None:
     """uuid columns (filters, joins, grouping, nested, equality deletes on a uuid key, identity
     and bucket partitions on one) and void, VARIANT (Spark 4) or a refusal for the other types,
@@ -79,7 +83,13 @@ def test_column_types_answers_equal_those_checked_with_iceberg(spark: Any) -> No
             mor_sql(sql, spark=spark).collect()
 
 
-@pytest.mark.parametrize("suite,count", [("tpch", 22), ("tpcds", 99)])
+# TPC-H replayed through Spark Connect in make test, on the clusters and the newest pyspark's
+# classic session in `make soak` (since 2026-11-29, for CI's time); TPC-DS (its export is make
+# soak's) in `make soak` on every leg
+@soak_in("cluster", "4.3")
+@pytest.mark.parametrize(
+    "suite,count", [("tpch", 22), pytest.param("tpcds", 99, marks=pytest.mark.soak)]
+)
 def test_tpc_answers_equal_those_iceberg_gave_on_spark_3_5(
     suite: str, count: int, spark: Any
 ) -> None:

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from legs import soak_in
 from mor.planner.settings import applied
 from mor.planner.sources import PathMap, Resolver, io_defaults, prefix_rewrite, with_region
 from tests.oracle import run_harness
@@ -40,6 +41,8 @@ def _modes() -> list[str]:
     return ["both"]
 
 
+# on the newest pyspark (no Iceberg runtime, no histories) in `make soak`
+@soak_in("4.3")
 @pytest.mark.parametrize("mode", _modes())
 def test_merge_on_read_tables_on_s3_match_iceberg_reader(mode: str) -> None:
     """Java-written histories (position deletes, deletion vectors, equality deletes) on s3a,

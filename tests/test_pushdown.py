@@ -14,6 +14,9 @@ import sqlglot
 from mor.planner.pushdown import analyze, needed_columns, to_pred
 from mor.planner.sql import iceberg_tables
 
+# the fast tier too (`make check`: tests/legs.py)
+pytestmark = [pytest.mark.check]
+
 SCHEMA = {"id": "bigint", "v": "bigint", "p": "string", "d": "date"}
 
 

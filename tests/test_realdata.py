@@ -17,6 +17,9 @@ from mor.planner.errors import MetadataError
 from mor.planner.state import caches
 from mor.rules.physical import equality as resolution
 
+# the fast tier too (`make check`: tests/legs.py)
+pytestmark = [pytest.mark.check]
+
 
 # the legs beyond pyspark 3.5 classic that run each test (markers: pyproject.toml): the current
 # snapshots everywhere; every snapshot on 3.5 classic only (which snapshot's files a read takes

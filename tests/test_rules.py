@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import sqlglot
 
 from helpers import data_file, eq_delete, scan
@@ -9,6 +10,9 @@ from mor.planner.explain import render_plan
 from mor.planner.nodes import AntiJoin, Expr, IcebergScan, Pred, Union
 from mor.rules import RuleContext, optimize
 from mor.rules.split_equality_deletes import split_equality_deletes
+
+# the fast tier too (`make check`: tests/legs.py)
+pytestmark = [pytest.mark.check]
 
 CTX = RuleContext()
 

@@ -27,7 +27,7 @@ from mor.fixtures import TableWriter
 from mor.planner.state import caches
 
 # the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
-pytestmark = [pytest.mark.spark4]
+pytestmark = [pytest.mark.check, pytest.mark.spark4]
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),

@@ -10,6 +10,9 @@ import pytest
 from mor.planner.errors import ConfigError
 from mor.planner.settings import Settings, applied, current, declared
 
+# the fast tier too (`make check`: tests/legs.py)
+pytestmark = [pytest.mark.check]
+
 
 @pytest.fixture(autouse=True)
 def _no_setting_variables(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -31,6 +34,7 @@ def test_every_setting_is_a_typed_field_with_its_default() -> None:
 def test_precedence_config_file_then_environment_then_call(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+
     cfg = tmp_path / "config.toml"
     cfg.write_text("io_threads = 3\nbroadcast_rows = 7\nplanning_threads = 2\n")
     monkeypatch.setenv("MOR_CONFIG", str(cfg))

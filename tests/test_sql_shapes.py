@@ -14,10 +14,13 @@ from typing import Any
 
 import pytest
 
+from legs import soak_marks
 from mor import explain, metrics, mor_sql
 
 # the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
-pytestmark = [pytest.mark.spark4, pytest.mark.connect]
+# on the newest pyspark's classic session in `make soak`: Spark Connect runs the same Spark SQL
+# in make test (since 2026-11-29, for CI's time)
+pytestmark = [pytest.mark.spark4, pytest.mark.connect, *soak_marks("4.3")]
 
 # {o}: demo.orders (partitioned by region, position and equality deletes on two id sets)
 # {n}: shapes.nested (struct s<a, b>, array tags, map attrs, date d; an equality delete on s.a)

@@ -19,6 +19,9 @@ from mor.rules.physical.reading import (
 )
 from mor.rules.physical.views import needs_barrier
 
+# the fast tier too (`make check`: tests/legs.py)
+pytestmark = [pytest.mark.check]
+
 SIZES = FileKey("file_size")  # files read by path, keyed by their size
 
 
