@@ -34,6 +34,21 @@ def spark() -> Iterator[object]:
 
 
 @pytest.fixture(scope="session")
+def postgres() -> Iterator[object]:
+    """One PostgreSQL server for the run's harnesses (tests/pgcatalog.py), started once: each
+    harness process that opens `Postgres()` gets a database of its own on it, through
+    `MOR_TEST_POSTGRES`. A server that cannot start fails the tests that need it."""
+    from tests.pgcatalog import SHARED, Postgres
+
+    with Postgres(share=False) as pg:
+        os.environ[SHARED] = str(pg.port)
+        try:
+            yield pg
+        finally:
+            os.environ.pop(SHARED, None)
+
+
+@pytest.fixture(scope="session")
 def realdata() -> dict[str, dict]:
     if not (REALDATA / "tables.json").exists():  # part of the repository: never skipped
         pytest.fail(f"the real tables are missing from the repository: {REALDATA}")

@@ -11,6 +11,10 @@ The server is Debian's PostgreSQL (package postgresql-15, or whichever major is 
 stopped (the folder removed) on exit. PostgreSQL refuses to run as root: when the tests are
 root, the cluster belongs to the `postgres` user the package creates. Nothing here is optional:
 a missing server fails with what to install.
+
+One server serves a whole test run: the pytest session starts it (`postgres` in
+tests/conftest.py) and names its port in `MOR_TEST_POSTGRES`; each harness process that opens
+`Postgres()` then gets a database of its own on that server instead of a server of its own.
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ import shutil
 import subprocess
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from tests.servers import free_ports, log_tail, stop
 
 USER = "mor"
 DATABASE = "lake"
+SHARED = "MOR_TEST_POSTGRES"  # the port of the test run's server, when one runs
 CATALOG = "lake"  # the name every engine gives the catalog (JdbcCatalog keys rows by it)
 
 
@@ -52,25 +58,29 @@ def _major(path: str) -> int:
 
 
 class Postgres:
-    """`with Postgres() as pg:` a server at `pg.port` with database `lake`, user `mor`
-    (trust authentication on 127.0.0.1 only)."""
+    """`with Postgres() as pg:` a server at `pg.port` with database `pg.database` (`lake` on a
+    server of its own), user `mor` (trust authentication on 127.0.0.1 only)."""
 
-    def __init__(self, keep: str | None = None) -> None:
+    def __init__(self, keep: str | None = None, share: bool = True) -> None:
         """`keep`: a folder whose cluster outlives the server (made on the first start, reused
-        after: the benchmarks' cached tables); by default a temporary one, removed on exit."""
+        after: the benchmarks' cached tables); by default a temporary one, removed on exit.
+        `share`: a new database on the test run's server where `MOR_TEST_POSTGRES` names one
+        (never with `keep`)."""
         self.keep = keep
         self.dir = ""
         self.port = 0
         self.proc: subprocess.Popen | None = None
         self.version = ""
+        self.database = DATABASE
+        self.shared = None if keep or not share else os.environ.get(SHARED)
 
     @property
     def jdbc_uri(self) -> str:
-        return f"jdbc:postgresql://127.0.0.1:{self.port}/{DATABASE}"
+        return f"jdbc:postgresql://127.0.0.1:{self.port}/{self.database}"
 
     @property
     def sqlalchemy_uri(self) -> str:
-        return f"postgresql+psycopg://{USER}@127.0.0.1:{self.port}/{DATABASE}"
+        return f"postgresql+psycopg://{USER}@127.0.0.1:{self.port}/{self.database}"
 
     def _as_owner(self, args: list[str]) -> list[str]:
         if os.geteuid() != 0:
@@ -80,6 +90,11 @@ class Postgres:
     def __enter__(self) -> Postgres:
         bindir = _bin_dir()
         self.version = Path(bindir).parts[-2]
+        if self.shared:  # a database of this process's own on the run's server
+            self.port = int(self.shared)
+            self.database = f"lake_{uuid.uuid4().hex[:12]}"
+            self._createdb(bindir)
+            return self
         if self.keep:
             self.dir = self.keep
             os.makedirs(self.dir, exist_ok=True)
@@ -141,33 +156,32 @@ class Postgres:
                 capture_output=True,
             )
             if ready.returncode == 0:
-                if not self._fresh:
-                    return
-                made = subprocess.run(
-                    [
-                        str(bindir / "createdb"),
-                        "-h",
-                        "127.0.0.1",
-                        "-p",
-                        str(self.port),
-                        "-U",
-                        USER,
-                        DATABASE,
-                    ],
-                    capture_output=True,
-                    text=True,
-                )
-                if made.returncode != 0:
-                    raise PostgresUnavailable(f"createdb: {made.stderr.strip()[-300:]}")
+                if self._fresh:
+                    self._createdb(bindir)
                 return
             time.sleep(0.2)
         raise PostgresUnavailable(f"postgres not ready in {timeout:.0f}s: {self._tail()}")
+
+    def _createdb(self, bindir: Path) -> None:
+        made = subprocess.run(
+            [str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", USER]
+            + [self.database],
+            capture_output=True,
+            text=True,
+        )
+        if made.returncode != 0:
+            raise PostgresUnavailable(
+                f"createdb {self.database} on 127.0.0.1:{self.port}: {made.stderr.strip()[-300:]}"
+            )
 
     def _tail(self) -> str:
         return log_tail(os.path.join(self.dir, "server.log"))
 
     def __exit__(self, *exc: object) -> None:
-        # a smart shutdown: the connections' sessions end; a kept cluster stays on disk
+        # a smart shutdown: the connections' sessions end; a kept cluster stays on disk; a
+        # database of the run's server goes with that server
+        if self.shared:
+            return
         stop(self.proc, getattr(self, "_log", None), self.dir, remove=not self.keep)
 
     # how each engine names this catalog

@@ -111,7 +111,7 @@ def test_column_types_match_the_spec_and_iceberg_reader() -> None:
     print(summary)
 
 
-def test_converted_and_compacted_tables_match_iceberg_reader_and_library() -> None:
+def test_converted_and_compacted_tables_match_iceberg_reader_and_library(postgres: object) -> None:
     """convert-equality-deletes, then compact, on Java-written v2 histories in a JDBC catalog
     shared with Iceberg's Spark catalog (tests/oracle/maintenance.py): every snapshot read by
     Iceberg's reader as before, the new ones by mor, Iceberg's reader and pyiceberg alike;
@@ -129,7 +129,7 @@ def test_converted_and_compacted_tables_match_iceberg_reader_and_library() -> No
     print(summary)
 
 
-def test_converted_v3_tables_match_iceberg_reader_and_library() -> None:
+def test_converted_v3_tables_match_iceberg_reader_and_library(postgres: object) -> None:
     """convert-equality-deletes on Java-written v3 histories (tests/oracle/maintenance.py):
     deletion vectors written in one Puffin file, merged with those the data files had
     (replaced), read by Iceberg's reader, its metadata tables and pyiceberg as the old head

@@ -25,7 +25,7 @@ ARGS = [
 ]
 
 
-def test_flink_and_trino_pipelines_match_every_reader() -> None:
+def test_flink_and_trino_pipelines_match_every_reader(postgres: object) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "tests.oracle.pipelines", *ARGS],
         cwd=ROOT,
