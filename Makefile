@@ -91,7 +91,8 @@ $(TR)/.installed: Makefile
 venv: $(VENV)/.installed
 dev: java $(VENV)/.installed-dev $(VENV)/.jars $(FL)/.installed $(TR)/.installed
 spark4: java $(VENV)/spark4/.installed $(VENV)/spark41/.installed $(VENV)/.jars
-# everything the tests need, the environments built side by side (`make -j4 setup`: .ci/run)
+# everything the tests need; `make test` and `make soak` build it side by side (-j4), one
+# environment's jars after another's (.jars)
 setup: dev spark4
 
 demo: java venv
@@ -124,7 +125,8 @@ check: java $(VENV)/.installed-dev
 # answers depend on Spark's SQL) and through Spark Connect (a server started on 127.0.0.1).
 # Which tests run in which leg is declared by the tests themselves, with pytest markers only
 # (pyproject.toml; tests/legs.py): a test marked `soak` on a leg runs there in `make soak`.
-test: java setup
+test: java
+	@$(MAKE) --no-print-directory -j4 setup
 	$(call leg,lint,$(BIN)/ruff check planner rules physical mor tests bench)
 	$(call leg,pyspark $(SPARK35) classic,$(BIN)/python $(PYTEST) -m "not replay and not soak")
 	$(call leg,pyspark $(SPARK35) $(LC),MOR_TEST_SPARK=local-cluster \
@@ -146,7 +148,8 @@ clean:
 # on the newest pyspark; then every leg's tests marked `soak`, and the cluster tests on a
 # standalone master and worker
 HISTORIES ?= 200
-soak: java setup
+soak: java
+	@$(MAKE) --no-print-directory -j4 setup
 	$(BIN)/python -m tests.oracle.run --histories $(HISTORIES) --seed 1000
 	$(BIN)/python -m tests.oracle.pipelines --pipelines 40 --trino 10 --java 10 --seed 100
 	$(BIN)/python -m tests.oracle.maintenance --seeds 1,2,3,4,5,6,7,8,9,10,11,12
