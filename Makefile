@@ -120,9 +120,10 @@ check: java $(VENV)/.installed-dev
 # The test matrix (docs/testing.md): what CI runs (.ci/run), in at most 40 minutes on 2 cores.
 # pyspark 3.5, classic: everything, with Iceberg's own Spark reader as the oracle; it exports
 # the TPC-H tables and Iceberg's answers to .venv/mor-matrix. Then the same answers on two
-# executors in their own JVMs (local-cluster); Iceberg's reader on Spark 4.1 (the real tables,
-# the column types, S3 through Spark Connect); the newest pyspark 4.x, classic (the suites whose
-# answers depend on Spark's SQL) and through Spark Connect (a server started on 127.0.0.1).
+# executors in their own JVMs (local-cluster); Iceberg's reader on Spark 4.1 (the column types,
+# S3 through Spark Connect); the newest pyspark 4.x, classic (what a classic Spark 4 session
+# changes) and through Spark Connect (a server started on 127.0.0.1: the suites whose answers
+# depend on Spark's SQL).
 # Which tests run in which leg is declared by the tests themselves, with pytest markers only
 # (pyproject.toml; tests/legs.py): a test marked `soak` on a leg runs there in `make soak`.
 test: java

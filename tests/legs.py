@@ -37,17 +37,23 @@ def leg() -> str:
     return "connect" if mode == "connect" else "4.3"
 
 
-def soak_in(*legs: str) -> Callable[[Any], Any]:
-    """`pytest.mark.soak` where this run's leg is one of `legs` (the test runs in `make soak`
-    there, and in `make test` on its other legs); elsewhere the test is left as it is."""
+def soak_marks(*legs: str) -> list[pytest.MarkDecorator]:
+    """For a module's `pytestmark`: `[pytest.mark.soak]` where this run's leg is one of
+    `legs` (the tests run in `make soak` there, and in `make test` on their other legs), else
+    no mark."""
     unknown = set(legs) - set(LEGS)
     if unknown:
         raise ValueError(f"soak_in: no leg {sorted(unknown)}; the legs are {', '.join(LEGS)}")
-    return pytest.mark.soak if leg() in legs else (lambda test: test)
-
-
-def soak_marks(*legs: str) -> list[pytest.MarkDecorator]:
-    """For a module's `pytestmark`: `[pytest.mark.soak]` where this run's leg is one of
-    `legs`, else no mark."""
-    soak_in(*legs)  # the legs' names checked
     return [pytest.mark.soak] if leg() in legs else []
+
+
+def soak_in(*legs: str) -> Callable[[Any], Any]:
+    """`soak_marks(*legs)` applied to one test; elsewhere the test is left as it is."""
+    marks = soak_marks(*legs)
+
+    def apply(test: Any) -> Any:
+        for mark in marks:
+            test = mark(test)
+        return test
+
+    return apply

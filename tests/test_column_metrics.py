@@ -34,15 +34,15 @@ from pyiceberg.types import DoubleType, IntegerType, LongType, NestedField, Stri
 
 from mor.planner.column_metrics import compile_inclusive
 
+# the fast tier too (`make check`: tests/legs.py)
+pytestmark = [pytest.mark.check]
+
 SCHEMA = Schema(
     NestedField(1, "l", LongType(), required=False),
     NestedField(2, "d", DoubleType(), required=False),
     NestedField(3, "s", StringType(), required=False),
     NestedField(4, "i", IntegerType(), required=False),
 )
-
-# the fast tier too (`make check`: tests/legs.py)
-pytestmark = [pytest.mark.check]
 ENCODE = {
     1: lambda v: struct.pack("<q", v),
     2: lambda v: struct.pack("<d", v),

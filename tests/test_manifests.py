@@ -58,6 +58,9 @@ from mor.planner.manifests import read_manifest
 from mor.planner.sources import PathMap, Resolver
 from mor.planner.state import caches
 
+# the fast tier too (`make check`: tests/legs.py)
+pytestmark = [pytest.mark.check]
+
 REALDATA = Path(__file__).resolve().parent / "realdata"
 _TABLES = json.loads((REALDATA / "tables.json").read_text())
 _EXPECTED = json.loads((REALDATA / "expected_results.json").read_text())
@@ -74,9 +77,6 @@ _FILE_FIELDS = (
     "upper_bounds",
     "equality_ids",
 )
-
-# the fast tier too (`make check`: tests/legs.py)
-pytestmark = [pytest.mark.check]
 
 
 def _theirs(entry: Any) -> tuple:

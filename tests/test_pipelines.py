@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # delete files) and a partitioned v3 one (deletion vectors), each of two checkpoints (the second
 # upserts and deletes keys of the first) with a column added between them, and a partitioned
 # Trino history (DELETE, UPDATE, MERGE). `make soak` runs 40 pipelines of 4-7 checkpoints, 10
-# Trino histories, and Trino reading 10 Java-written histories (here until 2026-11-29, with
-# three checkpoints: tests/legs.py)
+# Trino histories, and Trino reading 10 Java-written histories (until 2026-11-29 this test ran
+# three checkpoints and one Java history read by Trino: docs/testing.md)
 ARGS = [
     *("--pipelines", "2", "--checkpoints", "2"),
     *("--trino", "1", "--statements", "6", "--java", "0", "--seed", "1"),
