@@ -10,7 +10,7 @@ warm-up and then `--reps` times; results of the two must be equal before any tim
 Reported per query: the median of `mor_sql()` alone
 (planning and building the DataFrame: where Connect adds round trips to the server) and of
 `mor_sql()` plus the action, and the ratio Connect / classic. The table is written with
-pyiceberg (mor.fixtures), position and equality deletes in each data file, and cached in
+pyiceberg (mor.writer.tables), position and equality deletes in each data file, and cached in
 `--warehouse`.
 """
 
@@ -42,7 +42,7 @@ def build_table(warehouse: Path, rows: int, files: int, pos: float, eq: float) -
     from pyiceberg.types import DoubleType, IntegerType, LongType, NestedField, StringType
 
     from mor.api import default_catalog
-    from mor.fixtures import TableWriter
+    from mor.writer.tables import TableWriter
 
     name = "bench.c" + f"{rows}_f{files}_pos{pos}_eq{eq}".replace(".", "p")
     catalog = default_catalog(str(warehouse))

@@ -4,7 +4,7 @@
     .venv/bin/python bench/consume.py --commits 200 --reps 3
 
 The table (built once, cached in `--warehouse` by commit count) is written with pyiceberg
-(mor.fixtures): `--commits` commits, each appending one small data file, every 10th also a
+(mor.writer.tables): `--commits` commits, each appending one small data file, every 10th also a
 position delete of a row of an earlier file, every 7th an equality delete of one id. Measured,
 each `--reps` times after an untimed warm-up, alternating:
 
@@ -40,7 +40,7 @@ def build(warehouse: Path, commits: int) -> Any:
     from pyiceberg.types import LongType, NestedField, StringType
 
     from mor.api import default_catalog
-    from mor.fixtures import TableWriter
+    from mor.writer.tables import TableWriter
 
     cat = default_catalog(str(warehouse / f"c{commits}"))
     name = "bench.history"

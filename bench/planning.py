@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/planning.py [--files 2000 --manifests 50 --reps 7]
 
-The table (written with mor.fixtures, no equality deletes so pyiceberg can plan it) has
+The table (written with mor.writer.tables, no equality deletes so pyiceberg can plan it) has
 `--files` data files in `--manifests` manifests, identity-partitioned on `p`, plus position
 deletes on a few files. Timed: the full plan, a partition filter (`p = 7`), and a metrics-only
 filter (`id < 100`). "cold" clears mor's manifest cache before every run; "warm" keeps it (as a
@@ -33,7 +33,7 @@ def build(warehouse: Path, files: int, manifests: int) -> object:
     from pyiceberg.types import LongType, NestedField, StringType
 
     from mor.api import default_catalog
-    from mor.fixtures import TableWriter
+    from mor.writer.tables import TableWriter
 
     cat = default_catalog(str(warehouse))
     if cat.table_exists("bench.many"):

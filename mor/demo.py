@@ -13,7 +13,7 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
 from mor.api import default_catalog, explain, mor_sql, warehouse_dir
-from mor.fixtures import TableWriter
+from mor.writer.tables import TableWriter
 
 
 def _examples_dir() -> str:

@@ -15,7 +15,7 @@
    while it applies to a data file left unconverted (outside `--where`);
 6. one snapshot (`replace`: no row changes) is committed atomically through the table's
    catalog, rebased over commits that landed meanwhile unless one conflicts
-   (planner/commit.py); nothing is left behind when it fails.
+   (writer/producer.py); nothing is left behind when it fails.
 
 `--dry-run` stops after step 3 and reports what it would write and remove. Format versions 2
 and 3, for compaction (below) too: on v3 the rows it moves keep their row lineage.
@@ -24,11 +24,42 @@ and 3, for compaction (below) too: on v3 the rows it moves keep their row lineag
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
-from mor.planner.commit import Rewrite, commit_rewrite, v3_field, write_position_deletes
 from mor.planner.errors import InternalError, MorError, TableNotFoundError, UnsupportedError
+from mor.planner.manifests import read_manifest, read_manifest_list
+from mor.writer.files import (
+    content_size,
+    data_file_of,
+    delete_files,
+    dv_file,
+    list_files,
+    named_data_file,
+    v3_field,
+    write_position_deletes,
+)
+from mor.writer.policy import (
+    DELETE_RATIO,
+    MIN_INPUT_FILES,
+    TARGET_FILE_SIZE,
+    Candidate,
+    RewriteGroup,
+    Thresholds,
+    choose_rewrites,
+)
+from mor.writer.producer import Change, SnapshotProducer
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
+
+    from mor.planner.manifests import EntryFile
+    from mor.planner.nodes import DataTask, IcebergScan, Plan
+    from mor.planner.state import ProcessCaches
 
 
 @dataclass
@@ -98,22 +129,108 @@ class ConvertReport:
         )
 
 
-def _table(
-    catalog: Any, warehouse: str | None, table: str, versions: tuple[int, ...], why: str
-) -> tuple[Any, Any]:
-    """The catalog and the table a maintenance command commits through; a table of another
-    format version than `versions` refused in one line (`why`: what the command writes)."""
-    from mor.api import resolve_catalog
+@dataclass
+class _Read:
+    """A maintenance command's read of one snapshot: the table, the head of the branch it
+    reads, mor's plan of `SELECT *` at that snapshot (the equality-delete rewrite applied),
+    its data files' tasks (by recorded path, with their scans) and the snapshot's live files
+    as its manifests record them (read by planner's manifest reader)."""
+
+    catalog: Catalog
+    table: Table
+    name: str
+    branch: str
+    head: Snapshot
+    cache: ProcessCaches  # the command's own: later plans reuse its manifests
+    plan: Plan
+    tasks: dict[str, tuple[DataTask, IcebergScan]]
+    data: dict[str, EntryFile]  # live data files by path
+    deletes: dict[Any, tuple[EntryFile, int]]  # by path, a vector by (Puffin path, offset)
+
+    @property
+    def sql(self) -> str:
+        return f"SELECT * FROM {self.name} VERSION AS OF {self.head.snapshot_id}"
+
+    def kept_by(self, where: str | None, schema: Schema) -> set[str] | None:
+        """The data files a `--where` filter keeps (None: no filter)."""
+        if where is None:
+            return None
+        return _kept_by(where, f"{self.sql} WHERE {where}", self, schema)
+
+    def needed(self, rewritten: set[str], kinds: tuple[str, ...]) -> set[Any]:
+        """The keys of the delete files (of `kinds`: "pos", "eq") some data file outside
+        `rewritten` still needs."""
+        return {
+            _key(s.deletes_by_id()[i])
+            for p, (t, s) in self.tasks.items()
+            if p not in rewritten
+            for i in (*(t.pos_deletes if "pos" in kinds else ()), *t.eq_deletes)
+        }
+
+
+def _read(
+    catalog: Any,
+    warehouse: str | None,
+    name: str,
+    branch: str,
+    why: str,
+    empty: str = "",
+    check: Callable[[Table], None] = lambda tbl: None,
+) -> _Read:
+    """Plan the head of `branch` of `name` (a table of format version 2 or 3; `why`: what
+    the command writes, in the refusal of another version; `empty`: what to say of a table
+    without a snapshot; `check(table)`: refuses what the command cannot write, first)."""
+    from mor.api import plan_query, resolve_catalog
+    from mor.planner.nodes import IcebergScan
+    from mor.planner.state import ProcessCaches
 
     cat = resolve_catalog(catalog, warehouse)
     try:
-        tbl = cat.load_table(table)
+        tbl = cat.load_table(name)
     except Exception as e:  # noqa: BLE001 - NoSuchTableError and kin: one line
-        raise TableNotFoundError(f"{table}: {e}") from e
+        raise TableNotFoundError(f"{name}: {e}") from e
     version = tbl.metadata.format_version
-    if version not in versions:
-        raise UnsupportedError(f"{table}: format version {version}; {why}")
-    return cat, tbl
+    if version not in (2, 3):
+        raise UnsupportedError(f"{name}: format version {version}; {why}")
+    check(tbl)
+    head = tbl.metadata.snapshot_by_name(branch)
+    if head is None:
+        if empty and branch == "main" and not tbl.metadata.snapshots:
+            raise MorError(f"{name}: the table has no snapshot yet; {empty}")
+        raise MorError(f"{name}: no branch {branch!r}")
+    cache = ProcessCaches()
+    sql = f"SELECT * FROM {name} VERSION AS OF {head.snapshot_id}"
+    plan = plan_query(sql, catalog=cat, cache=cache).optimized
+    scans = [n for n in plan.walk() if isinstance(n, IcebergScan) and n.files is not None]
+    tasks = {t.path: (t, s) for s in scans for t in s.data_files()}
+    data, deletes = _live(tbl, head)
+    if set(data) != set(tasks):
+        raise InternalError(f"{name}: the plan of snapshot {head.snapshot_id} misses data files")
+    return _Read(cat, tbl, name, branch, head, cache, plan, tasks, data, deletes)
+
+
+def _live(tbl: Table, head: Snapshot) -> tuple[dict[str, Any], dict[Any, tuple[Any, int]]]:
+    """The live data files of `head` by path, and its live delete files (dangling ones too)
+    with their data sequence numbers, by path (a deletion vector: by its Puffin file and
+    offset, several sharing one file), through planner's manifest reader (pyiceberg 0.12
+    reads `referenced_data_file` and `content_offset` away)."""
+    from pyiceberg.manifest import DataFileContent
+
+    io = tbl.io
+    data: dict[str, Any] = {}
+    deletes: dict[Any, tuple[Any, int]] = {}
+    for manifest in read_manifest_list(io, head.manifest_list):
+        for entry in read_manifest(io, manifest):
+            f = entry.data_file
+            if f.content == DataFileContent.DATA:
+                data[f.file_path] = f
+                continue
+            at = f.content_offset
+            deletes[f.file_path if at is None else (f.file_path, at)] = (
+                f,
+                entry.sequence_number or 0,
+            )
+    return data, deletes
 
 
 def _session(spark: Any) -> Any:
@@ -126,7 +243,7 @@ def _session(spark: Any) -> Any:
     return spark() if callable(spark) else prepare_session(spark)
 
 
-def _kept_by(where: str, sql: str, cat: Any, schema: Any, table: str, cache: Any) -> set[str]:
+def _kept_by(where: str, sql: str, read: _Read, schema: Schema) -> set[str]:
     """The recorded paths of the data files a `--where` filter keeps (by their partition
     values and column bounds). Every conjunct must be a comparison mor evaluates on file
     metadata: a filter it could not apply would silently convert every file."""
@@ -145,9 +262,9 @@ def _kept_by(where: str, sql: str, cat: Any, schema: Any, table: str, cache: Any
     names = {f.name.lower() for f in schema.fields}
     for col in tree.find_all(exp.Column):
         if col.name.lower() not in names:
-            raise MorError(f"--where {where}: {table} has no column {col.name}")
+            raise MorError(f"--where {where}: {read.name} has no column {col.name}")
     conjuncts = list(tree.flatten()) if isinstance(tree, exp.And) else [tree]
-    plan = plan_query(sql, catalog=cat, cache=cache).optimized
+    plan = plan_query(sql, catalog=read.catalog, cache=read.cache).optimized
     scans = [n for n in plan.walk() if isinstance(n, IcebergScan)]
     applied = [e for e in scans[0].pushed if e.pred is not None] if scans else []
     if len(applied) < len(conjuncts):
@@ -167,90 +284,73 @@ def convert_equality_deletes(
     branch: str = "main",
     dry_run: bool = False,
     spark: Any = None,
-    progress: Any = None,
-    _before_commit: Any = None,
+    progress: Callable[[str], None] | None = None,
 ) -> ConvertReport:
     """Convert the equality deletes of `table` (a name in `catalog`) into position deletes
     and remove the equality delete files no data file needs any more, in one atomic commit.
     `where`: SQL over the table's columns; only the data files of the partitions it keeps
     are converted. `spark`: a session, or a function making one (called only when there is
-    something to resolve). `progress(text)`: called at each phase. `_before_commit(attempt)`:
-    called before each commit attempt (tests land concurrent commits there)."""
-    from pyiceberg.manifest import DataFileContent, FileFormat
-
-    from mor.api import plan_query
+    something to resolve). `progress(text)`: called at each phase."""
     from mor.physical.maintenance import deleted_positions, only_files
-    from mor.planner.nodes import IcebergScan
-    from mor.planner.state import ProcessCaches
 
     started = time.perf_counter()
     note = progress or (lambda text: None)
-    cat, tbl = _table(
-        catalog,
-        warehouse,
-        table,
-        (2, 3),
-        "convert-equality-deletes writes position delete files (v2) or deletion vectors (v3)",
-    )
-    v3 = tbl.metadata.format_version == 3
-    head = tbl.metadata.snapshot_by_name(branch)
-    if head is None:
-        raise MorError(f"{table}: no branch {branch!r}")
-    report = ConvertReport(table, branch, head.snapshot_id, dry_run)
-
-    note(f"planning {table} at snapshot {head.snapshot_id}")
-    sql = f"SELECT * FROM {table} VERSION AS OF {head.snapshot_id}"
-    cache = ProcessCaches()  # this command's own: the --where plan reuses its manifests
-    full = plan_query(sql, catalog=cat, cache=cache).optimized
-    scans = [n for n in full.walk() if isinstance(n, IcebergScan) and n.files is not None]
-    tasks = {t.path: (t, s) for s in scans for t in s.data_files()}
-    reached = {p for p, (t, _) in tasks.items() if t.eq_deletes}
-    chosen = reached
-    if where is not None:
-        chosen = reached & _kept_by(where, f"{sql} WHERE {where}", cat, tbl.schema(), table, cache)
-    needed = {
-        s.deletes_by_id()[i].path
-        for p, (t, s) in tasks.items()
-        if p not in chosen
-        for i in t.eq_deletes
-    }
-
-    io = tbl.io
-    data_files, eq_files, pos_files = {}, {}, {}
-    for manifest in head.manifests(io):
-        for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
-            f = entry.data_file
-            if f.content == DataFileContent.DATA and f.file_path in chosen:
-                data_files[f.file_path] = f
-            elif f.content == DataFileContent.EQUALITY_DELETES:
-                eq_files[f.file_path] = (f, entry.sequence_number or 0)
-            elif v3 and f.file_format != FileFormat.PUFFIN:  # Parquet position deletes
-                pos_files[f.file_path] = f
+    why = "convert-equality-deletes writes position delete files (v2) or deletion vectors (v3)"
+    read = _read(catalog, warehouse, table, branch, why)
+    report = ConvertReport(table, branch, read.head.snapshot_id, dry_run)
+    note(f"planning {table} at snapshot {read.head.snapshot_id}")
+    chosen = {p for p, (t, _) in read.tasks.items() if t.eq_deletes}
+    kept = read.kept_by(where, read.table.schema())
+    if kept is not None:
+        chosen &= kept
+    eq_files = _of_kind(read, "eq")
+    needed = read.needed(chosen, ("eq",))
     removed = {p for p in eq_files if p not in needed}
     report.kept = len(eq_files) - len(removed)
-    report.removed = [
-        FileOut(p, eq_files[p][0].record_count, eq_files[p][0].file_size_in_bytes)
-        for p in sorted(removed)
-    ]
+    report.removed = [_removed(eq_files[p][0]) for p in sorted(removed)]
     report.data_files = len(chosen)
-    report.data_rows = sum(tasks[p][0].record_count for p in chosen)
-
-    found = {}
+    report.data_rows = sum(read.tasks[p][0].record_count for p in chosen)
+    found: dict[str, Any] = {}
     if chosen:
         note(f"resolving the equality deletes of {len(chosen)} data files")
-        found = deleted_positions(_session(spark), only_files(full, chosen))
+        found = deleted_positions(_session(spark), only_files(read.plan, chosen))
+    for p in found:
+        if p not in chosen:
+            raise InternalError(f"{table}: resolved {p}, which is no live data file")
     report.positions = sum(len(v) for v in found.values())
-    report.vectors = v3
+    report.vectors = read.table.metadata.format_version == 3
     if dry_run:
         report.written = [FileOut("", len(v), 0) for v in found.values() if len(v)]
-        report.seconds = time.perf_counter() - started
-        return report
-    if not found and not removed:
-        report.seconds = time.perf_counter() - started
-        return report
+    elif found or removed:
+        _convert(read, report, found, chosen, removed, eq_files, note)
+    report.seconds = time.perf_counter() - started
+    return report
 
-    change = Rewrite(
-        added=[],
+
+def _of_kind(read: _Read, kind: str) -> dict[Any, tuple[Any, int]]:
+    """The live delete files of the read: "eq" equality deletes, "pos" position delete
+    files (Parquet: deletion vectors are not among them)."""
+    from pyiceberg.manifest import DataFileContent, FileFormat
+
+    content = DataFileContent.EQUALITY_DELETES if kind == "eq" else DataFileContent.POSITION_DELETES
+    return {
+        k: v
+        for k, v in read.deletes.items()
+        if v[0].content == content and v[0].file_format != FileFormat.PUFFIN
+    }
+
+
+def _convert(
+    read: _Read,
+    report: ConvertReport,
+    found: dict[str, Any],
+    chosen: set[str],
+    removed: set[str],
+    eq_files: dict[Any, tuple[Any, int]],
+    note: Callable[[str], None],
+) -> None:
+    """Write what the conversion found and commit it, with the removed equality deletes."""
+    change = Change(
         removed=set(removed),  # v3: the position delete files merged into vectors join it
         data=set(chosen),
         reach_seq=max((eq_files[p][1] for p in removed), default=0),
@@ -261,72 +361,53 @@ def convert_equality_deletes(
             "mor.operation": "convert-equality-deletes",
         },
     )
-    for p in found:
-        if p not in data_files:
-            raise InternalError(f"{table}: resolved {p}, which is no live data file")
-    if v3:
+    if report.vectors:
         note(f"writing {sum(1 for v in found.values() if len(v))} deletion vectors")
-        _vectors(tbl, table, tasks, found, data_files, pos_files, change)
+        pos_files = {k: f for k, (f, _) in _of_kind(read, "pos").items()}
+        _vectors(read, found, pos_files, change)
         report.replaced = len(change.removed_dvs)
-        report.merged = [
-            FileOut(p, pos_files[p].record_count, pos_files[p].file_size_in_bytes)
-            for p in sorted(change.removed - removed)
-        ]
+        report.merged = [_removed(pos_files[p]) for p in sorted(change.removed - removed)]
     else:
         note(f"writing {len(found)} position delete files")
         try:
             for path, positions in sorted(found.items()):
                 if len(positions):
-                    change.added.append(write_position_deletes(tbl, data_files[path], positions))
+                    change.added.append(
+                        write_position_deletes(read.table, read.data[path], positions)
+                    )
         except BaseException as e:
-            _undo(io, [f.file_path for f in change.added], e)
+            _undo(read.table.io, [f.file_path for f in change.added], e)
             raise
     report.written = [
         FileOut(
-            f.file_path,
-            f.record_count,
-            _content_size(f),
-            v3_field(f, "referenced_data_file") or "",
+            f.file_path, f.record_count, content_size(f), v3_field(f, "referenced_data_file") or ""
         )
         for f in change.added
     ]
     note("committing")
-    done = commit_rewrite(cat, table, head, branch, change, before_commit=_before_commit)
+    _committed(report, read, change)
+
+
+def _committed(report: ConvertReport | CompactReport, read: _Read, change: Change) -> None:
+    """Commit `change` on the read's head through the one snapshot producer."""
+    done = SnapshotProducer(read.catalog, read.name, read.branch).commit(change, read.head)
     report.snapshot = done.snapshot.snapshot_id
     report.attempts = done.attempts
     report.rebased_over = done.rebased_over
-    report.seconds = time.perf_counter() - started
-    return report
 
 
 def _undo(io: Any, paths: list[str], error: BaseException) -> None:
     """Delete the files this command wrote before a commit could take them over (`error`
     stopped it); a MorError names those the store refused to delete, so that they can be
     removed by hand (the commit's own clean-up does the same)."""
-    from mor.planner.commit import _delete
-
-    left = _delete(io, paths)
+    left = delete_files(io, paths)
     if left and isinstance(error, MorError):
         raise type(error)(
             f"{error}; files it wrote could not be removed: {', '.join(left)}"
         ) from error
 
 
-def _content_size(f: Any) -> int:
-    """A delete file's bytes: a deletion vector's blob, else the whole file."""
-    size = v3_field(f, "content_size_in_bytes")
-    return int(size) if size is not None else int(f.file_size_in_bytes)
-
-
-def _vectors(
-    tbl: Any,
-    table: str,
-    tasks: dict,
-    found: dict,
-    data_files: dict,
-    pos_files: dict,
-    change: Rewrite,
-) -> None:
+def _vectors(read: _Read, found: dict[str, Any], pos_files: dict[str, Any], change: Change) -> None:
     """v3: one deletion vector per data file with positions in `found` (what its equality
     deletes remove), merged with every position its current deletion vector and position
     delete files delete, all in one new Puffin file under `<location>/data/`; the vectors
@@ -337,26 +418,61 @@ def _vectors(
     file is deleted again when anything fails before the commit takes it over."""
     import uuid
 
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from mor.physical.delete_files import read_positions
     from mor.physical.dv import puffin
-    from mor.planner.commit import _named_file, dv_file
-    from mor.planner.state import ProcessCaches
 
     paths = sorted(p for p, v in found.items() if len(v))
     if not paths:
         return
+    merged, old = _merged_positions(read, paths, found, pos_files, change)
+    data, placed = puffin([(p, merged[p]) for p in paths], "mor convert-equality-deletes")
+    tbl = read.table
+    path = f"{tbl.metadata.location.rstrip('/')}/data/mor-{uuid.uuid4()}-deletes.puffin"
+    with tbl.io.new_output(path).create(overwrite=False) as out:
+        out.write(data)
+    try:
+        for p, (offset, length) in zip(paths, placed):
+            change.added.append(
+                dv_file(read.data[p], path, len(data), offset, length, len(merged[p]))
+            )
+    except BaseException as e:
+        _undo(tbl.io, [path], e)
+        raise
+    change.summary.update(
+        {
+            "added-dvs": str(len(paths)),
+            "removed-dvs": str(len(change.removed_dvs)),
+            "removed-position-delete-files": str(old[2]),
+            "removed-position-deletes": str(old[0]),
+            "removed-files-size": str(int(change.summary["removed-files-size"]) + old[1]),
+        }
+    )
+
+
+def _merged_positions(
+    read: _Read,
+    paths: list[str],
+    found: dict[str, Any],
+    pos_files: dict[str, Any],
+    change: Change,
+) -> tuple[dict[str, list[int]], tuple[int, int, int]]:
+    """Per data file of `paths`: its new positions merged with those its current deletes
+    delete (the vectors and file-scoped position delete files they replace go to `change`),
+    and (rows, bytes, position delete files) of what they replace."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from mor.physical.delete_files import read_positions
+    from mor.planner.state import ProcessCaches
+
     by_scan: dict[int, tuple[Any, list]] = {}
     for p in paths:
-        t, s = tasks[p]
+        t, s = read.tasks[p]
         by_scan.setdefault(id(s), (s, []))[1].append(t)
     merged: dict[str, list[int]] = {}
     old_rows = old_bytes = merged_files = 0
     for s, ts in by_scan.values():
         deletes = s.deletes_by_id()
-        current = read_positions(ts, deletes, table, s.source_key, ProcessCaches())
+        current = read_positions(ts, deletes, read.name, s.source_key, ProcessCaches())
         for t in ts:
             parts = [found[t.path].cast(pa.int64())]
             if t.file_id in current:
@@ -367,38 +483,14 @@ def _vectors(
                     change.removed_dvs.add((d.path, d.dv.offset))
                     old_rows += d.record_count
                     old_bytes += d.dv.length
-                elif d.path in pos_files and _named_file(pos_files[d.path]) == t.path:
+                elif d.path in pos_files and named_data_file(pos_files[d.path]) == t.path:
                     change.removed.add(d.path)
                     merged_files += 1
                     old_rows += d.record_count
                     old_bytes += d.size_bytes
-    data, placed = puffin([(p, merged[p]) for p in paths], "mor convert-equality-deletes")
-    path = f"{tbl.metadata.location.rstrip('/')}/data/mor-{uuid.uuid4()}-deletes.puffin"
-    with tbl.io.new_output(path).create(overwrite=False) as out:
-        out.write(data)
-    try:
-        for p, (offset, length) in zip(paths, placed):
-            change.added.append(
-                dv_file(data_files[p], path, len(data), offset, length, len(merged[p]))
-            )
-    except BaseException as e:
-        _undo(tbl.io, [path], e)
-        raise
-    change.summary.update(
-        {
-            "added-dvs": str(len(paths)),
-            "removed-dvs": str(len(change.removed_dvs)),
-            "removed-position-delete-files": str(merged_files),
-            "removed-position-deletes": str(old_rows),
-            "removed-files-size": str(int(change.summary["removed-files-size"]) + old_bytes),
-        }
-    )
+    return merged, (old_rows, old_bytes, merged_files)
 
 
-# Iceberg's defaults for rewrite_data_files (SizeBasedFileRewritePlanner, BinPackRewriteFilePlanner)
-TARGET_FILE_SIZE = 512 * 1024 * 1024  # write.target-file-size-bytes
-MIN_INPUT_FILES = 5
-DELETE_RATIO = 0.3
 # column types Spark's Parquet writer writes as Iceberg's readers expect (with field ids):
 # lists and maps lose the ids of their elements, keys and values; uuid and fixed are written
 # as plain binary; the rest has no Spark type
@@ -489,15 +581,6 @@ def _writable(schema: Any, table: str) -> None:
         check(f.name, f.field_type)
 
 
-def _output_files(size: float, target: int) -> int:
-    """How many files of about `target` bytes `size` bytes make: a remainder above the
-    smallest size worth a file (75% of the target) is a file of its own."""
-    n = int(size // target)
-    if n == 0 or size - n * target > 0.75 * target:
-        n += 1
-    return n
-
-
 def compact(
     table: str,
     *,
@@ -511,236 +594,220 @@ def compact(
     min_input_files: int = MIN_INPUT_FILES,
     dry_run: bool = False,
     spark: Any = None,
-    progress: Any = None,
-    _before_commit: Any = None,
+    progress: Callable[[str], None] | None = None,
 ) -> CompactReport:
     """Rewrite the data files of `table` that deletes weigh on or whose size is off the
     target, with every delete applied, and remove the delete files that then reach no live
-    data file, in one atomic commit (as Iceberg's `rewrite_data_files`, bin-packing).
+    data file, in one atomic commit (as Iceberg's `rewrite_data_files`, bin-packing; which
+    files: writer/policy.py's `choose_rewrites`, the target by default the table's
+    `write.target-file-size-bytes`, else 512 MiB).
 
-    A data file qualifies when `delete_file_threshold` or more delete files apply to it,
-    when the rows its file-scoped position deletes remove are `delete_ratio_threshold` of its
-    rows or more, or when it is under 75% or over 180% of `target_file_size` (default: the
-    table's `write.target-file-size-bytes`, else 512 MiB). A partition's qualifying files
-    are rewritten when one qualifies by its deletes, when there are `min_input_files` of them
-    or when together they make more than one target file. The new files are written in the
-    partition and spec they came from (files of an older partition spec stay in it, as
-    Iceberg's `output-spec-id` allows: moving their rows into the current spec could put them
-    out of reach of a partition-scoped equality delete committed meanwhile, which applies to
-    its own spec's files only) and keep the data sequence number of the snapshot read. On a
-    v3 table each row is written with the `_row_id` and `_last_updated_sequence_number` it
-    read as (stored, else inherited), so every row keeps its lineage."""
-    import re
-    import uuid as uuidlib
-
-    from pyiceberg.manifest import DataFileContent, ManifestContent
-
-    from mor.api import plan_query
-    from mor.physical.maintenance import GROUP, Column, Group, only_files, write_compacted
-    from mor.planner.commit import _named_file, data_file_of, list_files
-    from mor.planner.manifests import read_manifest
-    from mor.planner.nodes import LINEAGE_COLUMNS, IcebergScan
-    from mor.planner.sources import PathMap
-    from mor.planner.state import ProcessCaches
-
+    The new files are written in the partition and spec they came from (files of an older
+    partition spec stay in it, as Iceberg's `output-spec-id` allows: moving their rows into
+    the current spec could put them out of reach of a partition-scoped equality delete
+    committed meanwhile, which applies to its own spec's files only) and keep the data
+    sequence number of the snapshot read. On a v3 table each row is written with the
+    `_row_id` and `_last_updated_sequence_number` it read as (stored, else inherited), so
+    every row keeps its lineage."""
     started = time.perf_counter()
     note = progress or (lambda text: None)
-    if target_file_size is not None and target_file_size <= 0:
-        raise MorError("--target-file-size must be a positive number of bytes")
-    if not 0 < delete_ratio_threshold <= 1:
-        raise MorError("--delete-ratio-threshold must be in (0, 1]")
-    if delete_file_threshold is not None and delete_file_threshold < 1:
-        raise MorError("--delete-file-threshold must be 1 or more")
-    if min_input_files < 1:
-        raise MorError("--min-input-files must be 1 or more")
-    cat, tbl = _table(catalog, warehouse, table, (2, 3), "compact rewrites v2 and v3 tables")
-    lineage = tbl.metadata.format_version >= 3  # rows keep their _row_id and its sequence
-    _writable(tbl.schema(), table)
-    head = tbl.metadata.snapshot_by_name(branch)
-    if head is None:
-        if branch == "main" and not tbl.metadata.snapshots:
-            raise MorError(f"{table}: the table has no snapshot yet; nothing to compact")
-        raise MorError(f"{table}: no branch {branch!r}")
-    # the schema mor reads the head with (planner/schemas.schema_at: a branch head other
-    # than the current snapshot is read with its own), the one the new files are written in
-    schema = tbl.schema()
-    if head.snapshot_id != tbl.metadata.current_snapshot_id and head.schema_id is not None:
-        schema = next((s for s in tbl.metadata.schemas if s.schema_id == head.schema_id), schema)
-        _writable(schema, table)
-    props = tbl.metadata.properties
-    target = target_file_size or int(props.get("write.target-file-size-bytes", TARGET_FILE_SIZE))
-    report = CompactReport(table, branch, head.snapshot_id, dry_run, target)
-
-    note(f"planning {table} at snapshot {head.snapshot_id}")
-    sql = f"SELECT * FROM {table} VERSION AS OF {head.snapshot_id}"
-    cache = ProcessCaches()
-    full = plan_query(sql, catalog=cat, cache=cache).optimized
-    scans = [n for n in full.walk() if isinstance(n, IcebergScan) and n.files is not None]
-    tasks = {t.path: (t, s) for s in scans for t in s.data_files()}
-    kept = (
-        None
-        if where is None
-        else _kept_by(where, f"{sql} WHERE {where}", cat, schema, table, cache)
-    )
-
-    io = tbl.io
-    live: dict[str, Any] = {}
-    # every live delete file of the head, dangling ones too, by path (a deletion vector: by
-    # its Puffin file and offset, several sharing one file); read by mor's manifest reader,
-    # which keeps the v3 fields (pyiceberg 0.12 reads `referenced_data_file` and
-    # `content_offset` away)
-    deletes: dict[Any, tuple[Any, int]] = {}
-    for manifest in head.manifests(io):
-        if manifest.content == ManifestContent.DELETES:
-            for entry in read_manifest(io, manifest):
-                f = entry.data_file
-                at = f.content_offset
-                deletes[f.file_path if at is None else (f.file_path, at)] = (
-                    f,
-                    entry.sequence_number or 0,
-                )
-            continue
-        for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
-            live[entry.data_file.file_path] = entry.data_file
-    if set(live) != set(tasks):
-        raise InternalError(f"{table}: the plan of snapshot {head.snapshot_id} misses data files")
-
-    default = tbl.metadata.default_spec_id
-    small, large = 0.75 * target, 1.8 * target
-    groups: dict[tuple[int, int], list[tuple[Any, bool, float]]] = {}
-    for path, (t, s) in tasks.items():
-        if kept is not None and path not in kept:
-            continue
-        by_id = s.deletes_by_id()
-        n_deletes = len(t.pos_deletes) + len(t.eq_deletes)
-        known = sum(
-            by_id[i].record_count
-            for i in t.pos_deletes
-            if _named_file(deletes[_key(by_id[i])][0]) == path
-        )
-        ratio = min(known, t.record_count) / t.record_count if t.record_count else 1.0
-        heavy = n_deletes > 0 and (
-            ratio >= delete_ratio_threshold
-            or (delete_file_threshold is not None and n_deletes >= delete_file_threshold)
-        )
-        if not heavy and small <= t.size_bytes <= large:
-            continue
-        live_share = 1.0 - ratio if n_deletes else 1.0
-        groups.setdefault((t.spec_id, t.partition_id), []).append((t, heavy, live_share))
-    chosen: list[list[tuple[Any, bool, float]]] = []
-    for files in groups.values():
-        size = sum(t.size_bytes for t, _, _ in files)
-        if (
-            any(heavy for _, heavy, _ in files)
-            or len(files) >= min_input_files
-            or (len(files) > 1 and size > target)
-            or size > large
-        ):
-            chosen.append(sorted(files, key=lambda x: x[0].path))
-    rewritten = {t.path for files in chosen for t, _, _ in files}
-    report.older_specs = sum(1 for p in rewritten if tasks[p][0].spec_id != default)
-    needed = {
-        _key(s.deletes_by_id()[i])
-        for p, (t, s) in tasks.items()
-        if p not in rewritten
-        for i in (*t.pos_deletes, *t.eq_deletes)
-    }
-    removed = {k for k in deletes if k not in needed}  # dangling ones too
-    plan_groups = [
-        Group(
-            tuple(t.path for t, _, _ in files),
-            _output_files(sum(t.size_bytes * share for t, _, share in files), target),
-        )
-        for files in chosen
-    ]
-    report.partitions = len(chosen)
-    report.data_files = len(rewritten)
-    report.data_rows = sum(live[p].record_count for p in rewritten)
-    report.data_bytes = sum(live[p].file_size_in_bytes for p in rewritten)
-    report.estimated_files = sum(g.files for g in plan_groups)
-    report.removed = [_removed(deletes[k][0]) for k in sorted(removed, key=str)]
-    if dry_run or not (rewritten or removed):
-        report.seconds = time.perf_counter() - started
-        return report
-
-    folder = f"{tbl.metadata.location.rstrip('/')}/data/mor-compact-{uuidlib.uuid4()}"
-    added = []
     try:
-        if rewritten:
-            note(f"rewriting {len(rewritten)} data files of {len(chosen)} partitions")
-            session = _session(spark)
-            columns = [
-                Column(f.name, f.field_id, f.field_type.model_dump_json()) for f in schema.fields
-            ]
-            if lineage:  # v3: each row's lineage, as read (stored, else inherited), kept
-                columns += [Column(n, i, '"long"') for n, i in LINEAGE_COLUMNS.items()]
-            names = ", ".join("`" + c.name.replace("`", "``") + "`" for c in columns)
-            rows_sql = f"SELECT {names}, _file, _pos FROM {table} VERSION AS OF {head.snapshot_id}"
-            rows = only_files(plan_query(rows_sql, catalog=cat, cache=cache).optimized, rewritten)
-            write_compacted(
-                session,
-                rows,
-                columns,
-                plan_groups,
-                PathMap.of(None)(folder),
-                props.get("write.parquet.compression-codec", "zstd"),
-            )
-            note("reading the new files' footers")
-            for path in list_files(io, folder):
-                name = path.rsplit("/", 1)[-1]
-                m = re.search(rf"/{GROUP}=(\d+)/", path)
-                if m is None or not name.endswith(".parquet") or name[0] in "._":
-                    continue
-                first = plan_groups[int(m.group(1))].paths[0]
-                spec_id = tasks[first][0].spec_id
-                f = data_file_of(tbl, path, live[first].partition, spec_id, schema)
-                if f.record_count:  # Spark writes an empty file where no row is left
-                    added.append(f)
-        report.written = [FileOut(f.file_path, f.record_count, f.file_size_in_bytes) for f in added]
-        eq_removed = {
-            k for k in removed if deletes[k][0].content == DataFileContent.EQUALITY_DELETES
-        }
-        pos_removed = removed - eq_removed
-        dvs = {k for k in removed if isinstance(k, tuple)}
-        change = Rewrite(
-            added=[],
-            removed=removed - dvs,
-            removed_dvs=dvs,
-            data=set(rewritten),
-            reach_seq=max((deletes[p][1] for p in eq_removed), default=0),
-            added_data=added,
-            removed_data=set(rewritten),
-            data_seq=head.sequence_number,
-            summary={
-                "deleted-records": str(report.data_rows),
-                "removed-position-deletes": str(
-                    sum(deletes[p][0].record_count for p in pos_removed)
-                ),
-                "removed-equality-deletes": str(
-                    sum(deletes[p][0].record_count for p in eq_removed)
-                ),
-                "removed-files-size": str(report.data_bytes + sum(f.bytes for f in report.removed)),
-                **({"removed-dvs": str(len(dvs))} if dvs else {}),
-                "mor.operation": "compact",
-            },
+        limits = Thresholds(
+            TARGET_FILE_SIZE if target_file_size is None else target_file_size,
+            delete_ratio_threshold,
+            delete_file_threshold,
+            min_input_files,
         )
-        note("committing")
-        done = commit_rewrite(cat, table, head, branch, change, before_commit=_before_commit)
-    except BaseException:
-        _clear(io, folder)
-        raise
-    # what Spark wrote beside the data files (checksums): referenced by no snapshot
-    if rewritten:
-        _clear(io, folder, keep={f.file_path for f in added})
-    report.snapshot = done.snapshot.snapshot_id
-    report.attempts = done.attempts
-    report.rebased_over = done.rebased_over
+    except ValueError as e:
+        raise MorError(str(e)) from None
+    read = _read(
+        catalog,
+        warehouse,
+        table,
+        branch,
+        "compact rewrites v2 and v3 tables",
+        "nothing to compact",
+        lambda tbl: _writable(tbl.schema(), table),
+    )
+    schema = _schema_of(read)
+    props = read.table.metadata.properties
+    if target_file_size is None:
+        target = int(props.get("write.target-file-size-bytes", TARGET_FILE_SIZE))
+        limits = replace(limits, target=target)
+    report = CompactReport(table, branch, read.head.snapshot_id, dry_run, limits.target)
+    note(f"planning {table} at snapshot {read.head.snapshot_id}")
+    groups = choose_rewrites(_candidates(read, read.kept_by(where, schema)), limits)
+    rewritten = {p for g in groups for p in g.paths}
+    default = read.table.metadata.default_spec_id
+    report.older_specs = sum(1 for p in rewritten if read.tasks[p][0].spec_id != default)
+    removed = set(read.deletes) - read.needed(rewritten, ("pos", "eq"))  # dangling ones too
+    report.partitions = len(groups)
+    report.data_files = len(rewritten)
+    report.data_rows = sum(read.data[p].record_count for p in rewritten)
+    report.data_bytes = sum(read.data[p].file_size_in_bytes for p in rewritten)
+    report.estimated_files = sum(g.files for g in groups)
+    report.removed = [_removed(read.deletes[k][0]) for k in sorted(removed, key=str)]
+    if not dry_run and (rewritten or removed):
+        _rewrite(read, report, schema, groups, removed, spark, note)
     report.seconds = time.perf_counter() - started
     return report
 
 
+def _schema_of(read: _Read) -> Schema:
+    """The schema mor reads the head with (planner/schemas.schema_at: a branch head other
+    than the current snapshot is read with its own), the one the new files are written in;
+    refused when Spark's writer cannot write it as Iceberg reads it."""
+    tbl, head = read.table, read.head
+    schema = tbl.schema()  # checked by _read
+    if head.snapshot_id != tbl.metadata.current_snapshot_id and head.schema_id is not None:
+        schema = next((s for s in tbl.metadata.schemas if s.schema_id == head.schema_id), schema)
+        _writable(schema, read.name)
+    return schema
+
+
+def _candidates(read: _Read, kept: set[str] | None) -> list[Candidate]:
+    """The live data files the policy weighs (those `kept` by a `--where`): their sizes, the
+    delete files that apply to each and the rows its file-scoped deletes remove."""
+    out = []
+    for path, (t, s) in read.tasks.items():
+        if kept is not None and path not in kept:
+            continue
+        by_id = s.deletes_by_id()
+        known = sum(
+            by_id[i].record_count
+            for i in t.pos_deletes
+            if named_data_file(read.deletes[_key(by_id[i])][0]) == path
+        )
+        out.append(
+            Candidate(
+                path,
+                (t.spec_id, t.partition_id),
+                t.size_bytes,
+                t.record_count,
+                len(t.pos_deletes) + len(t.eq_deletes),
+                known,
+            )
+        )
+    return out
+
+
+def _rewrite(
+    read: _Read,
+    report: CompactReport,
+    schema: Schema,
+    groups: list[RewriteGroup],
+    removed: set[Any],
+    spark: Any,
+    note: Callable[[str], None],
+) -> None:
+    """Write the groups' live rows as new data files and commit them in place of the old
+    ones, with the delete files no other data file needs removed; what was written is
+    cleared when anything fails before the commit."""
+    import uuid as uuidlib
+
+    tbl = read.table
+    folder = f"{tbl.metadata.location.rstrip('/')}/data/mor-compact-{uuidlib.uuid4()}"
+    rewritten = {p for g in groups for p in g.paths}
+    added: list[Any] = []
+    try:
+        if rewritten:
+            note(f"rewriting {len(rewritten)} data files of {len(groups)} partitions")
+            _write_groups(read, schema, groups, folder, _session(spark))
+            note("reading the new files' footers")
+            added = _new_files(read, schema, groups, folder)
+        report.written = [FileOut(f.file_path, f.record_count, f.file_size_in_bytes) for f in added]
+        change = _compaction(read, report, rewritten, removed, added)
+        note("committing")
+        _committed(report, read, change)
+    except BaseException:
+        _clear(tbl.io, folder)
+        raise
+    # what Spark wrote beside the data files (checksums): referenced by no snapshot
+    if rewritten:
+        _clear(tbl.io, folder, keep={f.file_path for f in added})
+
+
+def _write_groups(
+    read: _Read, schema: Schema, groups: list[RewriteGroup], folder: str, session: Any
+) -> None:
+    """One Spark job writing each group's live rows (planned by mor at the read's snapshot,
+    every delete applied) under `folder`, one sub-folder per group."""
+    from mor.api import plan_query
+    from mor.physical.maintenance import Column, Group, only_files, write_compacted
+    from mor.planner.nodes import LINEAGE_COLUMNS
+    from mor.planner.sources import PathMap
+
+    columns = [Column(f.name, f.field_id, f.field_type.model_dump_json()) for f in schema.fields]
+    if read.table.metadata.format_version >= 3:  # each row's lineage, as read, kept
+        columns += [Column(n, i, '"long"') for n, i in LINEAGE_COLUMNS.items()]
+    names = ", ".join("`" + c.name.replace("`", "``") + "`" for c in columns)
+    rows_sql = f"SELECT {names}, _file, _pos FROM {read.name} VERSION AS OF {read.head.snapshot_id}"
+    planned = plan_query(rows_sql, catalog=read.catalog, cache=read.cache).optimized
+    rewritten = {p for g in groups for p in g.paths}
+    write_compacted(
+        session,
+        only_files(planned, rewritten),
+        columns,
+        [Group(g.paths, g.files) for g in groups],
+        PathMap.of(None)(folder),
+        read.table.metadata.properties.get("write.parquet.compression-codec", "zstd"),
+    )
+
+
+def _new_files(read: _Read, schema: Schema, groups: list[RewriteGroup], folder: str) -> list[Any]:
+    """The manifest records of the Parquet files the job wrote under `folder`, each in the
+    partition and spec of its group's files (Spark writes an empty file where no row is
+    left: not recorded)."""
+    import re
+
+    from mor.physical.maintenance import GROUP
+
+    out = []
+    for path in list_files(read.table.io, folder):
+        name = path.rsplit("/", 1)[-1]
+        m = re.search(rf"/{GROUP}=(\d+)/", path)
+        if m is None or not name.endswith(".parquet") or name[0] in "._":
+            continue
+        first = groups[int(m.group(1))].paths[0]
+        spec_id = read.tasks[first][0].spec_id
+        f = data_file_of(read.table, path, read.data[first].partition, spec_id, schema)
+        if f.record_count:
+            out.append(f)
+    return out
+
+
+def _compaction(
+    read: _Read, report: CompactReport, rewritten: set[str], removed: set[Any], added: list[Any]
+) -> Change:
+    """The replace a compaction commits: the new data files at the read's data sequence
+    number in place of the rewritten ones, the removed delete files and vectors."""
+    from pyiceberg.manifest import DataFileContent
+
+    deletes = read.deletes
+    eq_removed = {k for k in removed if deletes[k][0].content == DataFileContent.EQUALITY_DELETES}
+    pos_removed = removed - eq_removed
+    dvs = {k for k in removed if isinstance(k, tuple)}
+    return Change(
+        removed=removed - dvs,
+        removed_dvs=dvs,
+        data=set(rewritten),
+        reach_seq=max((deletes[p][1] for p in eq_removed), default=0),
+        added_data=added,
+        removed_data=set(rewritten),
+        data_seq=read.head.sequence_number,
+        summary={
+            "deleted-records": str(report.data_rows),
+            "removed-position-deletes": str(sum(deletes[p][0].record_count for p in pos_removed)),
+            "removed-equality-deletes": str(sum(deletes[p][0].record_count for p in eq_removed)),
+            "removed-files-size": str(report.data_bytes + sum(f.bytes for f in report.removed)),
+            **({"removed-dvs": str(len(dvs))} if dvs else {}),
+            "mor.operation": "compact",
+        },
+    )
+
+
 def _key(d: Any) -> Any:
-    """A delete file of a plan (DeleteTask) as compaction keys the head's: by path, a
+    """A delete file of a plan (DeleteTask) as the snapshot's files are keyed: by path, a
     deletion vector by (Puffin path, offset)."""
     return (d.path, d.dv.offset) if d.is_dv else d.path
 
@@ -759,13 +826,11 @@ def _clear(io: Any, folder: str, keep: set[str] = frozenset()) -> None:  # type:
     import os
     import shutil
 
-    from mor.planner.commit import _delete, list_files
-
     try:
         made = list_files(io, folder)
     except Exception:  # noqa: BLE001 - nothing written, or a store that refused listing
         made = []
-    _delete(io, [p for p in made if p not in keep])
+    delete_files(io, [p for p in made if p not in keep])
     local = folder.removeprefix("file://").removeprefix("file:")
     if not keep and "://" not in local and os.path.isdir(local):
         shutil.rmtree(local, ignore_errors=True)

@@ -13,7 +13,6 @@ import pyarrow as pa
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
-from mor.fixtures import TableWriter
 from mor.planner.nodes import (
     GLOBAL_PART,
     Col,
@@ -24,6 +23,7 @@ from mor.planner.nodes import (
     ReadField,
     ScanFiles,
 )
+from mor.writer.tables import TableWriter
 
 _FIELDS = {1: ("id", '"long"'), 2: ("region", '"string"'), 3: ("amount", '"long"')}
 
@@ -187,3 +187,29 @@ def schema_to_arrow(schema: Schema) -> pa.Schema:
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
     return schema_to_pyarrow(schema)
+
+
+@contextmanager
+def landing(hook: Callable[[int], None]) -> Iterator[None]:
+    """`hook(attempt)` called right before each commit attempt of mor's snapshot producer
+    asks the catalog, where a test lands a concurrent commit (a commit the hook makes through
+    the producer itself is not hooked again)."""
+    from mor.writer.producer import SnapshotProducer
+
+    before = SnapshotProducer._attempting
+    busy: list[int] = []
+
+    def attempting(self: SnapshotProducer, attempt: int) -> None:
+        if busy:
+            return
+        busy.append(attempt)
+        try:
+            hook(attempt)
+        finally:
+            busy.pop()
+
+    SnapshotProducer._attempting = attempting  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        SnapshotProducer._attempting = before  # type: ignore[method-assign]

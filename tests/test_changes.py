@@ -20,7 +20,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 from test_semantics import PART_SPEC, SCHEMA, Reference, _history, op
 
 from mor import MorError, SqlSyntaxError, TableNotFoundError, changes, explain, mor_sql
-from mor.fixtures import TableWriter
+from mor.writer.tables import TableWriter
 
 # the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml): Spark 4 through
 # Spark Connect (the newest pyspark's classic leg runs the suites whose answers depend on its SQL)

@@ -31,11 +31,12 @@ from pyiceberg.types import ListType, LongType, NestedField, StringType
 from test_maintenance import LIVE, _cli, _entries, _files, _ids, _keys, _rows, _two_files
 from test_semantics import PART_SPEC, SCHEMA, Reference, _history, op
 
+from helpers import landing
 from mor import MorError, mor_sql
-from mor.fixtures import TableWriter
 from mor.maintenance import compact
-from mor.planner.commit import ConflictError
 from mor.planner.errors import UnsupportedError
+from mor.writer.conflicts import ConflictError
+from mor.writer.tables import TableWriter
 
 ALL = {
     "delete_file_threshold": 1,
@@ -133,7 +134,8 @@ def test_an_equality_delete_committed_meanwhile_applies_to_the_rewritten_rows(
         if attempt == 1:
             landed.append(w.commit(deletes=[w.equality_delete_file([1], [{1: 5}, {1: 15}])]))
 
-    report = compact("m.g", catalog=catalog, spark=spark, _before_commit=delete, **ALL)
+    with landing(delete):
+        report = compact("m.g", catalog=catalog, spark=spark, **ALL)
     assert report.attempts == 2 and report.rebased_over == landed
     assert _ids(catalog, spark) == [i for i in LIVE if i not in (5, 15)]
     table = w.refresh()
@@ -156,7 +158,8 @@ def test_a_concurrent_append_is_rebased_over_and_left_as_it_is(catalog: Any, spa
             t = pa.table({"id": pa.array([3, 12, 100], pa.int64()), "s": ["s7", "x", "y"]})
             landed.append(w.append(t))
 
-    report = compact("m.g", catalog=catalog, spark=spark, _before_commit=append, **ALL)
+    with landing(append):
+        report = compact("m.g", catalog=catalog, spark=spark, **ALL)
     assert report.rebased_over == [landed[0][0]]
     assert _ids(catalog, spark) == sorted(LIVE + [3, 12, 100])
     paths = {f.file_path for f in _data(w.refresh())}
@@ -177,8 +180,11 @@ def test_a_concurrent_position_delete_on_a_rewritten_file_stops_it_leaving_nothi
             f = data[0]
             landed.append(w.commit(deletes=[w.position_delete_file({f.file_path: [0]}, f)]))
 
-    with pytest.raises(ConflictError, match=r"added position deletes .* nothing was committed"):
-        compact("m.g", catalog=catalog, spark=spark, _before_commit=delete, **ALL)
+    with (
+        landing(delete),
+        pytest.raises(ConflictError, match=r"added position deletes .* nothing was committed"),
+    ):
+        compact("m.g", catalog=catalog, spark=spark, **ALL)
     assert w.refresh().current_snapshot().snapshot_id == landed[0]
     new = _files(location) - files
     assert new and not [p for p in new if "mor-" in p], new  # only the concurrent commit's
@@ -266,8 +272,8 @@ def test_a_failure_before_the_commit_leaves_nothing_behind(catalog: Any, spark: 
         assert [p for p in _files(location) - files if "/mor-compact-" in p]
         raise OSError("storage went away")
 
-    with pytest.raises(OSError, match="storage went away"):
-        compact("m.g", catalog=catalog, spark=spark, _before_commit=boom, **ALL)
+    with landing(boom), pytest.raises(OSError, match="storage went away"):
+        compact("m.g", catalog=catalog, spark=spark, **ALL)
     assert _files(location) == files
     assert not [d for d in os.listdir(location.removeprefix("file://") + "/data") if "mor-" in d]
     assert w.refresh().current_snapshot().snapshot_id == head

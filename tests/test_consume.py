@@ -25,8 +25,8 @@ from mor import changes, stream_changes
 from mor.api import default_catalog
 from mor.cli import main
 from mor.consume import read_checkpoint
-from mor.fixtures import TableWriter
 from mor.planner.errors import ConsumeError
+from mor.writer.tables import TableWriter
 
 # the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
 pytestmark = [pytest.mark.connect]

@@ -52,13 +52,21 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert len(lines) == 3 and all(ln.startswith("mor: ") for ln in lines)
 
 
-LAYERS = {"planner": 0, "rules": 1, "physical": 2, "mor": 3}
+# what each layer may import: the read path planner <- rules <- physical <- mor, and the
+# writer beside it (planner <- writer <- mor): nothing on the read path imports the writer
+LAYERS = {
+    "planner": {"planner"},
+    "rules": {"planner", "rules"},
+    "physical": {"planner", "rules", "physical"},
+    "writer": {"planner", "writer"},
+    "mor": {"planner", "rules", "physical", "writer", "mor"},
+}
 
 
 def _layer(module: str) -> str | None:
     """The layer an imported module belongs to: `mor.planner.x` -> planner, `mor.api` -> mor."""
     parts = module.split(".")
-    if parts[0] in ("planner", "rules", "physical"):
+    if parts[0] in ("planner", "rules", "physical", "writer"):
         raise AssertionError(f"{module}: the layers are imported as mor.{parts[0]}")
     if parts[0] != "mor":
         return None
@@ -85,14 +93,14 @@ def test_imports_flow_one_way(pkg: str) -> None:
             for name in names:
                 layer = _layer(name)
                 if layer is not None:
-                    assert LAYERS[layer] <= LAYERS[pkg], f"{where} imports {name}"
+                    assert layer in LAYERS[pkg], f"{where} imports {name}"
                 if name.split(".")[0] == "pyspark":
                     assert pkg in ("physical", "mor"), f"{where} imports pyspark"
 
 
 def test_wheel_installs_layers_under_mor(tmp_path: Path) -> None:
-    """The wheel holds mor.planner/rules/physical (no top-level planner, rules or physical that
-    could collide with other distributions) and the examples `mor demo` runs."""
+    """The wheel holds mor.planner/rules/physical/writer (no top-level planner, rules, physical
+    or writer that could collide with other distributions) and the examples `mor demo` runs."""
     import subprocess
     import sys
     import zipfile
@@ -108,7 +116,7 @@ def test_wheel_installs_layers_under_mor(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
     assert tops == {"mor", next(t for t in tops if t.endswith(".dist-info"))}, tops
-    for layer in ("planner", "rules", "physical"):
+    for layer in ("planner", "rules", "physical", "writer"):
         # every module, in sub-packages too (rules/physical/)
         expected = {
             f"mor/{layer}/{p.relative_to(ROOT / layer).as_posix()}"
@@ -198,8 +206,8 @@ def test_columns_differing_only_in_case_are_refused_by_name(catalog: object) -> 
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField
 
-    from mor.fixtures import TableWriter
     from mor.planner.errors import UnsupportedError
+    from mor.writer.tables import TableWriter
 
     w = TableWriter(
         catalog, "c.t", Schema(NestedField(1, "a", LongType()), NestedField(2, "A", LongType()))

@@ -20,7 +20,7 @@ from test_semantics import PART_SPEC, SCHEMA, Reference, _history
 
 from mor import health
 from mor.cli import main
-from mor.fixtures import TableWriter
+from mor.writer.tables import TableWriter
 
 ROWS = [(i, "a" if i % 3 else "b", i % 4) for i in range(30)]
 

@@ -30,10 +30,11 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 from test_semantics import PART_SPEC, SCHEMA, Reference, _history, op
 
+from helpers import landing
 from mor import MorError, mor_sql
-from mor.fixtures import TableWriter
 from mor.maintenance import convert_equality_deletes
-from mor.planner.commit import ConflictError
+from mor.writer.conflicts import ConflictError
+from mor.writer.tables import TableWriter
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -227,7 +228,8 @@ def test_a_concurrent_append_is_rebased_over(catalog: Any, spark: Any) -> None:
             t = pa.table({"id": pa.array(ids, pa.int64()), "s": ["s7", "x", "y"]})
             landed.append(w.append(t)[0])
 
-    report = convert_equality_deletes("m.g", catalog=catalog, spark=spark, _before_commit=append)
+    with landing(append):
+        report = convert_equality_deletes("m.g", catalog=catalog, spark=spark)
     assert report.attempts == 2 and report.rebased_over == landed
     snap = w.refresh().current_snapshot()
     assert snap.snapshot_id == report.snapshot and snap.parent_snapshot_id == landed[0]
@@ -253,8 +255,11 @@ def test_a_concurrent_delete_on_a_converted_file_stops_it_leaving_nothing(
         f = data[0]
         landed.append(w.commit(deletes=[w.position_delete_file({f.file_path: [0]}, f)]))
 
-    with pytest.raises(ConflictError, match=r"added position deletes .* nothing was committed"):
-        convert_equality_deletes("m.g", catalog=catalog, spark=spark, _before_commit=delete)
+    with (
+        landing(delete),
+        pytest.raises(ConflictError, match=r"added position deletes .* nothing was committed"),
+    ):
+        convert_equality_deletes("m.g", catalog=catalog, spark=spark)
     assert w.refresh().current_snapshot().snapshot_id == landed[0]
     left = {p for p in _files(location) if "/mor-" in p}
     assert not left, left  # its position delete files and manifests removed
@@ -351,8 +356,8 @@ def test_a_failure_before_the_commit_leaves_nothing_behind(catalog: Any, spark: 
         assert {p for p in _files(location) - files if "/mor-" in p or "/snap-" in p}
         raise OSError("storage went away")
 
-    with pytest.raises(OSError, match="storage went away"):
-        convert_equality_deletes("m.g", catalog=catalog, spark=spark, _before_commit=boom)
+    with landing(boom), pytest.raises(OSError, match="storage went away"):
+        convert_equality_deletes("m.g", catalog=catalog, spark=spark)
     assert _files(location) == files
     assert w.refresh().current_snapshot().snapshot_id == head
 
@@ -425,8 +430,8 @@ def test_v3_deletion_vectors_merge_the_files_deletes_and_assign_row_ids(
         assert any(p.endswith(".puffin") for p in _files(table.metadata.location) - files)
         raise OSError("storage went away")
 
-    with pytest.raises(OSError, match="storage went away"):
-        convert_equality_deletes("m.g3", catalog=catalog, spark=spark, _before_commit=boom)
+    with landing(boom), pytest.raises(OSError, match="storage went away"):
+        convert_equality_deletes("m.g3", catalog=catalog, spark=spark)
     assert _files(table.metadata.location) == files  # all of it deleted again
     report = convert_equality_deletes("m.g3", catalog=catalog, spark=spark)
     assert report.vectors and len(report.removed) == 2 and report.kept == 0
@@ -541,7 +546,7 @@ def test_v3_compaction_keeps_each_rows_lineage(catalog: Any, spark: Any) -> None
     from pyiceberg.manifest import DATA_FILE_TYPE, DataFile
 
     from mor.maintenance import compact
-    from mor.planner.commit import Rewrite, commit_rewrite
+    from mor.writer.producer import Change, SnapshotProducer
 
     w = _two_files(catalog)
     _as_v3(catalog, w, "m.g6")
@@ -552,7 +557,7 @@ def test_v3_compaction_keeps_each_rows_lineage(catalog: Any, spark: Any) -> None
     )
     v3.spec_id = eq.spec_id
     table = catalog.load_table("m.g6")
-    commit_rewrite(catalog, "m.g6", table.current_snapshot(), "main", Rewrite([v3], set(), set()))
+    SnapshotProducer(catalog, "m.g6").commit(Change([v3]), table.current_snapshot())
     sql = "SELECT id, s, _row_id, _last_updated_sequence_number FROM m.g6"
     before = sorted(tuple(r) for r in mor_sql(sql, catalog=catalog, spark=spark).collect())
     assert [r[0] for r in before] == [i for i in LIVE if i != 4]
@@ -613,7 +618,7 @@ def test_v3_replaces_one_vector_of_a_shared_puffin_file(catalog: Any, spark: Any
     snapshot), and the second conversion replaces the first file's vector alone."""
     from pyiceberg.manifest import DATA_FILE_TYPE, DataFile
 
-    from mor.planner.commit import Rewrite, commit_rewrite
+    from mor.writer.producer import Change, SnapshotProducer
 
     w = _two_files(catalog)
     table = _as_v3(catalog, w, "m.g4")
@@ -625,7 +630,7 @@ def test_v3_replaces_one_vector_of_a_shared_puffin_file(catalog: Any, spark: Any
     )
     v3.spec_id = eq.spec_id
     table = catalog.load_table("m.g4")
-    commit_rewrite(catalog, "m.g4", table.current_snapshot(), "main", Rewrite([v3], set(), set()))
+    SnapshotProducer(catalog, "m.g4").commit(Change([v3]), table.current_snapshot())
     assert _ids(catalog, spark, "m.g4") == [i for i in LIVE if i != 4]
 
     report = convert_equality_deletes("m.g4", catalog=catalog, spark=spark)

@@ -459,7 +459,7 @@ def _partitioned_by_p(tmp_path: Path, parts: str) -> tuple[Any, Any]:
     import pyarrow as pa
 
     from mor.api import default_catalog
-    from mor.fixtures import TableWriter
+    from mor.writer.tables import TableWriter
 
     cat = default_catalog(str(tmp_path / "wh"))
     schema = Schema(

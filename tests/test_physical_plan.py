@@ -14,7 +14,6 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
 from mor.api import plan_query
-from mor.fixtures import TableWriter
 from mor.physical import reuse
 from mor.physical.compile import Compiler
 from mor.physical.describe import describe_plan
@@ -31,6 +30,7 @@ from mor.rules.physical.nodes import (
     ResolveEqDeletes,
 )
 from mor.rules.physical.reading import SessionFacts
+from mor.writer.tables import TableWriter
 
 # the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
 pytestmark = [pytest.mark.spark4, pytest.mark.connect]

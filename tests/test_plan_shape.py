@@ -28,7 +28,7 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
 from mor import mor_sql
-from mor.fixtures import TableWriter
+from mor.writer.tables import TableWriter
 
 # the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
 pytestmark = [pytest.mark.spark4, pytest.mark.connect]

@@ -15,12 +15,12 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from helpers import altered
 from mor import explain, mor_sql
-from mor.fixtures import TableWriter
 from mor.physical import reuse
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import AntiJoin, IcebergScan
 from mor.planner.state import caches
 from mor.rules.physical import equality as resolution
+from mor.writer.tables import TableWriter
 
 # the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml): Spark 4 through
 # Spark Connect (the newest pyspark's classic leg runs the suites whose answers depend on its SQL)

@@ -1,4 +1,4 @@
-"""Results against a naive evaluation of the spec rules, on tables written by mor.fixtures.
+"""Results against a naive evaluation of the spec rules, on tables written by mor.writer.tables.
 
 The reference keeps every written row with its file, position, data sequence number and
 partition, and every delete with its sequence number and scope, and applies SEMANTICS.md
@@ -23,8 +23,8 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
 from mor import mor_sql
-from mor.fixtures import TableWriter
 from mor.planner.state import caches
+from mor.writer.tables import TableWriter
 
 # the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
 pytestmark = [pytest.mark.check, pytest.mark.spark4]

@@ -490,7 +490,7 @@ def test_nan_rows_are_never_pruned_away(tables: Any, spark: Any) -> None:
     from pyiceberg.schema import Schema
     from pyiceberg.types import DoubleType, FloatType, LongType, NestedField
 
-    from mor.fixtures import TableWriter
+    from mor.writer.tables import TableWriter
 
     schema = Schema(
         NestedField(1, "id", LongType()),

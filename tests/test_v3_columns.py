@@ -157,7 +157,7 @@ def test_a_time_column_is_refused_naming_table_and_column(spark: Any, catalog: A
     from pyiceberg.schema import Schema
 
     from mor import MorError, mor_sql
-    from mor.fixtures import TableWriter
+    from mor.writer.tables import TableWriter
 
     schema = Schema(
         NestedField(1, "id", LongType(), required=False),

@@ -29,8 +29,8 @@ from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
 from mor import DataFileError, MorError, mor_errors, mor_sql
 from mor.cli import main
-from mor.fixtures import TableWriter
 from mor.planner.state import caches
+from mor.writer.tables import TableWriter
 
 # the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
 pytestmark = [pytest.mark.spark4, pytest.mark.connect]

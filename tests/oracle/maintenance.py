@@ -38,6 +38,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from tests.helpers import landing
 from tests.oracle.pipelines import _bag, _diff
 from tests.pgcatalog import CATALOG
 
@@ -101,7 +102,7 @@ def _run(
 
     from mor import mor_sql
     from mor.maintenance import convert_equality_deletes
-    from mor.planner.commit import ConflictError
+    from mor.writer.conflicts import ConflictError
     from tests.oracle.histories import Writer
 
     cat = load_catalog(CATALOG, **pg.pyiceberg_properties(warehouse))
@@ -162,7 +163,8 @@ def _run(
                 landed.append("delete")
 
         try:
-            report = convert_equality_deletes(name, catalog=cat, spark=spark, _before_commit=land)
+            with landing(land):
+                report = convert_equality_deletes(name, catalog=cat, spark=spark)
         except ConflictError as e:
             report = None
             counts["conflicts (stopped, nothing committed)"] += 1
@@ -283,7 +285,7 @@ def _compaction(
     Every snapshot reads as before, the new head as the old one plus the Java commit."""
     from mor import mor_sql
     from mor.maintenance import compact
-    from mor.planner.commit import ConflictError
+    from mor.writer.conflicts import ConflictError
 
     def bump() -> None:
         counts["compaction comparisons"] += 1
@@ -340,14 +342,14 @@ def _compaction(
             expected.append(read("")[0])
 
     try:
-        report = compact(
-            name,
-            catalog=cat,
-            spark=spark,
-            delete_file_threshold=1,
-            min_input_files=2,
-            _before_commit=land,
-        )
+        with landing(land):
+            report = compact(
+                name,
+                catalog=cat,
+                spark=spark,
+                delete_file_threshold=1,
+                min_input_files=2,
+            )
     except ConflictError as e:
         report = None
         counts["compactions stopped by a conflict (nothing committed)"] += 1

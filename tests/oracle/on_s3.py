@@ -341,8 +341,8 @@ def maintenance(spark: Any, store: SeaweedFS) -> tuple[int, list[str]]:
     from pyiceberg.types import LongType, NestedField, StringType
 
     from mor import mor_sql
-    from mor.fixtures import TableWriter
     from mor.maintenance import convert_equality_deletes
+    from mor.writer.tables import TableWriter
 
     cat = store.rest_catalog("sw", "s3://lake")
     if not cat.namespace_exists("ns"):

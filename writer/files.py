@@ -1,0 +1,248 @@
+"""The files mor writes into a table, and their manifest records with full statistics.
+
+- delete files in Parquet (`write_delete_file`): position deletes (file-scoped, as
+  `write_position_deletes` writes them for the conversion, or naming several files, as the
+  test tables' writer does) and equality deletes, each record with the column metrics of its
+  footer (`file_path` bounds untruncated, so that a reader sees which data file a position
+  delete file names);
+- the record of a Parquet data file a Spark job wrote (`data_file_of`, from its footer, with
+  the metrics the table's `write.metadata.metrics.*` ask for);
+- the record of a deletion vector, one blob of a Puffin file (`dv_file`; the blobs are made by
+  physical/dv.py's `puffin`);
+- listing and deleting what an operation wrote (`list_files`, `delete_files`), always through
+  the table's FileIO: an object store's credentials and endpoint are those the catalog gave.
+
+Every path is under the table's `<location>/data/`, named `mor-<uuid>...`, so that what mor
+wrote is told apart from what other writers did (it never deletes a file it did not write).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import (
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_path_to_id_mapping,
+    schema_to_pyarrow,
+)
+from pyiceberg.manifest import DATA_FILE_TYPE, DataFile, DataFileContent, FileFormat
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.typedef import Record
+from pyiceberg.types import LongType, NestedField, StringType
+
+from mor.planner.errors import MorError
+from mor.planner.nodes import LINEAGE_COLUMNS
+
+POSITION_DELETE_SCHEMA = Schema(
+    NestedField(2147483546, "file_path", StringType(), required=True),
+    NestedField(2147483545, "pos", LongType(), required=True),
+)
+FULL_METRICS = {"write.metadata.metrics.default": "full"}  # file_path bounds untruncated
+_FILE_PATH_ID = 2147483546
+
+
+def partition_record(partition: Any) -> Record:
+    """A partition as pyiceberg's manifest writer takes it: a Record (planner's manifest
+    reader gives the values as a tuple, in the spec's order)."""
+    return partition if isinstance(partition, Record) else Record(*partition)
+
+
+def write_delete_file(
+    table: Table,
+    rows: pa.Table,
+    schema: Schema,
+    content: DataFileContent,
+    partition: Record,
+    spec_id: int,
+    equality_ids: Sequence[int] | None = None,
+    prefix: str = "mor",
+) -> DataFile:
+    """Write `rows` (in `schema`, the delete file's own) as a Parquet delete file through the
+    table's FileIO under `<location>/data/<prefix>-<uuid>-deletes.parquet`, and its manifest
+    record in `partition` of spec `spec_id`, with full column metrics from its footer."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(rows, sink)
+    data = sink.getvalue()
+    stats = data_file_statistics_from_parquet_metadata(
+        pq.read_metadata(pa.BufferReader(data)),
+        compute_statistics_plan(schema, FULL_METRICS),
+        parquet_path_to_id_mapping(schema),
+    )
+    path = f"{table.metadata.location.rstrip('/')}/data/{prefix}-{uuid.uuid4()}-deletes.parquet"
+    with table.io.new_output(path).create(overwrite=False) as out:
+        out.write(data.to_pybytes())
+    f = DataFile.from_args(
+        content=content,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=partition_record(partition),
+        file_size_in_bytes=len(data),
+        equality_ids=None if equality_ids is None else list(equality_ids),
+        **stats.to_serialized_dict(),
+    )
+    f.spec_id = spec_id
+    return f
+
+
+def position_rows(positions: dict[str, Iterable[int]]) -> pa.Table:
+    """The rows of a position delete file, {data file path: positions}, sorted by path and
+    position as the spec asks."""
+    rows = sorted((p, int(i)) for p, ps in positions.items() for i in ps)
+    return pa.table(
+        {
+            "file_path": pa.array([r[0] for r in rows], pa.string()),
+            "pos": pa.array([r[1] for r in rows], pa.int64()),
+        },
+        schema=schema_to_pyarrow(POSITION_DELETE_SCHEMA),
+    )
+
+
+def write_position_deletes(table: Table, data_file: Any, positions: pa.Array) -> DataFile:
+    """A position delete file naming `data_file` alone (file-scoped: its `file_path` bounds
+    are that path, whole), rows sorted by position, in the data file's partition and spec."""
+    rows = position_rows({data_file.file_path: positions.cast(pa.int64()).to_pylist()})
+    return write_delete_file(
+        table,
+        rows,
+        POSITION_DELETE_SCHEMA,
+        DataFileContent.POSITION_DELETES,
+        data_file.partition,
+        data_file.spec_id,
+    )
+
+
+def dv_file(
+    data_file: Any, puffin_path: str, puffin_size: int, offset: int, length: int, rows: int
+) -> DataFile:
+    """The manifest record of a deletion vector of `data_file` (its partition and spec), the
+    blob at `offset` of the Puffin file `puffin_path`, holding `rows` positions."""
+    f = DataFile.from_args(
+        _table_format_version=3,
+        content=DataFileContent.POSITION_DELETES,
+        file_path=puffin_path,
+        file_format=FileFormat.PUFFIN,
+        partition=partition_record(data_file.partition),
+        record_count=rows,
+        file_size_in_bytes=puffin_size,
+        referenced_data_file=data_file.file_path,
+        content_offset=offset,
+        content_size_in_bytes=length,
+    )
+    f.spec_id = data_file.spec_id
+    return f
+
+
+_V3_FIELDS = [f.name for f in DATA_FILE_TYPE[3].fields]
+
+
+def v3_field(f: DataFile, name: str) -> Any:
+    """A v3 field of a DataFile (`referenced_data_file`, `content_offset`,
+    `content_size_in_bytes`, `first_row_id`): pyiceberg 0.12 has no property for them, and a
+    DataFile bound to the v2 struct has none (None). A file of planner's manifest reader has
+    them as attributes."""
+    if not isinstance(f, DataFile):
+        return getattr(f, name, None)
+    i = _V3_FIELDS.index(name)
+    try:
+        return f[i]
+    except IndexError:
+        return None
+
+
+def content_size(f: Any) -> int:
+    """A file's bytes as Iceberg's `SnapshotSummary` counts them: a deletion vector's blob,
+    else the whole file."""
+    blob = v3_field(f, "content_size_in_bytes") if f.file_format == FileFormat.PUFFIN else None
+    return int(blob) if blob is not None else int(f.file_size_in_bytes)
+
+
+def named_data_file(f: Any) -> str | None:
+    """The one data file a position delete file names (its `file_path` bounds are equal, or
+    its referenced data file), or None when it may name several."""
+    ref = v3_field(f, "referenced_data_file")
+    if ref:
+        return str(ref)
+    lower = (f.lower_bounds or {}).get(_FILE_PATH_ID)
+    upper = (f.upper_bounds or {}).get(_FILE_PATH_ID)
+    if lower is not None and lower == upper:
+        return bytes(lower).decode("utf-8", errors="replace")
+    return None
+
+
+def data_file_of(
+    table: Table, path: str, partition: Any, spec_id: int, schema: Schema | None = None
+) -> DataFile:
+    """The manifest record of a Parquet data file mor wrote in `schema` (default: the
+    table's): its size, row count and the column metrics the table's
+    `write.metadata.metrics.*` properties ask for, from its footer (so pruning by column
+    bounds keeps working on it). On a v3 table the record is bound to the v3 struct, its
+    `first_row_id` null (inherited from its manifest's), and the row lineage columns the file
+    carries get no metrics: a null `_row_id` stands for one inherited, which bounds of the
+    stored values would not cover."""
+    inp = table.io.new_input(path)
+    with inp.open() as stream:
+        meta = pq.read_metadata(stream)
+    schema = schema or table.schema()
+    props = table.metadata.properties
+    version = table.metadata.format_version
+    if version >= 3:
+        lineage = [
+            NestedField(i, name, LongType(), required=False) for name, i in LINEAGE_COLUMNS.items()
+        ]
+        props = {**props, **{f"write.metadata.metrics.column.{f.name}": "none" for f in lineage}}
+        schema = Schema(*schema.fields, *lineage, schema_id=schema.schema_id)
+    stats = data_file_statistics_from_parquet_metadata(
+        meta,
+        compute_statistics_plan(schema, props),
+        parquet_path_to_id_mapping(schema),
+    )
+    f = DataFile.from_args(
+        _table_format_version=version,
+        content=DataFileContent.DATA,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=partition_record(partition),
+        file_size_in_bytes=len(inp),
+        **stats.to_serialized_dict(),
+    )
+    f.spec_id = spec_id
+    return f
+
+
+def delete_files(io: FileIO, paths: Iterable[str]) -> list[str]:
+    """Delete these files (each once); the paths that could not be deleted."""
+    left = []
+    for p in dict.fromkeys(paths):
+        try:
+            io.delete(p)
+        except FileNotFoundError:
+            continue
+        except Exception:  # noqa: BLE001 - the store refused: named by the caller
+            left.append(p)
+    return left
+
+
+def list_files(io: Any, location: str) -> list[str]:
+    """Every file below `location` (a folder), named as `location` names it: through the
+    table's FileIO (pyiceberg's PyArrowFileIO, the one that lists), so an object store's
+    credentials and endpoint are those the catalog gave."""
+    from pyarrow.fs import FileSelector, FileType
+
+    fs_of = getattr(io, "fs_by_scheme", None)
+    if fs_of is None:
+        raise MorError(
+            f"{location}: listing it needs pyiceberg's PyArrowFileIO (py-io-impl), not "
+            f"{type(io).__name__}"
+        )
+    scheme, netloc, path = io.parse_location(location, io.properties)
+    fs = fs_of(scheme, netloc)
+    infos = fs.get_file_info(FileSelector(path, recursive=True, allow_not_found=True))
+    root, prefix = path.rstrip("/"), location.rstrip("/")
+    return sorted(prefix + i.path[len(root) :] for i in infos if i.type == FileType.File)
