@@ -114,7 +114,7 @@ PYTEST := -m pytest -q -p no:cacheprovider --durations=15
 # lint, the tests that need no Spark, the spec rules against the naive reference, the EXPLAIN
 # goldens and the real tables end to end, on pyspark 3.5 only (tests marked `check`)
 check: java $(VENV)/.installed-dev
-	$(call leg,lint,$(BIN)/ruff check planner rules physical mor tests bench)
+	$(call leg,lint,$(BIN)/ruff check planner rules physical writer mor tests bench)
 	$(call leg,check: pyspark $(SPARK35) classic,$(BIN)/python $(PYTEST) -m "check and not soak")
 
 # The test matrix (docs/testing.md): what CI runs (.ci/run), in at most 40 minutes on 2 cores.
@@ -128,7 +128,7 @@ check: java $(VENV)/.installed-dev
 # (pyproject.toml; tests/legs.py): a test marked `soak` on a leg runs there in `make soak`.
 test: java
 	@$(MAKE) --no-print-directory -j4 setup
-	$(call leg,lint,$(BIN)/ruff check planner rules physical mor tests bench)
+	$(call leg,lint,$(BIN)/ruff check planner rules physical writer mor tests bench)
 	$(call leg,pyspark $(SPARK35) classic,$(BIN)/python $(PYTEST) -m "not replay and not soak")
 	$(call leg,pyspark $(SPARK35) $(LC),MOR_TEST_SPARK=local-cluster \
 	  $(BIN)/python $(PYTEST) -m "cluster and not soak")

@@ -15,16 +15,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
-from weakref import WeakKeyDictionary
 
 from pyiceberg.catalog import Catalog
 
 from mor.planner.attach import attach_files
 from mor.planner.errors import ArgumentError, MorError, TableNotFoundError
-from mor.planner.explain import explain_text
 from mor.planner.nodes import Plan
 from mor.planner.query_metrics import MorMetrics, static_metrics
-from mor.planner.query_metrics import render as render_metrics
 from mor.planner.requests import REQUESTS, since
 from mor.planner.settings import Settings, applied, user_config
 from mor.planner.sources import PathMap, Resolver, is_table_path, load_named_catalog
@@ -279,30 +276,16 @@ def mor_sql(
     Spark analyses the query before this returns: an unknown function or column is a MorError
     naming it, with its line and column in `sql`. `settings`: tuning settings for this call,
     e.g. `{"position_bitmap_bytes": 0}`, over the environment's (docs/configuration.md)."""
-    from mor.physical import local_session, prepare_session, to_dataframe
-    from mor.physical.reads import early_facts
-    from mor.physical.s3a import reads_s3a
-    from mor.physical.session import active_session
+    from mor.execution import QueryExecution
 
-    with applied(settings):
-        # the session's facts asked (and its Parquet reader warmed) while the query is planned
-        known = spark if spark is not None else active_session()
-        facts = early_facts(known) if known is not None else None
-        planned = plan_query(sql, catalog=catalog, path_map=path_map, io_properties=io_properties)
-        session = (
-            prepare_session(spark)
-            if spark is not None
-            else local_session(s3a=reads_s3a(planned.optimized))
-        )
-        df = to_dataframe(
-            planned.optimized, session, caches(), facts=facts if session is known else None
-        )
-    _PLANS[df] = planned.optimized
-    return df
-
-
-# the plan behind each DataFrame mor_sql returned, while the DataFrame lives (for mor_errors)
-_PLANS: WeakKeyDictionary[Any, Plan] = WeakKeyDictionary()
+    return QueryExecution(
+        sql,
+        catalog=catalog,
+        path_map=path_map,
+        io_properties=io_properties,
+        settings=settings,
+        spark=spark,
+    ).dataframe
 
 
 @contextmanager
@@ -323,9 +306,11 @@ def mor_errors(df: DataFrame | None = None) -> Iterator[None]:
     except MorError:
         raise
     except Exception as e:
+        from mor.execution import execution_of
         from mor.physical.errors import recognised
 
-        found = recognised(e, _PLANS.get(df) if df is not None else None)
+        run = execution_of(df)
+        found = recognised(e, run.plan if run is not None else None)
         if found is None:
             raise
         raise found from e
@@ -355,103 +340,25 @@ def explain(
     DataFrame operations in order. `analyze` adds the merge-on-read metrics and, running counts
     on Spark, the rows each kind of delete removed.
     """
-    with applied(settings):
-        return _explain(
-            sql,
-            catalog,
-            path_map,
-            io_properties,
-            verbose,
-            physical,
-            analyze,
-            spark,
-            check,
-            warehouse,
-        )
+    from mor.execution import QueryExecution
 
-
-def _explain(
-    sql: str | Statement,
-    catalog: Catalog | str | None,
-    path_map: dict[str, str] | None,
-    io_properties: dict[str, str] | None,
-    verbose: bool,
-    physical: bool,
-    analyze: bool,
-    spark: SparkSession | None,
-    check: bool,
-    warehouse: str | None,
-) -> str:
-    before = REQUESTS.snapshot()
-    planned = plan_query(
-        sql, catalog=catalog, path_map=path_map, io_properties=io_properties, warehouse=warehouse
+    run = QueryExecution(
+        sql,
+        catalog=catalog,
+        path_map=path_map,
+        io_properties=io_properties,
+        warehouse=warehouse,
+        settings=settings,
+        spark=spark,
     )
-    output = None
-    session = None
-    from mor.physical.s3a import reads_s3a
-
-    if check or analyze:
-        from mor.physical import local_session, prepare_session, to_dataframe
-
-        session = (
-            prepare_session(spark)
-            if spark is not None
-            else local_session(s3a=reads_s3a(planned.optimized))
-        )
-        schema = to_dataframe(planned.optimized, session, None, analyse_only=True).schema
-        output = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
-    trace = [(t.rule, t.changed, t.plan) for t in planned.trace] if verbose else None
-    text = explain_text(planned.optimized, trace, output)
-    if physical or verbose:
-        # one physical plan for both sections: the plan the compiler would translate
-        from mor.physical.describe import describe_plan, own_session_facts
-        from mor.rules.physical import plan_physical
-        from mor.rules.physical import trace as physical_trace
-
-        if session is not None:
-            from mor.physical.reads import session_facts
-
-            facts = session_facts(session, packing=True)
-        else:
-            facts = own_session_facts()
-        physical_plan = plan_physical(planned.optimized, facts, caches())
-        if verbose:
-            text += "\n== Physical rules ==\n" + "".join(
-                f"{line}\n" for line in physical_trace(physical_plan)
-            )
-        if physical:
-            text += "\n" + describe_plan(physical_plan, facts)[0]
-    if reads_s3a(planned.optimized):
-        text += "\n" + _s3a_section(session)
-    if analyze and session is not None:
-        from mor.physical.analyze import count_removed
-
-        m = count_removed(planned.metrics(), planned.optimized, session, caches())
-        m.store_requests = since(before)  # planning, and building what the counts ran
-        text += "\n" + render_metrics(m)
-        text += "\n== Process caches (after the counts) ==\n" + "".join(
-            f"{f.line()}\n" for f in cache_figures() if f.entries
-        )
-    return text
-
-
-def _s3a_section(session: Any) -> str:
-    """How Spark gets Hadoop's s3a connector for this plan's s3a:// paths (EXPLAIN)."""
-    if session is None:
-        from mor.physical.s3a import s3a_for, what_starts_get
-
-        line = what_starts_get(s3a_for())
-    else:
-        from mor.physical.session import s3a_status
-
-        line = s3a_status(session)
-    return f"== Object storage ==\ns3a       {line}\n"
+    return run.explain(verbose=verbose, physical=physical, analyze=analyze, check=check)
 
 
 def clear_caches() -> None:
     """Forget everything this process keeps between queries (planner/state.py: manifests,
     planned scans, delete files read, resolved positions, DataFrames built): the next query
     plans and reads as a new process's first query would. Results never depend on it."""
+    import mor.physical.reads  # noqa: F401 - registers its per-session probes
     import mor.physical.reuse  # noqa: F401 - registers what physical/ keeps per Spark session
 
     caches().clear()
@@ -459,6 +366,7 @@ def clear_caches() -> None:
 
 def cache_figures() -> list[CacheFigures]:
     """Every cache of this process: what it holds, its entries and weight now, its bound."""
+    import mor.physical.reads  # noqa: F401 - registers its per-session probes
     import mor.physical.reuse  # noqa: F401 - registers what physical/ keeps per Spark session
 
     return caches().figures()

@@ -44,6 +44,24 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="show Python tracebacks")
     p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="cmd", required=True)
+    _query_commands(sub)
+    _table_commands(sub)
+    _maintenance_commands(sub)
+    sub.add_parser(
+        "config",
+        parents=[DEBUG, WAREHOUSE, SETTINGS],
+        help="show the settings in effect and where each comes from",
+    )
+    sub.add_parser(
+        "demo",
+        parents=[DEBUG, WAREHOUSE],
+        help="create demo.orders in the embedded catalog and query it",
+    )
+    return p
+
+
+def _query_commands(sub: Any) -> None:
+    """run, explain, shell."""
     query = [DEBUG, CATALOG, FILES, SPARK, SETTINGS]
 
     def statements(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -84,6 +102,10 @@ def _parser() -> argparse.ArgumentParser:
         parents=[DEBUG, CATALOG, SPARK, SETTINGS],
         help="an interactive prompt; Spark stays warm between queries",
     )
+
+
+def _table_commands(sub: Any) -> None:
+    """tables, describe, health, changes."""
     tables = sub.add_parser(
         "tables", parents=[DEBUG, CATALOG], help="list the tables of a catalog (metadata only)"
     )
@@ -144,6 +166,10 @@ def _parser() -> argparse.ArgumentParser:
         help="a new checkpoint starts after this snapshot (default: the first commit); "
         "ignored once the checkpoint exists",
     )
+
+
+def _maintenance_commands(sub: Any) -> None:
+    """convert-equality-deletes, compact: they commit through the catalog."""
     cv = sub.add_parser(
         "convert-equality-deletes",
         parents=[DEBUG, CATALOG, SPARK, SETTINGS],
@@ -199,17 +225,6 @@ def _parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="report what would be read, written and removed"
     )
     cp.add_argument("--format", choices=["table", "json"], default="table")
-    sub.add_parser(
-        "config",
-        parents=[DEBUG, WAREHOUSE, SETTINGS],
-        help="show the settings in effect and where each comes from",
-    )
-    sub.add_parser(
-        "demo",
-        parents=[DEBUG, WAREHOUSE],
-        help="create demo.orders in the embedded catalog and query it",
-    )
-    return p
 
 
 def _statements(args: argparse.Namespace) -> list[Statement]:
@@ -269,80 +284,60 @@ def _catalog(args: argparse.Namespace) -> Any:
     return resolve_catalog(args.catalog, args.warehouse) if args.catalog else None
 
 
-def cmd_explain(args: argparse.Namespace) -> int:
-    from mor.api import explain
+def _executions(args: argparse.Namespace, stmts: list[Statement] | None = None) -> list[Any]:
+    """One execution per statement of the command's SQL, over the command's catalog."""
+    from mor.execution import QueryExecution
 
+    stmts = _statements(args) if stmts is None else stmts
     cat = _catalog(args)
-    pm = path_map(args)
-    stmts = _statements(args)
-    spark = None
-    if args.analyze or not args.no_check:
-        from mor.api import plan_query
-        from mor.physical.s3a import reads_s3a
+    pm, io = path_map(args), file_io(args)
+    return [
+        QueryExecution(s, catalog=cat, path_map=pm, io_properties=io, warehouse=args.warehouse)
+        for s in stmts
+    ]
 
-        # planned here to know whether Spark reads s3a:// paths (explain plans again from
-        # the process's caches)
-        s3a = args.analyze and any(
-            reads_s3a(
-                plan_query(
-                    s,
-                    catalog=cat,
-                    path_map=pm,
-                    io_properties=file_io(args),
-                    warehouse=args.warehouse,
-                ).optimized
-            )
-            for s in stmts
-        )
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    runs = _executions(args)
+    if args.analyze or not args.no_check:
+        # one session for every statement, with s3a when ANALYZE's counts read s3a:// paths
+        s3a = args.analyze and any(r.reads_s3a for r in runs)
         spark = spark_session(args, s3a=s3a)
+        for r in runs:
+            r.use(spark)
     texts = [
-        explain(
-            s,
-            catalog=cat,
-            path_map=pm,
-            io_properties=file_io(args),
+        r.explain(
             verbose=args.verbose,
             physical=args.physical,
             analyze=args.analyze,
             check=not args.no_check,
-            warehouse=args.warehouse,
-            spark=spark,
         )
-        for s in stmts
+        for r in runs
     ]
     sys.stdout.write("\n".join(texts))
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from mor.api import plan_query
-
     stmts = _statements(args)
     if args.format == "parquet" and not args.output:
         raise UsageError("--format parquet needs --output PATH")
     if args.limit is not None and args.limit < 0:
         raise UsageError(f"--limit needs a number of rows, 0 or more, not {args.limit}")
     targets = _targets(args, len(stmts))  # checked before any query runs
-    cat = _catalog(args)
-    pm, io = path_map(args), file_io(args)
+    runs = _executions(args, stmts)
     progress.note("planning ...")
-    planned = [  # all planned before any output
-        plan_query(s, catalog=cat, path_map=pm, io_properties=io, warehouse=args.warehouse)
-        for s in stmts
-    ]
+    for r in runs:  # all planned before any output
+        r.planned  # noqa: B018
     progress.note("starting Spark ...")
-    from mor.physical import to_dataframe
-    from mor.physical.s3a import reads_s3a
-    from mor.planner.state import caches
-
-    spark = spark_session(args, s3a=any(reads_s3a(p.optimized) for p in planned))
+    spark = spark_session(args, s3a=any(r.reads_s3a for r in runs))
     progress.clear()
     results = []
-    for p in planned:
-        df = to_dataframe(p.optimized, spark, caches())
+    for r in runs:
+        df = r.use(spark).dataframe
         if args.limit is not None:
             df = df.limit(args.limit)
-        results.append((df, p.optimized))
+        results.append((df, r.plan))
     if args.format == "parquet":
         for (df, plan), out in zip(results, targets):
             with progress.spark_stages(spark, f"writing {out}"):

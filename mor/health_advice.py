@@ -61,72 +61,111 @@ def advice(
     th: Thresholds,
 ) -> list[dict[str, Any]]:
     """What to run, each with the figure that triggered it; nothing for a healthy table."""
-    table = src.name
-    out: list[dict[str, Any]] = []
+    a = _Advisor(report, partitions, src, catalog, th)
+    dangling_pos = sum(1 for e in dangling if e.file.content == DataFileContent.POSITION_DELETES)
+    heavy = [p for p in partitions if p["delete_ratio"] >= th.delete_ratio]
+    return [
+        *a.heavy(heavy),
+        *a.many_deletes(),
+        *a.position_files(dangling_pos),
+        *a.equality(len(dangling) - dangling_pos),
+        *a.small_files(heavy),
+        *a.snapshots(),
+    ]
 
-    def call(proc: str, *args: str) -> str:
-        return f"CALL {catalog}.system.{proc}(table => '{table}'{''.join(', ' + a for a in args)})"
 
-    def where_arg(parts: list[dict[str, Any]]) -> list[str]:
-        if len(parts) == len(partitions):
+class _Advisor:
+    """The rules of `advice`, each a method returning its piece of advice (or none). Each
+    piece names mor's own command where there is one (a table named in a catalog: the
+    commit goes through it), and Iceberg's Spark procedure beside it."""
+
+    def __init__(
+        self,
+        report: dict[str, Any],
+        partitions: list[dict[str, Any]],
+        src: TableSource,
+        catalog: str,
+        th: Thresholds,
+    ) -> None:
+        self.report, self.partitions, self.src, self.catalog, self.th = (
+            report,
+            partitions,
+            src,
+            catalog,
+            th,
+        )
+        self.table = src.name
+        self.named = "/" not in self.table
+
+    def call(self, proc: str, *args: str) -> str:
+        extra = "".join(", " + a for a in args)
+        return f"CALL {self.catalog}.system.{proc}(table => '{self.table}'{extra})"
+
+    def where_arg(self, parts: list[dict[str, Any]]) -> list[str]:
+        if len(parts) == len(self.partitions):
             return []
-        w = _where(src, parts)
+        w = _where(self.src, parts)
         return [f"where => {json.dumps(w)}"] if w else []
 
-    # mor's own commands, for a table named in a catalog (the commit goes through it)
-    named = "/" not in table
-
-    def compact(parts: list[dict[str, Any]], *options: str) -> dict[str, str]:
-        if not named:
+    def compact(self, parts: list[dict[str, Any]], *options: str) -> dict[str, str]:
+        if not self.named:
             return {}
-        w = _where(src, parts) if len(parts) != len(partitions) else None
+        w = _where(self.src, parts) if len(parts) != len(self.partitions) else None
         where = f" --where {json.dumps(w)}" if w else ""
-        return {"mor": f"mor compact {table}{where}{''.join(' ' + o for o in options)}"}
+        return {"mor": f"mor compact {self.table}{where}{''.join(' ' + o for o in options)}"}
 
-    heavy = [p for p in partitions if p["delete_ratio"] >= th.delete_ratio]
-    if heavy:
+    def heavy(self, heavy: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if not heavy:
+            return []
+        th = self.th
         worst = max(heavy, key=lambda p: p["delete_ratio"])
         est = "" if worst["deleted_records_exact"] else " (estimated: --exact counts it)"
-        out.append(
+        return [
             {
                 "procedure": "rewrite_data_files",
-                **compact(heavy, f"--delete-ratio-threshold {th.delete_ratio}"),
-                "call": call(
+                **self.compact(heavy, f"--delete-ratio-threshold {th.delete_ratio}"),
+                "call": self.call(
                     "rewrite_data_files",
-                    *where_arg(heavy),
+                    *self.where_arg(heavy),
                     f"options => map('delete-ratio-threshold', '{th.delete_ratio}')",
                 ),
                 "reason": (
-                    f"{len(heavy)} of {len(partitions)} partition(s) have a delete ratio of "
+                    f"{len(heavy)} of {len(self.partitions)} partition(s) have a delete ratio of "
                     f"{th.delete_ratio} or more (highest {worst['delete_ratio']} in "
                     f"{worst['partition']}{est})"
                 ),
                 "partitions": [p["partition"] for p in heavy],
             }
-        )
-    many = [p for p in partitions if p["data_files_over_delete_file_threshold"]]
-    if many:
+        ]
+
+    def many_deletes(self) -> list[dict[str, Any]]:
+        many = [p for p in self.partitions if p["data_files_over_delete_file_threshold"]]
+        if not many:
+            return []
+        th = self.th
         n = sum(p["data_files_over_delete_file_threshold"] for p in many)
-        out.append(
+        return [
             {
                 "procedure": "rewrite_data_files",
-                **compact(many, f"--delete-file-threshold {th.delete_files}"),
-                "call": call(
+                **self.compact(many, f"--delete-file-threshold {th.delete_files}"),
+                "call": self.call(
                     "rewrite_data_files",
-                    *where_arg(many),
+                    *self.where_arg(many),
                     f"options => map('delete-file-threshold', '{th.delete_files}')",
                 ),
                 "reason": (
                     f"{n} data file(s) have {th.delete_files} or more delete files applying to "
-                    f"them (at most {report['max_delete_files_per_data_file']})"
+                    f"them (at most {self.report['max_delete_files_per_data_file']})"
                 ),
                 "partitions": [p["partition"] for p in many],
             }
-        )
-    per_file = report["position_delete_files_per_data_file"]
-    dangling_pos = sum(1 for e in dangling if e.file.content == DataFileContent.POSITION_DELETES)
-    stacked = per_file >= 2 and report["position_delete_files"] >= th.small_files
-    if dangling_pos or stacked:
+        ]
+
+    def position_files(self, dangling_pos: int) -> list[dict[str, Any]]:
+        per_file = self.report["position_delete_files_per_data_file"]
+        stacked = per_file >= 2 and self.report["position_delete_files"] >= self.th.small_files
+        if not (dangling_pos or stacked):
+            return []
         why = []
         if stacked:
             why.append(
@@ -135,73 +174,86 @@ def advice(
             )
         if dangling_pos:
             why.append(f"{dangling_pos} delete file(s) or vectors apply to no live data file")
-        out.append(
+        options = ["--delete-file-threshold 2"] if stacked else []
+        return [
             {
                 "procedure": "rewrite_position_delete_files",
                 # dangling files are removed by any compaction; stacked ones by rewriting
                 # the data files they apply to
-                **compact(partitions, *(["--delete-file-threshold 2"] if stacked else [])),
-                "call": call("rewrite_position_delete_files"),
+                **self.compact(self.partitions, *options),
+                "call": self.call("rewrite_position_delete_files"),
                 "reason": "; ".join(why),
                 "partitions": [],
             }
-        )
-    dangling_eq = len(dangling) - dangling_pos
-    convert = f"mor convert-equality-deletes {table}" if named else None
-    live_eq = report["equality_delete_files"] - dangling_eq
-    if live_eq > 0 and convert:
-        out.append(
-            {
-                "procedure": "convert-equality-deletes",
-                "mor": convert,
-                "call": call("rewrite_data_files", "options => map('delete-file-threshold', '1')"),
-                "reason": (
-                    f"{live_eq} equality delete file(s) apply to live data files: every read "
-                    "joins them, and pyiceberg, Polars and Daft refuse the table; converted "
-                    "to position deletes (deletion vectors on v3) once, they are read as "
-                    "positions by every reader"
-                ),
-                "partitions": [],
-            }
-        )
-    if dangling_eq:
-        out.append(
-            {
-                "procedure": "rewrite_data_files",
-                **({"mor": convert} if convert else {}),
-                "call": call(
-                    "rewrite_data_files", "options => map('remove-dangling-deletes', 'true')"
-                ),
-                "reason": f"{dangling_eq} equality delete file(s) apply to no live data file",
-                "partitions": [],
-            }
-        )
-    small = [p for p in partitions if p["small_files"] >= th.small_files]
-    if small and not heavy:
+        ]
+
+    def equality(self, dangling_eq: int) -> list[dict[str, Any]]:
+        out = []
+        convert = f"mor convert-equality-deletes {self.table}" if self.named else None
+        live_eq = self.report["equality_delete_files"] - dangling_eq
+        if live_eq > 0 and convert:
+            out.append(
+                {
+                    "procedure": "convert-equality-deletes",
+                    "mor": convert,
+                    "call": self.call(
+                        "rewrite_data_files", "options => map('delete-file-threshold', '1')"
+                    ),
+                    "reason": (
+                        f"{live_eq} equality delete file(s) apply to live data files: every "
+                        "read joins them, and pyiceberg, Polars and Daft refuse the table; "
+                        "converted to position deletes (deletion vectors on v3) once, they are "
+                        "read as positions by every reader"
+                    ),
+                    "partitions": [],
+                }
+            )
+        if dangling_eq:
+            out.append(
+                {
+                    "procedure": "rewrite_data_files",
+                    **({"mor": convert} if convert else {}),
+                    "call": self.call(
+                        "rewrite_data_files", "options => map('remove-dangling-deletes', 'true')"
+                    ),
+                    "reason": f"{dangling_eq} equality delete file(s) apply to no live data file",
+                    "partitions": [],
+                }
+            )
+        return out
+
+    def small_files(self, heavy: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        th = self.th
+        small = [p for p in self.partitions if p["small_files"] >= th.small_files]
+        if not small or heavy:
+            return []
         n = sum(p["small_files"] for p in small)
-        out.append(
+        return [
             {
                 "procedure": "rewrite_data_files",
-                **compact(small),
-                "call": call("rewrite_data_files", *where_arg(small)),
+                **self.compact(small),
+                "call": self.call("rewrite_data_files", *self.where_arg(small)),
                 "reason": (
-                    f"{n} data file(s) smaller than {report['small_file_bytes']} bytes (75% of "
-                    f"the target file size) in {len(small)} partition(s), "
+                    f"{n} data file(s) smaller than {self.report['small_file_bytes']} bytes "
+                    f"(75% of the target file size) in {len(small)} partition(s), "
                     f"{th.small_files} or more in each"
                 ),
                 "partitions": [p["partition"] for p in small],
             }
-        )
-    if report["snapshots"] > th.snapshots:
-        out.append(
+        ]
+
+    def snapshots(self) -> list[dict[str, Any]]:
+        th, n = self.th, self.report["snapshots"]
+        if n <= th.snapshots:
+            return []
+        return [
             {
                 "procedure": "expire_snapshots",
-                "call": call("expire_snapshots", f"retain_last => {th.snapshots}"),
+                "call": self.call("expire_snapshots", f"retain_last => {th.snapshots}"),
                 "reason": (
-                    f"{report['snapshots']} snapshots in the metadata (more than "
+                    f"{n} snapshots in the metadata (more than "
                     f"{th.snapshots}): their manifests and unreferenced delete files stay"
                 ),
                 "partitions": [],
             }
-        )
-    return out
+        ]

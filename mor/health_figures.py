@@ -134,6 +134,7 @@ def health(
     scan = IcebergScan(
         table=src.name,
         source_key=src.key,
+        io=src.io.inner,
         snapshot_id=sid,
         schema_id=md.current_schema_id,
         fields=(),
@@ -147,6 +148,53 @@ def health(
     live = live_rows(sid) if live_rows is not None else None
     eq_share = _equality_estimate(files.data, deletes) if live is None else {}
 
+    total, parts, first = _count(
+        files, deletes, live_deletes, target, small, thresholds, live, positions, eq_share
+    )
+    used = {d.identity for d in files.deletes}
+    dangling = [e for e in live_deletes if delete_key(e) not in used]
+    estimated = live is None and any(t.eq_deletes for t in files.data)
+    # Parquet position delete files applying to a data file that has any (vectors are one each)
+    stacks = [
+        sum(1 for i in t.pos_deletes if not deletes[i].is_dv) for t in files.data if t.pos_deletes
+    ]
+    stacks = [n for n in stacks if n]
+    partitions = _partitions(files, parts, first, estimated)
+    report = {
+        **out,
+        **total.report(not estimated),
+        "data_files_over_delete_file_threshold": total.over_threshold,
+        "dangling_delete_files": len(dangling),
+        "position_delete_files_per_data_file": round(sum(stacks) / len(stacks), 2)
+        if stacks
+        else 0.0,
+        "equality_keys": _equality_keys(src, live_deletes),
+        "small_file_bytes": small,
+        "thresholds": {
+            "delete_ratio": thresholds.delete_ratio,
+            "delete_files": thresholds.delete_files,
+            "small_files": thresholds.small_files,
+            "snapshots": thresholds.snapshots,
+        },
+    }
+    report["advice"] = advice(report, partitions, dangling, src, catalog_name, thresholds)
+    report["partitions"] = partitions
+    return report
+
+
+def _count(
+    files: Any,
+    deletes: dict[int, Any],
+    live_deletes: list[Any],
+    target: int,
+    small: int,
+    thresholds: Thresholds,
+    live: dict[str, int] | None,
+    positions: dict[int, int],
+    eq_share: dict[int, float],
+) -> tuple[_Counts, dict[int, _Counts], dict[int, DataTask]]:
+    """The table's counts, each partition's, and a data file of each partition (its spec
+    and values)."""
     total = _Counts(target=target)
     parts: dict[int, _Counts] = defaultdict(lambda: _Counts(target=target))
     first: dict[int, DataTask] = {}  # a data file of each partition: its spec and values
@@ -180,14 +228,13 @@ def health(
             is_dv(f),
             f.content_size_in_bytes if is_dv(f) else f.file_size_in_bytes,
         )
-    used = {d.identity for d in files.deletes}
-    dangling = [e for e in live_deletes if delete_key(e) not in used]
-    estimated = live is None and any(t.eq_deletes for t in files.data)
-    # Parquet position delete files applying to a data file that has any (vectors are one each)
-    stacks = [
-        sum(1 for i in t.pos_deletes if not deletes[i].is_dv) for t in files.data if t.pos_deletes
-    ]
-    stacks = [n for n in stacks if n]
+    return total, parts, first
+
+
+def _partitions(
+    files: Any, parts: dict[int, _Counts], first: dict[int, DataTask], estimated: bool
+) -> list[dict[str, Any]]:
+    """The per-partition rows of the report, in the order of their names."""
     partitions = []
     for pid in sorted(parts, key=lambda p: files.partitions[p]):
         partitions.append(
@@ -199,26 +246,7 @@ def health(
                 "data_files_over_delete_file_threshold": parts[pid].over_threshold,
             }
         )
-    report = {
-        **out,
-        **total.report(not estimated),
-        "data_files_over_delete_file_threshold": total.over_threshold,
-        "dangling_delete_files": len(dangling),
-        "position_delete_files_per_data_file": round(sum(stacks) / len(stacks), 2)
-        if stacks
-        else 0.0,
-        "equality_keys": _equality_keys(src, live_deletes),
-        "small_file_bytes": small,
-        "thresholds": {
-            "delete_ratio": thresholds.delete_ratio,
-            "delete_files": thresholds.delete_files,
-            "small_files": thresholds.small_files,
-            "snapshots": thresholds.snapshots,
-        },
-    }
-    report["advice"] = advice(report, partitions, dangling, src, catalog_name, thresholds)
-    report["partitions"] = partitions
-    return report
+    return partitions
 
 
 def _plain(v: Any) -> Any:

@@ -472,7 +472,7 @@ def _merged_positions(
     old_rows = old_bytes = merged_files = 0
     for s, ts in by_scan.values():
         deletes = s.deletes_by_id()
-        current = read_positions(ts, deletes, read.name, s.source_key, ProcessCaches())
+        current = read_positions(ts, deletes, read.name, s.io, ProcessCaches())
         for t in ts:
             parts = [found[t.path].cast(pa.int64())]
             if t.file_id in current:

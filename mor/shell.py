@@ -141,10 +141,8 @@ class Shell:
                 self.err("mor: interrupted\n")
 
     def one(self, stmt: Any, fmt: Any, run_spark: Any) -> str:
-        from mor.api import explain, plan_query
-        from mor.physical import to_dataframe
+        from mor.execution import QueryExecution
         from mor.planner.sql import split_statements
-        from mor.planner.state import caches
 
         words = stmt.text.split(None, 2)
         if words and words[0].upper() == "EXPLAIN":
@@ -152,27 +150,22 @@ class Shell:
             mode = words[1].upper() if len(words) > 1 and words[1].upper() in modes else ""
             rest = stmt.text.split(None, 2 if mode else 1)[-1]
             (inner,) = split_statements(rest)
-            return explain(
-                inner,
-                catalog=self.args.catalog,
-                warehouse=self.args.warehouse,
-                verbose=mode == "VERBOSE",
-                physical=mode == "PHYSICAL",
-                analyze=mode == "ANALYZE",
-                spark=self.spark(
-                    plan_query(
-                        inner, catalog=self.args.catalog, warehouse=self.args.warehouse
-                    ).optimized
-                ),
+            run = self.execution(QueryExecution, inner)
+            return run.explain(
+                verbose=mode == "VERBOSE", physical=mode == "PHYSICAL", analyze=mode == "ANALYZE"
             )
-        planned = plan_query(stmt, catalog=self.args.catalog, warehouse=self.args.warehouse)
-        df = to_dataframe(planned.optimized, self.spark(planned.optimized), caches())
-        cols, rows = run_spark(
-            lambda: (df.columns, df.limit(SHOWN_ROWS + 1).collect()), planned.optimized
-        )
+        run = self.execution(QueryExecution, stmt)
+        df = run.dataframe
+        cols, rows = run_spark(lambda: (df.columns, df.limit(SHOWN_ROWS + 1).collect()), run.plan)
         more = len(rows) > SHOWN_ROWS
         text = fmt(cols, rows[:SHOWN_ROWS], "table")
         return text + (f"(only the first {SHOWN_ROWS} rows are shown)\n" if more else "")
+
+    def execution(self, kind: Any, stmt: Any) -> Any:
+        """The statement planned, on the shell's session (started for the first statement,
+        with s3a when that statement's plan reads s3a:// paths)."""
+        run = kind(stmt, catalog=self.args.catalog, warehouse=self.args.warehouse)
+        return run.use(self.spark(run.plan))
 
 
 def _prompt_lines() -> Iterator[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Hashable
-from dataclasses import replace
 from functools import reduce
 
 import pyarrow as pa
@@ -44,13 +43,14 @@ from mor.planner.nodes import (
 )
 from mor.planner.settings import current
 from mor.planner.state import ProcessCaches
-from mor.rules.physical import Planner
+from mor.rules.physical import Planner, replan_resolved
 from mor.rules.physical.broadcast import bitmap_weight
-from mor.rules.physical.equality import joined, key_fields, scoped_only, store
+from mor.rules.physical.equality import joined, store
 from mor.rules.physical.nodes import (
     AntiJoinExec,
     ChangesExec,
     CountRows,
+    JoinCondition,
     MetadataRows,
     PhysicalNode,
     QueryExec,
@@ -72,46 +72,43 @@ def _c(name: str) -> Column:
     return F.col(f"`{name}`")
 
 
-def join_condition(node: AntiJoin) -> Column:
-    """What a left row matching a delete row means: the keys equal (null-safe unless the
-    manifests rule NULL out), the delete newer than the row's file, and in its partition
-    unless global, as the anti-join's guards say."""
-    right = node.right
-    # float keys arrive as text from the delete scan (columns.float_key): the data side's
-    # are made text alike
-    floats = right.text_keys() if isinstance(right, EqDeleteScan) else frozenset()
+def join_condition(cond: JoinCondition) -> Column:
+    """The anti-join's condition (rules/physical's JoinCondition) as a Spark column; float
+    keys arrive as text from the delete scan (columns.float_key): the data side's are made
+    text alike."""
     pairs = []
-    for lk, rk in node.keys:
-        lc = float_key(_c(lk)) if rk in floats else _c(lk)
-        pairs.append(lc.eqNullSafe(_c(rk)) if node.null_safe else lc == _c(rk))
-    cond = reduce(lambda a, b: a & b, pairs)
-    if node.seq_guard:
-        cond = cond & (_c(DATA_SEQ) < _c(DEL_SEQ))
-    if node.part_guard and scoped_only(right):
-        # no global delete: the scope is a join key (one hash entry per key and partition
-        # probed, not every partition's entry tested in turn)
-        cond = cond & (_c(PART) == _c(DEL_PART))
-    elif node.part_guard:
-        cond = cond & ((_c(DEL_PART) == F.lit(GLOBAL_PART)) | (_c(PART) == _c(DEL_PART)))
-    return cond
+    for lk, rk, text in cond.keys:
+        lc = float_key(_c(lk)) if text else _c(lk)
+        pairs.append(lc.eqNullSafe(_c(rk)) if cond.null_safe else lc == _c(rk))
+    out = reduce(lambda a, b: a & b, pairs)
+    if cond.seq_guard:
+        out = out & (_c(DATA_SEQ) < _c(DEL_SEQ))
+    if cond.scope == "partition":
+        out = out & (_c(PART) == _c(DEL_PART))
+    elif cond.scope:
+        out = out & ((_c(DEL_PART) == F.lit(GLOBAL_PART)) | (_c(PART) == _c(DEL_PART)))
+    return out
 
 
 class Compiler:
-    """Translates a physical plan (rules/physical/) into DataFrames, deciding nothing: each
-    node once (a subtree two parents share is one DataFrame), and on a classic session a node
-    made of the same files, columns and filters as one an earlier query translated reuses its
-    DataFrame (physical/reuse.py), its files checked again. The plan's one step with effects,
-    resolving equality deletes to positions, runs here when its branch is first needed
-    (`execute`)."""
+    """Translates a physical plan (rules/physical/) into DataFrames, each decision read off
+    its node: each node once (a subtree two parents share is one DataFrame), and on a classic
+    session a node made of the same files, columns and filters as one an earlier query
+    translated reuses its DataFrame (physical/reuse.py), its files checked again. The plan's
+    one step with effects, resolving equality deletes to positions, runs here when its branch
+    is first needed (`execute`); the branch is then planned again by rules/physical
+    (`replan_resolved`) over the positions found."""
 
     def __init__(
         self,
         spark: SparkSession,
         cache: ProcessCaches,
         facts: Callable[[], SessionFacts] | None = None,
+        resolve_every: bool = False,
     ) -> None:
         self.spark = spark
         self.cache = cache  # the process's caches (planner/state.py), passed down
+        self.resolve_every = resolve_every  # every equality delete resolved (conversion)
         self._facts = facts or (lambda: session_facts(spark))  # asked once, when first needed
         self._memo: dict[int, tuple[PhysicalNode, DataFrame]] = {}
         self._fingerprints: dict[int, tuple[Plan, Hashable]] = {}
@@ -137,7 +134,7 @@ class Compiler:
         """The physical plan of a logical node, for this session (one planner per query: a
         node planned twice is one physical node)."""
         if self._planner is None:
-            self._planner = Planner(self.reads.facts, self.cache)
+            self._planner = Planner(self.reads.facts, self.cache, self.resolve_every)
         return self._planner.plan(node)
 
     def count_reads(self, query: PhysicalNode) -> None:
@@ -196,20 +193,11 @@ class Compiler:
         hit = self._found.get(id(step))
         if hit is not None and hit[0] is step:
             return hit[1]
-        base, joins, res = step.base, step.joins, step.resolution
-        assert base.files is not None
-        files = replace(
-            base.files,
-            data=tuple(replace(t, pos_deletes=()) for t in res.missing),
-            deletes=tuple(d for d in base.files.deletes if d.kind == "equality"),
-        )
-        left = replace(
-            base, fields=key_fields(base, joins), pushed=(), hidden=("_file", "_pos"), files=files
-        )
-        ldf = self.compile(left)
+        joins, res = step.joins, step.resolution
+        ldf = self.compile(step.keys)
         matched = [
-            ldf.join(self.run(side), join_condition(j), "left_semi")
-            for j, side in zip(joins, step.sides)
+            ldf.join(self.run(side), join_condition(cond), "left_semi")
+            for cond, side in zip(step.conditions, step.sides)
         ]
         rows = reduce(lambda a, b: a.unionAll(b), [m.select("_file", "_pos") for m in matched])
         per_file = rows.groupBy("_file").agg(F.collect_list("_pos").alias("p"))
@@ -228,32 +216,60 @@ class Compiler:
 
     def _translate(self, node: PhysicalNode) -> DataFrame:
         self.translated.append(node)
-        match node:
-            case ReadData() | CountRows():
-                return scan_data(self.reads, node)
-            case ReadEqDeletes():
-                return scan_eq_deletes(self.reads, node)
-            case MetadataRows(node=meta):
-                return arrow.to_dataframe(self.spark, meta.data)
-            case ChangesExec():
-                return compile_changes(self.spark, node.node, lambda p: self.run(node.part(p)))
-            case AntiJoinExec(node=aj, left=left, right=right):
-                return self.run(left).join(self.run(right), join_condition(aj), "left_anti")
-            case ResolvedBranch(step=step):
-                found = self.execute(step) if step is not None else None
-                return self.run(node.final(found))
-            case UnionExec(node=union, inputs=inputs):
-                names = [_c(c.name) for c in union.columns]
-                parts = [self.run(p).select(*names) for p in inputs]
-                return reduce(lambda a, b: a.unionAll(b), parts)
-            case QueryExec(node=query, views=views):
-                return run_query(self.spark, query, [self.run(v) for v in views])
-            case ViewExec(logical=logical, input=inner):
-                df = self.run(inner)
-                if not node.named:
-                    df = df.select(*[_c(c.name).alias(c.label) for c in logical.output])
-                return barrier(df) if node.barrier else df
-        raise InternalError(f"no translation for {type(node).__name__}")
+        name = TRANSLATIONS.get(type(node))
+        if name is None:
+            raise InternalError(f"no translation for {type(node).__name__}")
+        return getattr(self, name)(node)
+
+    def _read(self, node: ReadData | CountRows) -> DataFrame:
+        return scan_data(self.reads, node)
+
+    def _eq_deletes(self, node: ReadEqDeletes) -> DataFrame:
+        return scan_eq_deletes(self.reads, node)
+
+    def _metadata_rows(self, node: MetadataRows) -> DataFrame:
+        return arrow.to_dataframe(self.spark, node.node.data)
+
+    def _changes(self, node: ChangesExec) -> DataFrame:
+        return compile_changes(self.spark, node.node, lambda p: self.run(node.part(p)))
+
+    def _anti_join(self, node: AntiJoinExec) -> DataFrame:
+        left, right = self.run(node.left), self.run(node.right)
+        return left.join(right, join_condition(node.condition), "left_anti")
+
+    def _resolved_branch(self, node: ResolvedBranch) -> DataFrame:
+        found = self.execute(node.step) if node.step is not None else None
+        return self.run(replan_resolved(node, found))
+
+    def _union(self, node: UnionExec) -> DataFrame:
+        names = [_c(c.name) for c in node.node.columns]
+        parts = [self.run(p).select(*names) for p in node.inputs]
+        return reduce(lambda a, b: a.unionAll(b), parts)
+
+    def _query(self, node: QueryExec) -> DataFrame:
+        return run_query(self.spark, node.node, [self.run(v) for v in node.views])
+
+    def _view(self, node: ViewExec) -> DataFrame:
+        df = self.run(node.input)
+        if not node.named:
+            df = df.select(*[_c(c.name).alias(c.label) for c in node.logical.output])
+        return barrier(df) if node.barrier else df
+
+
+# each node kind's translation (a method of Compiler); the steps with effects (STEPS) run
+# through `execute`; CommitExec is translated by its ChangesExec (compile_changes)
+TRANSLATIONS: dict[type, str] = {
+    ReadData: "_read",
+    CountRows: "_read",
+    ReadEqDeletes: "_eq_deletes",
+    MetadataRows: "_metadata_rows",
+    ChangesExec: "_changes",
+    AntiJoinExec: "_anti_join",
+    ResolvedBranch: "_resolved_branch",
+    UnionExec: "_union",
+    QueryExec: "_query",
+    ViewExec: "_view",
+}
 
 
 def _decisions(node: PhysicalNode) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyiceberg.io import FileIO
 
 from mor.physical.dv import decode
 from mor.physical.files import read_bytes, read_range
@@ -37,7 +38,7 @@ def first_line(e: BaseException) -> str:
 
 
 def _delete_file(
-    source_key: str, d: DeleteTask, table: str, kept: Kept[dict], limit: int
+    io: FileIO | None, d: DeleteTask, table: str, kept: Kept[dict], limit: int
 ) -> dict[str, pa.Array]:
     """One position delete file or deletion vector as {data file path as recorded: positions
     (int64)}; for a resolved equality delete, the positions it carries."""
@@ -51,7 +52,7 @@ def _delete_file(
     if d.dv is not None:
         where = f"deletion vector {d.read_path} at offset {d.dv.offset} of {table}"
         try:
-            blob = read_range(source_key, d.read_path, d.dv.offset, d.dv.length)
+            blob = read_range(io, d.read_path, d.dv.offset, d.dv.length)
         except Exception as e:  # noqa: BLE001 - a missing or unreadable file
             raise DataFileError(f"cannot read {where}: {first_line(e)}") from e
         if len(blob) != d.dv.length:
@@ -63,7 +64,7 @@ def _delete_file(
         return dv
     try:
         tab = pq.read_table(
-            pa.BufferReader(read_bytes(source_key, d.read_path)), columns=["file_path", "pos"]
+            pa.BufferReader(read_bytes(io, d.read_path)), columns=["file_path", "pos"]
         )
     except Exception as e:  # noqa: BLE001 - a missing, unreadable or malformed file
         raise DataFileError(
@@ -87,7 +88,7 @@ def read_positions(
     tasks: Sequence[DataTask],
     deletes: Mapping[int, DeleteTask],
     table: str,
-    source_key: str,
+    io: FileIO | None,
     cache: ProcessCaches,
 ) -> dict[int, pa.Array]:
     """Deleted positions of each data file named by its deletes (by file id): unique, in
@@ -103,9 +104,7 @@ def read_positions(
     order = sorted(pairs)
     workers = max(1, min(len(order), settings.io_threads))
     with ThreadPoolExecutor(workers) as pool:
-        contents = list(
-            pool.map(lambda d: _delete_file(source_key, deletes[d], table, kept, limit), order)
-        )
+        contents = list(pool.map(lambda d: _delete_file(io, deletes[d], table, kept, limit), order))
     found: dict[int, list[pa.Array]] = {}
     for d, content in zip(order, contents):
         for recorded, fid in pairs[d].items():

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mor.planner.nodes import RESOLVED, DataTask, DeleteTask, EqDeleteScan, show_ids
+from mor.planner.errors import InternalError
+from mor.planner.nodes import DataTask, DeleteTask, show_ids
 from mor.planner.settings import current
 from mor.rules.physical.broadcast import default_broadcast_bytes, side_text
 from mor.rules.physical.equality import describe as explain_line
-from mor.rules.physical.equality import scoped_only
 from mor.rules.physical.nodes import (
     AntiJoinExec,
     ChangesExec,
@@ -91,8 +91,10 @@ class _Describer:
         return step
 
     def _visit(self, node: PhysicalNode) -> int:
-        how = getattr(self, _FORMATS.get(type(node), ""), None)
-        return how(node) if how is not None else self.emit(type(node).__name__)
+        name = _FORMATS.get(type(node))
+        if name is None:
+            raise InternalError(f"no format for {type(node).__name__}")
+        return getattr(self, name)(node)
 
     def _count_rows(self, node: CountRows) -> int:
         scan = node.scan
@@ -139,22 +141,19 @@ class _Describer:
         return self.visit(node.scan)
 
     def _anti_join(self, node: AntiJoinExec) -> int:
-        aj, left, right = node.node, node.left, node.right
+        left, right = node.left, node.right
         if node.joined is not None and node.branch is not None:
             n = len(node.branch.data_files())
             self.emit(f"branch of {n} data file(s): " + explain_line(node.joined, node.branch))
         a, b = self.visit(left), self.visit(right)
-        op = "<=>" if aj.null_safe else "="
-        rs = aj.right
-        texts = rs.text_keys() if isinstance(rs, EqDeleteScan) else frozenset()
-        cond = [
-            f"string({lk}) {op} {rk}" if rk in texts else f"{lk} {op} {rk}" for lk, rk in aj.keys
-        ]
-        if aj.seq_guard:
+        c = node.condition
+        op = "<=>" if c.null_safe else "="
+        cond = [f"string({lk}) {op} {rk}" if text else f"{lk} {op} {rk}" for lk, rk, text in c.keys]
+        if c.seq_guard:
             cond.append("$data_seq < $del_seq")
-        if aj.part_guard and scoped_only(rs):
+        if c.scope == "partition":
             cond.append("$partition = $del_partition")
-        elif aj.part_guard:
+        elif c.scope:
             cond.append("($del_partition = -1 OR $partition = $del_partition)")
         return self.emit(f"left_anti join [{a}] with [{b}] on " + " AND ".join(cond))
 
@@ -267,7 +266,7 @@ class _Describer:
         if strategy is not None:
             used = {p for t in tasks for p in t.pos_deletes}
             n_dv = sum(1 for p in used if deletes[p].is_dv)
-            n_res = sum(1 for p in used if deletes[p].kind == RESOLVED)
+            n_res = sum(1 for p in used if deletes[p].held) - n_dv
             n_files = len(used) - n_dv - n_res
             if n_res:
                 self.emit(
@@ -294,12 +293,8 @@ class _Describer:
                     f"read on the driver: {n_files} position delete file(s) "
                     "(file_path, pos), rows kept for the applicable (delete, data file) pairs"
                 )
-            elif n_files and node.delete_reading is not None:
-                files = [
-                    deletes[p]
-                    for p in sorted(used)
-                    if not deletes[p].is_dv and deletes[p].kind != RESOLVED
-                ]
+            elif node.spark_deletes and node.delete_reading is not None:
+                files = node.spark_deletes
                 detail = (
                     "(file_path, pos), joined with broadcast(applicable pairs) on the delete "
                     "file's key and the recorded data file path"

@@ -11,11 +11,11 @@ import stat
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.io import FileIO
 
-from mor.planner.requests import REQUESTS, CountingFileIO
+from mor.planner.errors import InternalError
+from mor.planner.requests import REQUESTS
 from mor.planner.settings import current
-from mor.planner.sources import file_io
 
 
 def local_path(path: str) -> str | None:
@@ -24,9 +24,12 @@ def local_path(path: str) -> str | None:
     return local if local is not None and os.path.isfile(local) else None
 
 
-def _io(source_key: str | None, path: str) -> FileIO:
-    io = file_io(source_key) if source_key else None
-    return io if io is not None else CountingFileIO(load_file_io({}, path))
+def _io(io: FileIO | None, path: str) -> FileIO:
+    """The table's FileIO, which came with the plan (IcebergScan.io): the catalog's, so that
+    object stores and the credentials a REST catalog vends follow the metadata's path."""
+    if io is None:
+        raise InternalError(f"{path}: no FileIO came with the plan to read it through")
+    return io
 
 
 # a folder holding at least this many of the remote files to size is listed (one request per
@@ -34,13 +37,13 @@ def _io(source_key: str | None, path: str) -> FileIO:
 LIST_FROM = 16
 
 
-def read_bytes(source_key: str | None, path: str) -> bytes:
+def read_bytes(io: FileIO | None, path: str) -> bytes:
     """A file's bytes: directly when local, else through the table's FileIO."""
     local = local_path(path)
     if local is not None:
         with open(local, "rb") as f:
             return f.read()
-    with _io(source_key, path).new_input(path).open() as f:
+    with _io(io, path).new_input(path).open() as f:
         return f.read()
 
 
@@ -61,7 +64,7 @@ def _local_name(path: str) -> str | None:
     return path
 
 
-def file_sizes(source_key: str | None, paths: Sequence[str]) -> dict[str, int | None]:
+def file_sizes(io: FileIO | None, paths: Sequence[str]) -> dict[str, int | None]:
     """Size on storage of each path, None for a missing file (local by `stat`, others through
     the FileIO, a few at a time): the manifests record every file's size, so a difference
     means a replaced or truncated file."""
@@ -78,13 +81,13 @@ def file_sizes(source_key: str | None, paths: Sequence[str]) -> dict[str, int | 
         except (FileNotFoundError, NotADirectoryError):
             out[p] = None
     if remote:
-        io = _io(source_key, remote[0])
-        listed, rest = _listed_sizes(io, remote)
+        fio = _io(io, remote[0])
+        listed, rest = _listed_sizes(fio, remote)
         out.update(listed)
 
         def size(p: str) -> int | None:
             try:
-                return len(io.new_input(p))
+                return len(fio.new_input(p))
             except FileNotFoundError:
                 return None
 
@@ -125,7 +128,7 @@ def _listed_sizes(io: FileIO, paths: Sequence[str]) -> tuple[dict[str, int | Non
     return out, rest
 
 
-def read_range(source_key: str | None, path: str, offset: int, length: int) -> bytes:
+def read_range(io: FileIO | None, path: str, offset: int, length: int) -> bytes:
     """`length` bytes of a file from `offset` (a deletion vector's blob in its Puffin file):
     only those bytes are read, locally or through the table's FileIO."""
     local = local_path(path)
@@ -133,6 +136,6 @@ def read_range(source_key: str | None, path: str, offset: int, length: int) -> b
         with open(local, "rb") as f:
             f.seek(offset)
             return f.read(length)
-    with _io(source_key, path).new_input(path).open() as f:
+    with _io(io, path).new_input(path).open() as f:
         f.seek(offset)
         return f.read(length)

@@ -5,6 +5,7 @@ physical/errors.py names in the user's terms)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -32,13 +33,13 @@ def check_all(groups: Sequence[Checked]) -> None:
     The groups (files, source, kind, table) are sized together, one call per table: a folder
     that holds data files and their delete files is listed once for all of them
     (physical/files.py), not once per kind, nor its few delete files asked for one by one."""
-    by_source: dict[str, list[str]] = {}
-    for files, source_key, _, _ in groups:
-        by_source.setdefault(source_key, []).extend(t.read_path for t in files)
+    by_source: dict[Any, list[str]] = {}  # by FileIO (None: local files only)
+    for files, io, _, _ in groups:
+        by_source.setdefault(io, []).extend(t.read_path for t in files)
     sizes = {src: file_sizes(src, list(dict.fromkeys(ps))) for src, ps in by_source.items()}
-    for files, source_key, kind, table in groups:
+    for files, io, kind, table in groups:
         for t in files:
-            size = sizes[source_key][t.read_path]
+            size = sizes[io][t.read_path]
             if size is None:
                 raise DataFileError(f"{kind} file {t.read_path} of {table} is missing")
             if size != t.size_bytes:
@@ -56,7 +57,7 @@ def check_files(node: Plan) -> None:
         if isinstance(n, IcebergScan):
             groups += _scan_groups(n, data=True)
         elif isinstance(n, EqDeleteScan):
-            groups.append((n.files, n.source_key, "equality delete", n.table))
+            groups.append((n.files, n.io, "equality delete", n.table))
     check_all(groups)
 
 
@@ -76,11 +77,11 @@ def _scan_groups(n: IcebergScan, data: bool) -> list[Checked]:
     # (rules/physical/equality.py): they are checked as an anti-join reading them is
     eq = [d for d in n.files.deletes if d.kind == "equality"] if n.files else []
     groups: list[Checked] = [
-        (files, n.source_key, "delete", n.table),
-        (eq, n.source_key, "equality delete", n.table),
+        (files, n.io, "delete", n.table),
+        (eq, n.io, "equality delete", n.table),
     ]
     if data:
-        groups.append((tasks, n.source_key, "data", n.table))
+        groups.append((tasks, n.io, "data", n.table))
     return groups
 
 

@@ -23,16 +23,8 @@ from mor.physical.compile import Compiler, to_dataframe
 from mor.physical.types import FIELD_ID_KEY, spark_type
 from mor.planner.errors import InternalError
 from mor.planner.nodes import IcebergScan, Plan
-from mor.planner.settings import applied
 from mor.planner.state import ProcessCaches
 from mor.rules.physical.nodes import ResolveEqDeletes
-
-# every file resolved, whatever the read count or the number of positions
-_RESOLVE_ALL = {
-    "resolve_equality_deletes": True,
-    "resolve_at_read": 1,
-    "resolved_cache_rows": 1 << 62,
-}
 
 
 def only_files(plan: Plan, paths: set[str]) -> Plan:
@@ -51,18 +43,17 @@ def deleted_positions(spark: SparkSession, plan: Plan) -> dict[str, pa.Array]:
     """The positions (sorted int64) the equality deletes of `plan`'s scans remove from each
     data file they apply to, by the file's recorded path; a file whose deletes match no row
     is absent. Nothing is kept in the process's caches."""
-    with applied(_RESOLVE_ALL):
-        compiler = Compiler(spark, ProcessCaches())
-        query = compiler.plan(plan)
-        steps = [n for n in query.walk() if isinstance(n, ResolveEqDeletes)]
-        found: dict[str, pa.Array] = {}
-        for step in steps:
-            if step.resolution.method != "positions":
-                raise InternalError(f"resolving refused: {step.resolution.why}")
-            for path, positions in compiler.execute(step).items():
-                if path in found:  # files of two branches: never, each file is in one
-                    raise InternalError(f"{path} resolved twice")
-                found[path] = positions
+    compiler = Compiler(spark, ProcessCaches(), resolve_every=True)
+    query = compiler.plan(plan)
+    steps = [n for n in query.walk() if isinstance(n, ResolveEqDeletes)]
+    found: dict[str, pa.Array] = {}
+    for step in steps:
+        if step.resolution.method != "positions":
+            raise InternalError(f"resolving refused: {step.resolution.why}")
+        for path, positions in compiler.execute(step).items():
+            if path in found:  # files of two branches: never, each file is in one
+                raise InternalError(f"{path} resolved twice")
+            found[path] = positions
     return found
 
 

@@ -24,6 +24,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from pyiceberg.io import FileIO
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -65,9 +66,9 @@ def remove_deleted(
     method the physical plan chose (`node.positions`)."""
     strategy = node.positions
     assert strategy is not None
-    table, source_key = node.scan.table, node.scan.source_key
+    table, io = node.scan.table, node.scan.io
     if strategy.method == "bitmap":
-        return _by_bitmaps(ctx, df, read, tasks, deletes, strategy, table, source_key)
+        return _by_bitmaps(ctx, df, read, tasks, deletes, strategy, table, io)
     return _by_join(ctx, df, read, tasks, deletes, node)
 
 
@@ -79,9 +80,9 @@ def _by_bitmaps(
     deletes: dict[int, DeleteTask],
     strategy: PositionStrategy,
     table: str,
-    source_key: str,
+    io: FileIO | None,
 ) -> DataFrame:
-    found = read_positions(tasks, deletes, table, source_key, ctx.cache)
+    found = read_positions(tasks, deletes, table, io, ctx.cache)
     if not found:
         return df
     spark, fk = ctx.spark, read.key
@@ -109,12 +110,12 @@ def _by_join(
     node: ReadData,
 ) -> DataFrame:
     spark, fk, keys = ctx.spark, read.key, read.keys
-    strategy, table, source_key = node.positions, node.scan.table, node.scan.source_key
+    strategy, table, io = node.positions, node.scan.table, node.scan.io
     assert strategy is not None
     shift = strategy.shift
 
     def deleted() -> DataFrame:
-        found = _positions(ctx, tasks, deletes, fk, keys, table, source_key, node.delete_reading)
+        found = _positions(ctx, tasks, deletes, fk, keys, table, io, node.delete_reading)
         if shift is None:
             return found
         return found.where((F.col(POS) >= 0) & (F.col(POS) < F.lit(1 << shift))).select(
@@ -151,7 +152,7 @@ def _positions(
     fk: FileKey,
     keys: dict[int, Any],
     table: str,
-    source_key: str,
+    io: FileIO | None,
     how: Reading | None,
 ) -> DataFrame:
     """($fkey, position) of every deleted row of these data files (`how`: how the position
@@ -168,7 +169,7 @@ def _positions(
             files.append(replace(t, pos_deletes=rest))
     parts = []
     if dv_tasks:
-        parts.append(_dv_positions(ctx, dv_tasks, deletes, fk, keys, table, source_key))
+        parts.append(_dv_positions(ctx, dv_tasks, deletes, fk, keys, table, io))
     if files:
         parts.append(_file_positions(ctx, files, deletes, fk, keys, table, how))
     out = parts[0]
@@ -208,11 +209,11 @@ def _dv_positions(
     fk: FileKey,
     keys: dict[int, Any],
     table: str,
-    source_key: str,
+    io: FileIO | None,
 ) -> DataFrame:
     """($fkey, position) from deletion vectors, decoded on the driver (Spark cannot read a
     Puffin blob): one row per data file holding its positions as an array, exploded."""
-    found = read_positions(tasks, deletes, table, source_key, ctx.cache)
+    found = read_positions(tasks, deletes, table, io, ctx.cache)
     spark = ctx.spark
     schema = T.StructType(
         [

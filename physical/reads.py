@@ -40,7 +40,7 @@ from mor.physical.tables import sql_literal
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import DataTask, DeleteTask, Expr
 from mor.planner.settings import current
-from mor.planner.state import ProcessCaches
+from mor.planner.state import ProcessCaches, caches
 from mor.rules.physical.broadcast import default_broadcast_bytes
 from mor.rules.physical.reading import FileKey, Reading, SessionFacts, reading
 
@@ -412,3 +412,24 @@ def where_all(df: DataFrame, conditions: Sequence[Expr]) -> DataFrame:
 def unlisted(what: str) -> str:
     """The failure of a row whose file is not in the plan (physical/errors.py recognises it)."""
     return f"mor: a row of {what} came from a file the plan does not list"
+
+
+def _session_memos() -> tuple[int, int]:
+    n = len(_SEEN) + len(_WARMED)
+    return n, n
+
+
+def _clear_session_memos() -> None:
+    _SEEN.clear()
+    _WARMED.clear()
+
+
+caches().register(
+    "session probes",
+    "per live Spark session: whether a Connect server sees the file lists' folder, whether "
+    "a classic session's Parquet reader was warmed",
+    "sessions",
+    "the sessions alive (weak references)",
+    _session_memos,
+    _clear_session_memos,
+)

@@ -191,7 +191,7 @@ def _value(v: Any) -> Hashable:
         return ("expr", v.sql)
     if isinstance(v, Plan):
         return (type(v).__name__,) + tuple(
-            _value(getattr(v, f.name)) for f in dataclasses.fields(v)
+            _value(getattr(v, f.name)) for f in dataclasses.fields(v) if f.compare
         )
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
         # the values plan nodes hold (ScanFiles, DataTask, DeleteTask, Layout, ReadField, ...)

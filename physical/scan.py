@@ -56,9 +56,7 @@ def scan_data(ctx: ReadContext, node: ReadData | CountRows) -> DataFrame:
         # deleted positions (unique, within each file's count); no data file is read, so only
         # the delete files read on the driver are checked
         check_deletes(scan)
-        found = (
-            read_positions(tasks, deletes, scan.table, scan.source_key, ctx.cache) if used else {}
-        )
+        found = read_positions(tasks, deletes, scan.table, scan.io, ctx.cache) if used else {}
         live = sum(t.record_count for t in tasks) - sum(len(p) for p in found.values())
         return spark.range(live).select()
     check_files(scan)

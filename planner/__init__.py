@@ -19,9 +19,8 @@ Planning queries (what a SELECT needs of each table):
   attach.py         the step that attaches each scan's files (calls the first half)
   explain.py, query_metrics.py  EXPLAIN text; merge-on-read metrics known before reading
 
-Writing Iceberg metadata (the maintenance commands only, mor/maintenance.py):
-  commit.py         position delete files, new data files' records; a replace snapshot
-                    committed through the catalog
+What mor writes (delete files, manifests, snapshots) is not here but in writer/, a layer
+beside this one that reads manifests through manifests.py and nothing on the read path imports.
 
 Shared: settings.py (the settings machinery, and the settings planner/ reads; the layers above
 declare theirs), state.py (the caches of the process, one object passed down as `cache`),

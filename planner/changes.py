@@ -143,6 +143,7 @@ def plan_changes(
                     IcebergScan(
                         table=node.table,
                         source_key=node.source_key,
+                        io=node.io,
                         snapshot_id=sid,
                         schema_id=node.schema_id,
                         fields=node.fields,

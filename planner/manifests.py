@@ -42,6 +42,8 @@ import fastavro
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFileContent, FileFormat, ManifestContent, ManifestFile
 
+from mor.planner.state import caches
+
 ADDED, DELETED = 1, 2
 _METRICS = ("value_counts", "null_value_counts", "nan_value_counts", "lower_bounds", "upper_bounds")
 _OPTIONAL = (
@@ -258,6 +260,9 @@ def _plain(schema: Any) -> Any:
 # data_file fields a plan without metrics reads nothing of
 _UNREAD = frozenset({*_METRICS, "column_sizes", "split_offsets", "key_metadata", "sort_order_id"})
 _PROJECTIONS: dict[str, Any] = {}
+# each of the memos below keyed by an Avro schema's text holds at most this many (one per
+# table schema and partition spec read): listed by cache_figures() as "manifest schemas"
+_SCHEMAS = 256
 
 
 def _without_metrics(text: str, writer: dict[str, Any]) -> Any:
@@ -265,6 +270,8 @@ def _without_metrics(text: str, writer: dict[str, Any]) -> Any:
     (cached per schema text); None when it cannot be made (the whole record is decoded)."""
     if text in _PROJECTIONS:
         return _PROJECTIONS[text]
+    if len(_PROJECTIONS) >= _SCHEMAS:  # many tables and schemas in one process: start over
+        _PROJECTIONS.clear()
     try:
         schema = copy.deepcopy(writer)
         data_file = next(f for f in schema["fields"] if f.get("field-id") == 2)
@@ -337,7 +344,7 @@ def _converters(text: str, writer: dict[str, Any]) -> list[tuple[str, Callable[[
     data_file = next(f for f in writer["fields"] if f.get("field-id") == 2)
     partition = next(f for f in data_file["type"]["fields"] if f.get("field-id") == 102)
     out = [(pf["name"], _converter(pf["type"])) for pf in partition["type"].get("fields", [])]
-    if len(_CONVERTERS) >= 256:  # many tables and schemas in one process: start over
+    if len(_CONVERTERS) >= _SCHEMAS:  # many tables and schemas in one process: start over
         _CONVERTERS.clear()
     _CONVERTERS[text] = out
     return out
@@ -519,7 +526,7 @@ def _list_names(text: str, writer: dict[str, Any]) -> tuple[dict[int, str], dict
         arr = next(b for b in t if isinstance(b, dict)) if isinstance(t, list) else t
         items = arr["items"]
         summary = {f["field-id"]: f["name"] for f in items["fields"] if "field-id" in f}
-    if len(_LIST_NAMES) >= 64:
+    if len(_LIST_NAMES) >= _SCHEMAS:
         _LIST_NAMES.clear()
     _LIST_NAMES[text] = (names, summary)
     return names, summary
@@ -529,3 +536,25 @@ def read_manifest_list(file_io: FileIO, path: str) -> list[ListedManifest]:
     """The entries of the manifest list at `path` (a snapshot's), decoded as above."""
     with file_io.new_input(path).open() as stream:
         return decode_manifest_list(stream.read())
+
+
+def _schema_memos() -> tuple[int, int]:
+    n = len(_PROJECTIONS) + len(_CONVERTERS) + len(_LIST_NAMES)
+    return n, n
+
+
+def _clear_schema_memos() -> None:
+    _PROJECTIONS.clear()
+    _CONVERTERS.clear()
+    _LIST_NAMES.clear()
+
+
+caches().register(
+    "manifest schemas",
+    "what decoding a manifest or list of one Avro schema needs (projection, partition "
+    "conversions, field names), per schema text",
+    "schemas",
+    f"{_SCHEMAS} schemas each",
+    _schema_memos,
+    _clear_schema_memos,
+)

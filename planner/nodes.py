@@ -204,6 +204,13 @@ class DeleteTask:
         return self.dv is not None
 
     @property
+    def held(self) -> bool:
+        """Positions the driver holds (a deletion vector, read there; resolved positions),
+        as opposed to a Parquet position delete file, which Spark reads under the join
+        method (the one place this split is decided)."""
+        return self.dv is not None or self.kind == RESOLVED
+
+    @property
     def identity(self) -> tuple[str, int]:
         """The delete's identity across snapshots: its path, and for a deletion vector its
         blob's offset (the vectors of many data files share one Puffin file)."""
@@ -311,6 +318,9 @@ class IcebergScan(Plan):
 
     table: str  # printable table name
     source_key: str  # identifies the table source (metadata location) for the physical layer
+    # the table's FileIO (the catalog's, counting its requests): what its delete files and
+    # sizes are read through on the driver; not part of what the node is (compare=False)
+    io: Any = field(default=None, compare=False, hash=False, repr=False)
     snapshot_id: int | None
     schema_id: int
     fields: tuple[ReadField, ...]
@@ -352,6 +362,7 @@ class EqDeleteScan(Plan):
 
     table: str
     source_key: str
+    io: Any = field(default=None, compare=False, hash=False, repr=False)  # as IcebergScan's
     eq_set: frozenset[int]
     keys: tuple[ReadField, ...]  # one per field id of eq_set, in field-id order
     files: tuple[DeleteTask, ...]
@@ -550,6 +561,7 @@ class TableChanges(Plan):
 
     table: str
     source_key: str
+    io: Any = field(default=None, compare=False, hash=False, repr=False)  # as IcebergScan's
     start_id: int | None
     end_id: int | None
     schema_id: int

@@ -351,14 +351,57 @@ def _plan_manifests(
     filt = _bindable(row_filter(preds, names), schema)
     n_data_m = sum(1 for m in manifests if m.content == ManifestContent.DATA)
     n_del_m = len(manifests) - n_data_m
+    kept, kept_m, part_eval = _kept_manifests(src, schema, manifests, filt)
+    found = _Entries(src, part_eval)
+    # delete manifests first: whether equality deletes apply decides what data entries need
+    data_m = [m for m in kept if m.content == ManifestContent.DATA]
+    for m, entries in _read_all(src, [m for m in kept if m.content != ManifestContent.DATA], cache):
+        found.visit(m, entries)
+    # the filter on column metrics leaves out what partition values answer exactly (a column
+    # every spec of the data manifests partitions by identity); with nothing left and no
+    # equality delete (whose key bounds are metrics too), data manifests are decoded without
+    # metrics: a third faster, and nothing per file to hold
+    exact = _identity_sources(src, {m.partition_spec_id for m in data_m})
+    by_id = {f.col.name: f.field_id for f in scan.fields}
+    residual = [p for p in preds if by_id.get(p.column) not in exact]
+    metrics_filt = (
+        filt if len(residual) == len(preds) else _bindable(row_filter(residual, names), schema)
+    )
+    has_eq = any(d.file.content == DataFileContent.EQUALITY_DELETES for d in found.deletes)
+    if not isinstance(metrics_filt, AlwaysTrue):
+        found.metrics = (
+            compile_inclusive(schema, metrics_filt)
+            or _InclusiveMetricsEvaluator(
+                schema, metrics_filt, case_sensitive=True, include_empty_files=True
+            ).eval
+        )
+    need_metrics = has_eq or not isinstance(metrics_filt, AlwaysTrue)
+    for m, entries in _read_all(src, data_m, cache, need_metrics):
+        found.visit(m, entries)
+    return _match(
+        src,
+        snap,
+        found.data,
+        found.deletes,
+        found.n_data,
+        found.n_data_part,
+        kept_m,
+        n_data_m,
+        n_del_m,
+        found.n_del_total,
+    )
+
+
+def _kept_manifests(
+    src: TableSource, schema: Schema, manifests: list[ListedManifest], filt: Any
+) -> tuple[
+    list[ListedManifest], dict[ManifestContent, int], dict[int, Callable[[EntryFile], bool]]
+]:
+    """The manifests whose partition summaries may match the filter, how many of each
+    content, and the partition evaluator of each spec (for the entries)."""
+    unfiltered = isinstance(filt, AlwaysTrue)
     part_eval: dict[int, Callable[[EntryFile], bool]] = {}
     kept_m = {ManifestContent.DATA: 0, ManifestContent.DELETES: 0}
-    data: list[Entry] = []
-    deletes: list[Entry] = []
-    counts = {"data": 0, "data after partitions": 0}
-    unfiltered = isinstance(filt, AlwaysTrue)
-    n_del_total = {"position": 0, "dv": 0, "equality": defaultdict(int)}
-
     kept = []
     manifest_eval: dict[int, Callable[[ListedManifest], bool]] = {}
     for m in manifests:
@@ -371,75 +414,60 @@ def _plan_manifests(
         if manifest_eval[spec_id](m):
             kept_m[m.content] += 1
             kept.append(m)
-    v3 = src.metadata.format_version >= 3
-    metrics: Callable[[EntryFile], bool] = lambda _f: True  # noqa: E731 - set below
+    return kept, kept_m, part_eval
 
-    def visit(m: ListedManifest, entries: list[ManifestEntry]) -> None:
-        spec_id = m.partition_spec_id
+
+class _Entries:
+    """The entries of the kept manifests that may match: data files by partition values and
+    column metrics (`metrics`, set once the delete manifests are read), delete files by
+    partition values; with the counts the pruning figures report."""
+
+    def __init__(self, src: TableSource, part_eval: dict[int, Callable[[EntryFile], bool]]):
+        self.src = src
+        self.part_eval = part_eval
+        self.v3 = src.metadata.format_version >= 3
+        self.metrics: Callable[[EntryFile], bool] = lambda _f: True
+        self.data: list[Entry] = []
+        self.deletes: list[Entry] = []
+        self.n_data = self.n_data_part = 0
+        self.n_del_total: dict[str, Any] = {"position": 0, "dv": 0, "equality": defaultdict(int)}
+
+    def visit(self, m: ListedManifest, entries: list[ManifestEntry]) -> None:
+        src, spec_id = self.src, m.partition_spec_id
+        part_eval = self.part_eval[spec_id]
         # row lineage: a data file without a first_row_id inherits the manifest's plus the
         # record counts of the files before it in the manifest that inherit too
-        next_row_id = m.first_row_id if v3 else None
+        next_row_id = m.first_row_id if self.v3 else None
         for entry in entries:
             f = entry.data_file
             _check_supported(src, f)
             seq = entry.sequence_number
             if seq is None:
                 raise MetadataError(f"table {src.name}: file {f.file_path} has no sequence number")
-            part = f.partition
-            e = Entry(f, seq, spec_id, part)
-            if f.content == DataFileContent.DATA and v3:
-                e.first_row_id = f.first_row_id
-                if e.first_row_id is None and next_row_id is not None:
-                    e.first_row_id = next_row_id
-                    next_row_id += f.record_count
+            e = Entry(f, seq, spec_id, f.partition)
             if f.content == DataFileContent.DATA:
-                counts["data"] += 1
-                if not part_eval[spec_id](f):
+                if self.v3:
+                    e.first_row_id = f.first_row_id
+                    if e.first_row_id is None and next_row_id is not None:
+                        e.first_row_id = next_row_id
+                        next_row_id += f.record_count
+                self.n_data += 1
+                if not part_eval(f):
                     continue
-                counts["data after partitions"] += 1
-                if metrics(f):
-                    data.append(e)
+                self.n_data_part += 1
+                if self.metrics(f):
+                    self.data.append(e)
+                continue
+            if f.content == DataFileContent.POSITION_DELETES and is_dv(f):
+                self.n_del_total["dv"] += 1
+            elif f.content == DataFileContent.POSITION_DELETES:
+                self.n_del_total["position"] += 1
             else:
-                if f.content == DataFileContent.POSITION_DELETES and is_dv(f):
-                    n_del_total["dv"] += 1  # type: ignore[operator]
-                elif f.content == DataFileContent.POSITION_DELETES:
-                    n_del_total["position"] += 1  # type: ignore[operator]
-                else:
-                    n_del_total["equality"][frozenset(f.equality_ids or ())] += 1  # type: ignore[index]
-                # pruning a delete file by partition is safe: it only applies inside its partition
-                # (a global equality delete's spec is unpartitioned, so its evaluator keeps it)
-                if part_eval[spec_id](f):
-                    deletes.append(e)
-
-    # delete manifests first: whether equality deletes apply decides what data entries need
-    data_m = [m for m in kept if m.content == ManifestContent.DATA]
-    for m, entries in _read_all(src, [m for m in kept if m.content != ManifestContent.DATA], cache):
-        visit(m, entries)
-    # the filter on column metrics leaves out what partition values answer exactly (a column
-    # every spec of the data manifests partitions by identity); with nothing left and no
-    # equality delete (whose key bounds are metrics too), data manifests are decoded without
-    # metrics: a third faster, and nothing per file to hold
-    exact = _identity_sources(src, {m.partition_spec_id for m in data_m})
-    by_id = {f.col.name: f.field_id for f in scan.fields}
-    residual = [p for p in preds if by_id.get(p.column) not in exact]
-    metrics_filt = (
-        filt if len(residual) == len(preds) else _bindable(row_filter(residual, names), schema)
-    )
-    has_eq = any(d.file.content == DataFileContent.EQUALITY_DELETES for d in deletes)
-    if not isinstance(metrics_filt, AlwaysTrue):
-        metrics = (
-            compile_inclusive(schema, metrics_filt)
-            or _InclusiveMetricsEvaluator(
-                schema, metrics_filt, case_sensitive=True, include_empty_files=True
-            ).eval
-        )
-    need_metrics = has_eq or not isinstance(metrics_filt, AlwaysTrue)
-    for m, entries in _read_all(src, data_m, cache, need_metrics):
-        visit(m, entries)
-    n_data_total, n_data_part = counts["data"], counts["data after partitions"]
-    return _match(
-        src, snap, data, deletes, n_data_total, n_data_part, kept_m, n_data_m, n_del_m, n_del_total
-    )
+                self.n_del_total["equality"][frozenset(f.equality_ids or ())] += 1
+            # pruning a delete file by partition is safe: it only applies inside its partition
+            # (a global equality delete's spec is unpartitioned, so its evaluator keeps it)
+            if part_eval(f):
+                self.deletes.append(e)
 
 
 def live_entries(src: TableSource, snap: Snapshot, cache: ProcessCaches) -> list[Entry]:
@@ -585,13 +613,52 @@ def _match(
     n_del_m: int,
     n_del_total: dict[str, Any],
 ) -> ScanFiles:
+    """The scan's files: each data file with the delete files that apply to it (by the
+    spec's rules, and equality deletes whose key ranges miss the file's left out), every
+    delete file used once, partitions numbered in the order first met, and the pruning
+    figures."""
     specs = src.metadata.specs()
     unpartitioned = {i: _is_unpartitioned(spec) for i, spec in specs.items()}
-    # read once: attributes of pyiceberg's spec models are slow to read per file
-    field_names = {i: tuple(f.name for f in spec.fields) for i, spec in specs.items()}
-    field_ids = {i: tuple(f.field_id for f in spec.fields) for i, spec in specs.items()}
-    index = DeleteIndex(deletes, unpartitioned.__getitem__)
     data.sort(key=lambda e: e.file.file_path)
+    part_id, labels = _partition_ids(specs)
+    per_file, used = _applying(src, data, deletes, unpartitioned)
+    del_ids, delete_tasks = _delete_tasks(src, used, unpartitioned, part_id, len(data))
+    # read once: attributes of pyiceberg's spec models are slow to read per file
+    field_ids = {i: tuple(f.field_id for f in spec.fields) for i, spec in specs.items()}
+    tasks = _data_tasks(src, per_file, del_ids, part_id, field_ids)
+    kept_eq: dict[frozenset[int], int] = defaultdict(int)
+    for t in delete_tasks:
+        if t.kind == "equality":
+            kept_eq[t.eq_ids] += 1
+    eq_total: dict[frozenset[int], int] = n_del_total["equality"]
+    pruning = Pruning(
+        manifests_data=(kept_m[ManifestContent.DATA], n_data_m),
+        manifests_delete=(kept_m[ManifestContent.DELETES], n_del_m),
+        data_files=(n_data_total, n_data_part, len(data)),
+        pos_deletes=(
+            n_del_total["position"],
+            sum(1 for t in delete_tasks if t.kind == "position" and not t.is_dv),
+        ),
+        dvs=(n_del_total["dv"], sum(1 for t in delete_tasks if t.is_dv)),
+        eq_deletes=tuple((s, eq_total[s], kept_eq.get(s, 0)) for s in sorted(eq_total, key=sorted)),
+    )
+    return ScanFiles(
+        snapshot_id=snap.snapshot_id,
+        sequence_number=snap.sequence_number or 0,
+        data=tuple(tasks),
+        deletes=tuple(delete_tasks),
+        partitions=tuple(labels),
+        pruning=pruning,
+        partition_fields=partition_fields(src),
+    )
+
+
+def _partition_ids(
+    specs: dict[int, Any],
+) -> tuple[Callable[[int, tuple[Any, ...]], int], list[str]]:
+    """A numbering of (spec, partition values), in the order asked, and the labels of the
+    partitions numbered so far (EXPLAIN's and the health report's names)."""
+    field_names = {i: tuple(f.name for f in spec.fields) for i, spec in specs.items()}
     parts: dict[tuple[int, tuple[Any, ...]], int] = {}
     labels: list[str] = []
 
@@ -603,7 +670,16 @@ def _match(
             labels.append(_part_label(field_names[spec_id], spec_id, part))
         return pid
 
-    used: dict[str, Entry] = {}
+    return part_id, labels
+
+
+def _applying(
+    src: TableSource, data: list[Entry], deletes: list[Entry], unpartitioned: dict[int, bool]
+) -> tuple[list[tuple[Entry, list[Entry], list[Entry]]], dict[tuple[str, int], Entry]]:
+    """Per data file, the position and equality deletes that apply to it; every delete file
+    used, by its key."""
+    index = DeleteIndex(deletes, unpartitioned.__getitem__)
+    used: dict[tuple[str, int], Entry] = {}
     per_file: list[tuple[Entry, list[Entry], list[Entry]]] = []
     # equality deletes whose key ranges miss a data file's do not apply to it (eq_bounds.py)
     types = {i: src.metadata.schema().find_type(i) for i in _eq_field_ids(deletes, src)}
@@ -627,10 +703,21 @@ def _match(
         for d in eqs:
             used[delete_key(d)] = d
         per_file.append((e, pos, eqs))
+    return per_file, used
 
+
+def _delete_tasks(
+    src: TableSource,
+    used: dict[tuple[str, int], Entry],
+    unpartitioned: dict[int, bool],
+    part_id: Callable[[int, tuple[Any, ...]], int],
+    first_id: int,
+) -> tuple[dict[tuple[str, int], int], list[DeleteTask]]:
+    """The delete files used, in data sequence order, numbered from `first_id` (after the
+    data files); their ids by key."""
     del_ids: dict[tuple[str, int], int] = {}
     delete_tasks: list[DeleteTask] = []
-    next_id = len(data)
+    next_id = first_id
     for key in sorted(used, key=lambda k: (used[k].seq, k)):
         d = used[key]
         del_ids[key] = next_id
@@ -659,7 +746,17 @@ def _match(
             )
         )
         next_id += 1
+    return del_ids, delete_tasks
 
+
+def _data_tasks(
+    src: TableSource,
+    per_file: list[tuple[Entry, list[Entry], list[Entry]]],
+    del_ids: dict[tuple[str, int], int],
+    part_id: Callable[[int, tuple[Any, ...]], int],
+    field_ids: dict[int, tuple[int, ...]],
+) -> list[DataTask]:
+    """The data files' tasks, numbered from 0 in path order."""
     tasks = []
     # one (field id, value) tuple per partition, shared by its files (10^6 files, 10^3 values)
     pairs: dict[tuple[int, tuple[Any, ...]], tuple[tuple[int, Any], ...]] = {}
@@ -689,31 +786,7 @@ def _match(
                 eq_deletes=tuple(sorted(del_ids[delete_key(d)] for d in eqs)) if eqs else (),
             )
         )
-    kept_eq: dict[frozenset[int], int] = defaultdict(int)
-    for t in delete_tasks:
-        if t.kind == "equality":
-            kept_eq[t.eq_ids] += 1
-    eq_total: dict[frozenset[int], int] = n_del_total["equality"]
-    pruning = Pruning(
-        manifests_data=(kept_m[ManifestContent.DATA], n_data_m),
-        manifests_delete=(kept_m[ManifestContent.DELETES], n_del_m),
-        data_files=(n_data_total, n_data_part, len(data)),
-        pos_deletes=(
-            n_del_total["position"],
-            sum(1 for t in delete_tasks if t.kind == "position" and not t.is_dv),
-        ),
-        dvs=(n_del_total["dv"], sum(1 for t in delete_tasks if t.is_dv)),
-        eq_deletes=tuple((s, eq_total[s], kept_eq.get(s, 0)) for s in sorted(eq_total, key=sorted)),
-    )
-    return ScanFiles(
-        snapshot_id=snap.snapshot_id,
-        sequence_number=snap.sequence_number or 0,
-        data=tuple(tasks),
-        deletes=tuple(delete_tasks),
-        partitions=tuple(labels),
-        pruning=pruning,
-        partition_fields=partition_fields(src),
-    )
+    return tasks
 
 
 def partition_fields(src: TableSource) -> tuple[PartField, ...]:

@@ -181,19 +181,6 @@ class TableSource:
     def read_path(self, recorded: str) -> str:
         return self.path_map(recorded)
 
-    def __post_init__(self) -> None:
-        _FILE_IOS[self.key] = self.io.inner
-
-
-# source key -> the FileIO its files are read with on the client (the catalog's, so object
-# stores and credentials a REST catalog vends follow the same path as the metadata)
-_FILE_IOS: dict[str, FileIO] = {}
-
-
-def file_io(source_key: str) -> FileIO | None:
-    """The FileIO of a table source loaded in this process (None: not loaded here)."""
-    return _FILE_IOS.get(source_key)
-
 
 def _metadata_file_in(directory: str) -> str:
     """The current metadata file of a table directory, as Iceberg's Hadoop tables find it:

@@ -350,6 +350,7 @@ def _changes(r: _Ref) -> TableChanges:
     return TableChanges(
         table=r.label,
         source_key=r.source.key,
+        io=r.source.io.inner,
         start_id=r.changes[0],
         end_id=r.changes[1],
         schema_id=r.schema.schema_id,
@@ -483,6 +484,7 @@ def _scan(r: _Ref, columns: set[str] | None, filters: list[exp.Expression]) -> I
     return IcebergScan(
         table=r.label,
         source_key=r.source.key,
+        io=r.source.io.inner,
         snapshot_id=r.snapshot_id,
         schema_id=r.schema.schema_id,
         fields=tuple(fields),

@@ -1,9 +1,11 @@
-"""mor's rules: pure functions, no I/O, no pyspark.
+"""mor's rules: no I/O, no pyspark.
 
-Logical rules (this module's MOR_RULES) rewrite the scans of a logical plan; the query around
-the scans is Spark's to optimize. They run after scan planning (I/O done by the planner),
-because equality-delete routing needs each scan's files. Physical rules (rules/physical/) then
-decide what each node becomes in Spark:
+Logical rules (this module's MOR_RULES) rewrite the scans of a logical plan, pure functions of
+it; the query around the scans is Spark's to optimize. They run after scan planning (I/O done
+by the planner), because equality-delete routing needs each scan's files. Physical rules
+(rules/physical/) then decide what each node becomes in Spark, from the plan, the session's
+facts and what the process's caches hold (positions resolved by earlier queries, files read
+before): the same plan may be planned differently later in a process, never with other rows.
 
     planner.sql.bind -> planner.attach.attach_files -> MOR_RULES -> rules.physical.plan_physical
 """

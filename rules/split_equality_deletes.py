@@ -185,6 +185,7 @@ def _delete_scan(scan: IcebergScan, files: ScanFiles, eq_set: frozenset[int]) ->
         pushed=_key_filters(scan, {k.field_id: k.col.name for k in keys if not k.path}),
         table=scan.table,
         source_key=scan.source_key,
+        io=scan.io,
         eq_set=eq_set,
         keys=keys,
         files=deletes,

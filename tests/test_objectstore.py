@@ -271,9 +271,9 @@ def test_only_plans_whose_files_spark_reads_on_s3_need_the_connector() -> None:
 
 
 def test_explain_says_how_spark_gets_s3a(tmp_path: Path) -> None:
-    from mor.api import _s3a_section
+    from mor.execution import QueryExecution
 
-    text = _s3a_section(None)
+    text = QueryExecution("SELECT 1")._s3a_section(started=False)
     assert text.startswith("== Object storage ==\ns3a       a session mor starts to run it")
     assert "org.apache.hadoop:hadoop-aws:" in text
 

@@ -147,3 +147,25 @@ def test_anti_join_uses_equals_only_when_no_delete_key_can_be_null() -> None:
     assert not j.null_safe and "no_null_keys" in _text(j)
     (j,) = joins(clean, unknown)
     assert j.null_safe and " null_safe " in _text(j)
+
+
+def test_every_physical_node_kind_is_formatted_and_translated() -> None:
+    """Each kind of physical node has a format (physical/describe.py) and a translation
+    (physical/compile.py), both dispatched by kind: a kind added without them fails here,
+    not as a class name printed in EXPLAIN or an error at run time. The one step with
+    effects is formatted with its branch and run, not translated; a commit's parts are
+    translated by its table_changes node."""
+    from mor.physical.compile import TRANSLATIONS, Compiler
+    from mor.physical.describe import _FORMATS, _Describer
+    from mor.rules.physical import nodes
+
+    kinds = {
+        c
+        for c in vars(nodes).values()
+        if isinstance(c, type) and issubclass(c, nodes.PhysicalNode) and c is not nodes.PhysicalNode
+    }
+    assert len(kinds) >= 12, kinds
+    assert kinds - set(_FORMATS) == {nodes.ResolveEqDeletes}
+    assert kinds - set(TRANSLATIONS) == {nodes.ResolveEqDeletes, nodes.CommitExec}
+    assert all(callable(getattr(_Describer, m, None)) for m in _FORMATS.values())
+    assert all(callable(getattr(Compiler, m, None)) for m in TRANSLATIONS.values())

@@ -1,7 +1,8 @@
 """Physical rules: what each part of an optimized logical plan becomes in Spark, decided once.
 
 `plan_physical(plan, facts, cache)` walks the logical plan and takes every decision the DataFrames
-depend on, each by the function that owns it (no decision is taken anywhere else):
+depend on, each by the function that owns it; the nodes hold them, so that the formatter and
+the compiler read them off (tests/test_rules.py checks each node kind has both):
 
 | decision                                  | rule (rules/physical/...)                   |
 |-------------------------------------------|---------------------------------------------|
@@ -12,14 +13,18 @@ depend on, each by the function that owns it (no decision is taken anywhere else
 | delete sides: broadcast, compacted, kept  | broadcast.broadcast_allowed, compacted_keys,|
 |                                           | keeps                                       |
 | a barrier above a scan of several reads   | views.needs_barrier                         |
+| position deletes held on the driver or    | DeleteTask.held (planner/nodes.py), the     |
+| read by Spark                             | files on ReadData.spark_deletes             |
+| an anti-join's condition and scope        | nodes.JoinCondition.of                      |
+| what the resolving job reads              | equality.resolving_scan                     |
 
 The result is a tree of frozen nodes (nodes.py). physical/describe.py formats it (EXPLAIN
-PHYSICAL); physical/compile.py translates it into DataFrames and decides nothing. One node has side
-effects and is a step of its own: `ResolveEqDeletes`, the Spark job that resolves equality
-deletes to positions and keeps them in the process's caches (planner/state.py). It runs when
-the branch above it is first translated; the branch's scan is then planned again over the
-positions the job found (`ResolvedBranch.final`), as Spark's adaptive execution replans a
-query stage after the stage before it ran. Remembering the files a filtered query joined (to
+PHYSICAL); physical/compile.py translates it into DataFrames. One node has side effects and is
+a step of its own: `ResolveEqDeletes`, the Spark job that resolves equality deletes to
+positions and keeps them in the process's caches (planner/state.py). It runs when the branch
+above it is first translated; the branch's scan is then planned again here over the positions
+the job found (`replan_resolved`), as Spark's adaptive execution replans a query stage after
+the stage before it ran. Remembering the files a filtered query joined (to
 resolve them next time) is the other effect, carried by `AntiJoinExec.joined`.
 
 No module here imports pyspark. `trace()` lists the decisions of a plan, one line each
@@ -32,9 +37,9 @@ from dataclasses import replace
 
 from mor.planner.errors import InternalError
 from mor.planner.nodes import (
-    RESOLVED,
     AntiJoin,
     CommitChanges,
+    DeleteTask,
     EqDeleteScan,
     IcebergScan,
     MetadataTable,
@@ -54,12 +59,19 @@ from mor.rules.physical.broadcast import (
     position_relation_bytes,
 )
 from mor.rules.physical.counts import counted_from_metadata
-from mor.rules.physical.equality import Resolution, chain_of, decide, resolved_scan
+from mor.rules.physical.equality import (
+    Resolution,
+    chain_of,
+    decide,
+    resolved_scan,
+    resolving_scan,
+)
 from mor.rules.physical.nodes import (
     AntiJoinExec,
     ChangesExec,
     CommitExec,
     CountRows,
+    JoinCondition,
     MetadataRows,
     PhysicalNode,
     QueryExec,
@@ -99,24 +111,38 @@ def plan_scan(scan: IcebergScan, facts: SessionFacts) -> PhysicalNode:
     how = reading(tasks, facts)
     strategy = position_strategy(tasks, deletes, how.key)
     delete_reading, est, broadcast, persist = None, 0, False, False
+    files: tuple[DeleteTask, ...] = ()
     if strategy is not None:
         est = position_relation_bytes(strategy, how.key.is_long)
         broadcast = broadcast_allowed(strategy.delete_rows, est, facts.broadcast_limit)
     if strategy is not None and strategy.method != "bitmap":
         used = sorted({p for t in tasks for p in t.pos_deletes})
-        files = [deletes[p] for p in used if not deletes[p].is_dv and deletes[p].kind != RESOLVED]
+        files = tuple(deletes[p] for p in used if not deletes[p].held)
         if files:
             delete_reading = reading(files, facts, 1)
         persist = keeps(est, current().delete_cache_bytes)
-    return ReadData(scan, how, strategy, delete_reading, est, broadcast, persist)
+    return ReadData(scan, how, strategy, files, delete_reading, est, broadcast, persist)
+
+
+def replan_resolved(branch: ResolvedBranch, found: dict | None) -> PhysicalNode:
+    """The scan of a resolved branch over the positions its step found (`found`: by
+    recorded path), or its scan as planned when every position was held."""
+    if branch.step is None:
+        return branch.scan
+    if found is None:
+        raise InternalError("a resolved branch planned before its step ran")
+    return plan_scan(
+        resolved_scan(branch.base, branch.resolution, branch.needed, found), branch.facts
+    )
 
 
 class Planner:
     """Plans the nodes of one query (a node planned twice is one physical node)."""
 
-    def __init__(self, facts: SessionFacts, cache: ProcessCaches) -> None:
+    def __init__(self, facts: SessionFacts, cache: ProcessCaches, every: bool = False) -> None:
         self.facts = facts
         self.cache = cache  # read only: the resolved positions held, the files joined before
+        self.every = every  # every branch's equality deletes resolved (equality.decide)
         self.done: dict[int, tuple[Plan, PhysicalNode]] = {}
         self.needed: dict[int, frozenset[str]] = {}  # a union's columns, by input
         self.inner: set[int] = set()  # anti-joins under another one: joined with their chain
@@ -148,12 +174,14 @@ class Planner:
             case AntiJoin(left=left, right=right):
                 # a chain is resolved or joined whole: its inner anti-joins decide nothing
                 chain = None if id(node) in self.inner else chain_of(node)
-                res = decide(*chain, self.cache) if chain is not None else None
+                res = decide(*chain, self.cache, self.every) if chain is not None else None
                 if chain is not None and res is not None and res.method == "positions":
                     return self._resolved(node, chain[0], chain[1], res)
                 self.inner.add(id(left))
                 base = chain[0] if chain is not None else None
-                return AntiJoinExec(node, self.plan(left), self.plan(right), res, base)
+                return AntiJoinExec(
+                    node, self.plan(left), self.plan(right), JoinCondition.of(node), res, base
+                )
             case Union(inputs=inputs, columns=cols):
                 needed = frozenset(c.name for c in cols)
                 for i in inputs:
@@ -183,7 +211,10 @@ class Planner:
         step = None
         if res.missing:
             sides = tuple(self.plan(self._unfiltered(j.right)) for j in joins)
-            step = ResolveEqDeletes(base, joins, res, sides)
+            conditions = tuple(JoinCondition.of(j) for j in joins)
+            step = ResolveEqDeletes(
+                base, joins, res, sides, conditions, resolving_scan(base, joins, res)
+            )
         needed = self.needed.get(id(node))
         scan = plan_scan(resolved_scan(base, res, needed, preview=True), self.facts)
         return ResolvedBranch(node, base, res, needed, step, scan, self.facts)

@@ -163,11 +163,14 @@ class Resolution:
     positions: Mapping[int, pa.Array] | None = None  # of the held files, by file id
 
 
-def decide(scan: IcebergScan, joins: Sequence[AntiJoin], cache: ProcessCaches) -> Resolution:
+def decide(
+    scan: IcebergScan, joins: Sequence[AntiJoin], cache: ProcessCaches, every: bool = False
+) -> Resolution:
     """Whether this branch reads resolved positions, and which of its files must be resolved
-    first (by what `cache` holds; nothing is written to it here)."""
+    first (by what `cache` holds; nothing is written to it here). `every`: each file is
+    resolved, whatever the settings say (the conversion of equality deletes asks it)."""
     s = current()
-    if not s.resolve_equality_deletes:
+    if not s.resolve_equality_deletes and not every:
         return Resolution("join", why="setting resolve_equality_deletes is off")
     tasks = scan.data_files()
     deletes = scan.deletes_by_id()
@@ -184,6 +187,8 @@ def decide(scan: IcebergScan, joins: Sequence[AntiJoin], cache: ProcessCaches) -
     missing = tuple(t for t in tasks if t.file_id not in positions)
     # reads before this one that must have joined each missing file
     before = max(s.resolve_at_read - 1, 1 if scan.pushed else 0)
+    if every:
+        before = 0
     if missing and any((joined_before.get(keys[t.file_id]) or 0) < before for t in missing):
         reads = min((joined_before.get(keys[t.file_id]) or 0) for t in missing)
         return Resolution(
@@ -203,7 +208,7 @@ def decide(scan: IcebergScan, joins: Sequence[AntiJoin], cache: ProcessCaches) -
     applied = {i for t in missing for i in t.eq_deletes if deletes[i].eq_ids in sets}
     del_rows = sum(deletes[i].record_count for i in applied)
     estimate = min(rows, del_rows)
-    if estimate > s.resolved_cache_rows:
+    if estimate > s.resolved_cache_rows and not every:
         return Resolution(
             "join",
             why=f"its files could lose ~{estimate} rows, over resolved_cache_rows "
@@ -310,6 +315,21 @@ def describe(res: Resolution, scan: IcebergScan, sides: str = "the delete sides"
         f"without the query's filters); (_file, _pos) of at most ~{res.estimate} rows collected "
         f"to the driver and kept per data file (resolved_cache_rows); {len(res.held)} held "
         "from earlier queries"
+    )
+
+
+def resolving_scan(base: IcebergScan, joins: Sequence[AntiJoin], res: Resolution) -> IcebergScan:
+    """What the job resolving a branch reads: the key columns of the files it resolves
+    (`res.missing`), every row (no filter of the query, no position delete applied), with
+    `_file` and `_pos`, their equality deletes alone beside them."""
+    assert base.files is not None
+    files = replace(
+        base.files,
+        data=tuple(replace(t, pos_deletes=()) for t in res.missing),
+        deletes=tuple(d for d in base.files.deletes if d.kind == "equality"),
+    )
+    return replace(
+        base, fields=key_fields(base, joins), pushed=(), hidden=("_file", "_pos"), files=files
     )
 
 

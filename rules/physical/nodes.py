@@ -11,6 +11,7 @@ from mor.planner.errors import InternalError
 from mor.planner.nodes import (
     AntiJoin,
     CommitChanges,
+    DeleteTask,
     EqDeleteScan,
     IcebergScan,
     MetadataTable,
@@ -48,6 +49,34 @@ class PhysicalNode:
         return visit(self)
 
 
+@dataclass(frozen=True, slots=True)
+class JoinCondition:
+    """What a left row matching a delete row means, as the anti-join's guards say: the keys
+    equal (null-safe unless the manifests rule NULL out; float keys compared as text, as the
+    delete scan gives them), the delete newer than the row's file (`seq_guard`), and in its
+    partition unless global (`scope`: "" none; "partition": no delete of the side is global,
+    so the scope is a join key, one hash entry per key and partition probed; "partition or
+    global": each delete's partition, or any when it is global)."""
+
+    keys: tuple[tuple[str, str, bool], ...]  # (data column, delete column, compared as text)
+    null_safe: bool
+    seq_guard: bool
+    scope: str
+
+    @classmethod
+    def of(cls, aj: AntiJoin) -> JoinCondition:
+        from mor.rules.physical.equality import scoped_only
+
+        right = aj.right
+        texts = right.text_keys() if isinstance(right, EqDeleteScan) else frozenset()
+        scope = ""
+        if aj.part_guard:
+            scope = "partition" if scoped_only(right) else "partition or global"
+        return cls(
+            tuple((lk, rk, rk in texts) for lk, rk in aj.keys), aj.null_safe, aj.seq_guard, scope
+        )
+
+
 @dataclass(frozen=True, eq=False)
 class CountRows(PhysicalNode):
     """`spark.range(n)`: a scan needing no column and no filter, n from the files' record
@@ -64,7 +93,10 @@ class ReadData(PhysicalNode):
     scan: IcebergScan
     reading: Reading
     positions: PositionStrategy | None
-    delete_reading: Reading | None  # the join method's position delete files, read by Spark
+    # the position delete files Spark reads (the join method's Parquet files; deletion
+    # vectors and resolved positions are held on the driver: DeleteTask.held), and how
+    spark_deletes: tuple[DeleteTask, ...]
+    delete_reading: Reading | None
     estimate: int  # the join method's deleted positions: estimated bytes
     broadcast: bool  # ... broadcast (else shuffled)
     persist: bool  # ... kept in Spark's cache
@@ -90,6 +122,7 @@ class AntiJoinExec(PhysicalNode):
     node: AntiJoin
     left: PhysicalNode
     right: PhysicalNode
+    condition: JoinCondition
     joined: Resolution | None = None
     branch: IcebergScan | None = None  # the chain's scan, when `joined`
 
@@ -109,6 +142,10 @@ class ResolveEqDeletes(PhysicalNode):
     joins: tuple[AntiJoin, ...]
     resolution: Resolution
     sides: tuple[PhysicalNode, ...]
+    conditions: tuple[JoinCondition, ...]  # of each join, with its side
+    # what the job reads: the key columns of the missing files (every row: no filter of the
+    # query, no position delete applied), with `_file` and `_pos`
+    keys: IcebergScan
 
     @property
     def children(self) -> tuple[PhysicalNode, ...]:
@@ -119,8 +156,8 @@ class ResolveEqDeletes(PhysicalNode):
 class ResolvedBranch(PhysicalNode):
     """A branch whose equality deletes are read as positions: a plain scan, with no
     anti-join. `scan` is final when every position is held; after `step` it is a preview
-    (each file deleting as many rows as it could lose), and `final` plans it again over the
-    positions the step found."""
+    (each file deleting as many rows as it could lose), planned again over the positions the
+    step found by rules/physical's `replan_resolved`."""
 
     node: AntiJoin
     base: IcebergScan
@@ -133,17 +170,6 @@ class ResolvedBranch(PhysicalNode):
     @property
     def children(self) -> tuple[PhysicalNode, ...]:
         return (self.step, self.scan) if self.step is not None else (self.scan,)
-
-    def final(self, found: dict | None) -> PhysicalNode:
-        """The branch's scan over the positions `step` found (`found`: by recorded path)."""
-        if self.step is None:
-            return self.scan
-        if found is None:
-            raise InternalError("a resolved branch planned before its step ran")
-        from mor.rules.physical import plan_scan
-        from mor.rules.physical.equality import resolved_scan
-
-        return plan_scan(resolved_scan(self.base, self.resolution, self.needed, found), self.facts)
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,7 +1,8 @@
-"""The settings only the physical rules read: which delete sides are broadcast (by rows) and
-kept in Spark's cache, whether equality deletes are resolved, barriers, and the bitmap method
-for position deletes (planner/settings.py has the machinery; docs/configuration.md the
-table). A setting is declared by the lowest layer that reads it (tests/test_settings.py)."""
+"""The settings the physical rules decide by: which delete sides are broadcast (by rows) and
+kept in Spark's cache (physical/, which keeps them, reads `delete_cache_bytes` too), whether
+and when equality deletes are resolved, barriers, and the bitmap method for position deletes
+(planner/settings.py has the machinery; docs/configuration.md the table). A setting is
+declared by the lowest layer that reads it (tests/test_settings.py)."""
 
 from __future__ import annotations
 

@@ -398,11 +398,8 @@ def sizes(store: SeaweedFS) -> tuple[int, list[str]]:
     want = {p: i + 1 for i, p in enumerate(paths[: len(many) + len(few)])}
     want.update({paths[-2]: None, paths[-1]: None})
     io = CountingFileIO(load_file_io(store.io_properties(), paths[0]))
-    from mor.planner import sources
-
-    sources._FILE_IOS["sizes-check"] = io
     before = REQUESTS.snapshot()
-    got = file_sizes("sizes-check", paths)
+    got = file_sizes(io, paths)
     used = since(before)
     diffs = []
     if got != want:
@@ -422,7 +419,7 @@ def sizes(store: SeaweedFS) -> tuple[int, list[str]]:
             out.write(b"y" * (i + 1))
     objs = [SimpleNamespace(read_path=f"s3a://{k}", size_bytes=i + 1) for i, k in enumerate(mixed)]
     data, deletes = objs[:-3], objs[-3:]
-    groups = [(data, "sizes-check", "data", "t"), (deletes, "sizes-check", "delete", "t")]
+    groups = [(data, io, "data", "t"), (deletes, io, "delete", "t")]
     before = REQUESTS.snapshot()
     check_all(groups)
     together = since(before)

@@ -1,0 +1,238 @@
+"""One statement's execution: the pipeline from SQL text to Spark's DataFrame, wired once.
+
+As Catalyst's `QueryExecution`, each stage is derived from the one before it, lazily, once:
+
+    sql ──plan_query──> planned (logical, optimized, trace: JVM-free)
+                          │
+         session <────────┤   the user's session, one given later (the CLI's, started
+                          │   after every statement of a file is planned), or mor's own
+                          │   local one (with Hadoop's s3a connector when the plan reads s3a://)
+                          ▼
+                    physical_plan (rules/physical, with the session's facts)
+                          │
+                          ├──> dataframe (physical/compile)
+                          └──> explain() (planner/explain + physical/describe)
+
+`mor_sql`, `explain`, `mor run` and the shell all build one; nothing else assembles these
+stages. The settings in effect when it was made (with the call's overrides) are the ones every
+stage runs under, whenever it runs. The DataFrame carries its execution, so that
+`mor_errors(df)` finds the plan behind a failure without a table of DataFrames on the side.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from mor.planner.settings import Settings, applied, current
+from mor.planner.state import ProcessCaches, caches
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyspark.sql import DataFrame, SparkSession
+
+    from mor.api import Planned
+    from mor.planner.nodes import Plan
+    from mor.planner.sql import Statement
+    from mor.rules.physical.nodes import PhysicalNode
+
+_ATTRIBUTE = "_mor_execution"  # on the DataFrames `dataframe` returns
+
+
+class QueryExecution:
+    """One statement over Iceberg tables, planned by mor and run by Spark."""
+
+    def __init__(
+        self,
+        sql: str | Statement,
+        *,
+        catalog: Catalog | str | None = None,
+        path_map: dict[str, str] | None = None,
+        io_properties: dict[str, str] | None = None,
+        warehouse: str | None = None,
+        settings: Any = None,
+        spark: SparkSession | None = None,
+        cache: ProcessCaches | None = None,
+    ) -> None:
+        self.sql = sql
+        self.catalog = catalog
+        self.path_map = path_map
+        self.io_properties = io_properties
+        self.warehouse = warehouse
+        self.settings: Settings = current().overridden(settings, "settings")
+        self.cache = cache if cache is not None else caches()
+        self._spark = spark
+
+    # --- the stages ----------------------------------------------------------------------
+
+    @cached_property
+    def planned(self) -> Planned:
+        """The statement bound, its scans planned and the merge-on-read rules applied."""
+        from mor.api import plan_query
+
+        with applied(self.settings):
+            return plan_query(
+                self.sql,
+                catalog=self.catalog,
+                path_map=self.path_map,
+                io_properties=self.io_properties,
+                warehouse=self.warehouse,
+                cache=self.cache,
+            )
+
+    @property
+    def plan(self) -> Plan:
+        return self.planned.optimized
+
+    @property
+    def reads_s3a(self) -> bool:
+        """Whether Spark reads s3a:// paths for this plan (its session needs Hadoop's s3a)."""
+        from mor.physical.s3a import reads_s3a
+
+        return reads_s3a(self.plan)
+
+    def use(self, spark: SparkSession) -> QueryExecution:
+        """Run on `spark` (a session made after planning, as the CLI makes one for every
+        statement of a file); refused once a session was used."""
+        if "session" in self.__dict__ and self.__dict__["session"] is not spark:
+            raise ValueError("this execution already runs on another session")
+        self._spark = spark
+        return self
+
+    @cached_property
+    def session(self) -> SparkSession:
+        """The session given, as it is, or mor's own local one."""
+        from mor.physical import local_session, prepare_session
+
+        if self._spark is not None:
+            return prepare_session(self._spark)
+        with applied(self.settings):
+            return local_session(s3a=self.reads_s3a)
+
+    @cached_property
+    def physical_plan(self) -> PhysicalNode:
+        """The physical plan the compiler translates (and EXPLAIN PHYSICAL prints), with the
+        facts of the session it runs on (a JVM-free guess of them while no session is in use:
+        `explain(check=False)`)."""
+        from mor.rules.physical import plan_physical
+
+        with applied(self.settings):
+            return plan_physical(self.plan, self._facts(), self.cache)
+
+    def _facts(self) -> Any:
+        """The session's facts once a session is in use, else a JVM-free guess of them."""
+        if "session" not in self.__dict__:
+            from mor.physical.describe import own_session_facts
+
+            return own_session_facts()
+        from mor.physical.reads import session_facts
+
+        return session_facts(self.session, packing=True)
+
+    @cached_property
+    def dataframe(self) -> DataFrame:
+        """The lazy DataFrame of the statement's rows. The session's facts are asked (and its
+        Parquet reader warmed) while the statement is planned, when the session is known
+        before planning."""
+        from mor.physical import to_dataframe
+        from mor.physical.reads import early_facts
+        from mor.physical.session import active_session
+
+        with applied(self.settings):
+            known = None
+            if "planned" not in self.__dict__:
+                known = self._spark if self._spark is not None else active_session()
+            facts = early_facts(known) if known is not None else None
+            self.planned  # noqa: B018 - planned while the facts are asked
+            session = self.session
+            df = to_dataframe(
+                self.plan, session, self.cache, facts=facts if session is known else None
+            )
+        df.__dict__[_ATTRIBUTE] = self
+        return df
+
+    def output_columns(self) -> str:
+        """The statement's output columns as Spark analyses them over empty views (no data
+        file read): an unknown function or column fails here, with its line and column."""
+        from mor.physical import to_dataframe
+
+        with applied(self.settings):
+            schema = to_dataframe(self.plan, self.session, None, analyse_only=True).schema
+        return ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
+
+    # --- EXPLAIN -------------------------------------------------------------------------
+
+    def explain(
+        self,
+        *,
+        verbose: bool = False,
+        physical: bool = False,
+        analyze: bool = False,
+        check: bool = True,
+    ) -> str:
+        """The plan as text (docs/explain.md): the logical plan with its scans, the output
+        columns (`check`: Spark analyses the query), the planning trace and the physical rules
+        (`verbose`), the physical plan (`physical`), the metrics and the rows each kind of
+        delete removed, counted on Spark (`analyze`)."""
+        from mor.planner.explain import explain_text
+        from mor.planner.requests import REQUESTS, since
+
+        before = REQUESTS.snapshot()
+        with applied(self.settings):
+            planned = self.planned
+            output = self.output_columns() if check or analyze else None
+            trace = [(t.rule, t.changed, t.plan) for t in planned.trace] if verbose else None
+            text = explain_text(planned.optimized, trace, output)
+            if physical or verbose:
+                text += self._physical_sections(verbose, physical)
+            if self.reads_s3a:
+                text += "\n" + self._s3a_section(check or analyze)
+            if analyze:
+                text += self._analyze_section(before, since)
+        return text
+
+    def _physical_sections(self, verbose: bool, physical: bool) -> str:
+        from mor.physical.describe import describe_plan
+        from mor.rules.physical import trace as physical_trace
+
+        text = ""
+        if verbose:
+            text += "\n== Physical rules ==\n" + "".join(
+                f"{line}\n" for line in physical_trace(self.physical_plan)
+            )
+        if physical:
+            text += "\n" + describe_plan(self.physical_plan, self._facts())[0]
+        return text
+
+    def _s3a_section(self, started: bool) -> str:
+        """How Spark gets Hadoop's s3a connector for this plan's s3a:// paths."""
+        if not started:
+            from mor.physical.s3a import s3a_for, what_starts_get
+
+            line = what_starts_get(s3a_for())
+        else:
+            from mor.physical.session import s3a_status
+
+            line = s3a_status(self.session)
+        return f"== Object storage ==\ns3a       {line}\n"
+
+    def _analyze_section(self, before: Any, since: Any) -> str:
+        from mor.physical.analyze import count_removed
+        from mor.planner.query_metrics import render as render_metrics
+
+        m = count_removed(self.planned.metrics(), self.plan, self.session, self.cache)
+        m.store_requests = since(before)  # planning, and building what the counts ran
+        return (
+            "\n"
+            + render_metrics(m)
+            + "\n== Process caches (after the counts) ==\n"
+            + "".join(f"{f.line()}\n" for f in self.cache.figures() if f.entries)
+        )
+
+
+def execution_of(df: Any) -> QueryExecution | None:
+    """The execution behind a DataFrame `QueryExecution.dataframe` returned (None for any
+    other DataFrame, or one derived from it)."""
+    if df is None:
+        return None
+    return vars(df).get(_ATTRIBUTE)
