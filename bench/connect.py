@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository
 
-from bench.run import QUERIES, _action, _bag, _fingerprint  # noqa: E402
+from bench.harness import action, bag, fingerprint, write_json  # noqa: E402
+from bench.run import QUERIES  # noqa: E402
 
 
 def build_table(warehouse: Path, rows: int, files: int, pos: float, eq: float) -> str:
@@ -110,15 +110,15 @@ def measure(args: argparse.Namespace, mode: str) -> dict[str, Any]:
         for q in args.queries:
             sql = QUERIES[q].format(t=name, lo=lo, hi=lo + 5000)
             if q == "select_star":
-                result = list(_fingerprint(mor_sql(sql, catalog=catalog, spark=spark)))
+                result = list(fingerprint(mor_sql(sql, catalog=catalog, spark=spark)))
             else:
-                result = _bag(mor_sql(sql, catalog=catalog, spark=spark).collect())
+                result = bag(mor_sql(sql, catalog=catalog, spark=spark).collect())
             build, total = [], []
             for i in range(args.reps + 1):  # the first is an untimed warm-up
                 t0 = time.perf_counter()
                 df = mor_sql(sql, catalog=catalog, spark=spark)
                 t1 = time.perf_counter()
-                _action(df, q)
+                action(df, q)
                 if i:
                     build.append(t1 - t0)
                     total.append(time.perf_counter() - t0)
@@ -199,9 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     geo = statistics.geometric_mean([r["connect/classic"] for r in out])
     print(f"geometric mean connect/classic over {len(out)} queries: {geo:.2f}")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"rows": out, "geomean": geo}, indent=2))
+    write_json(args.json, {"rows": out, "geomean": geo})
     return 0
 
 

@@ -21,7 +21,6 @@ the batch's plan reads (EXPLAIN's scans: only the files the commit touched).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import sys
@@ -30,8 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository
+
+from bench.harness import write_json  # noqa: E402
 
 
 def build(warehouse: Path, commits: int) -> Any:
@@ -133,10 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         f"the batch's scans list {sum(read)} data file(s) (of {total} manifest entries "
         "in the snapshot)"
     )
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps({"commits": args.commits, **med, "files_read": read}, indent=1)
-        )
+    write_json(args.json, {"commits": args.commits, **med, "files_read": read})
     return 0
 
 

@@ -40,10 +40,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository
 
-from bench.run import clear_caches  # noqa: E402
+from bench.harness import ROOT, clear_caches, write_json  # noqa: E402
 from tests.oracle.runtime import iceberg_session  # noqa: E402
 from tests.oracle.tpc import CACHE, DUCKDB, TPCH, generate  # noqa: E402
 from tests.pgcatalog import CATALOG, Postgres  # noqa: E402
@@ -323,11 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         rows_out = [_one(spark, trino, duck, views, name, text, args) for name, text in todo]
         spark.stop()
     summary = _summary(rows_out)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(
-            json.dumps({"rows": rows_out, "summary": summary, "build": counts}, indent=2)
-        )
+    write_json(args.json, {"rows": rows_out, "summary": summary, "build": counts})
     return 0
 
 

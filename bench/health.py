@@ -14,7 +14,6 @@ table and Spearman's rank correlation between the estimate and each measurement.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -22,9 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository
 
+from bench.harness import write_json  # noqa: E402
 from bench.tables import build, table_name  # noqa: E402
 from tests.oracle.runtime import iceberg_session  # noqa: E402
 
@@ -120,9 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     for peer in ("ours", "native"):
         rho = spearman(est, [r[peer] for r in out])
         print(f"Spearman rank correlation, estimated vs measured ({peer}): {rho:.2f}")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=2))
+    write_json(args.json, out)
     spark.stop()
     return 0
 

@@ -31,8 +31,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository
+
 
 from tests.objectstore import KEY, SECRET, SeaweedFS  # noqa: E402
 from tests.oracle.runtime import iceberg_session  # noqa: E402

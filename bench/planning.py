@@ -22,8 +22,7 @@ import pyarrow as pa
 
 from mor.planner.state import caches
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository
 
 
 def build(warehouse: Path, files: int, manifests: int) -> object:

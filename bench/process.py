@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -45,8 +44,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository
+
+from bench.harness import ROOT, geomean, write_json  # noqa: E402
 
 QUERIES = {
     "count": "SELECT count(*) FROM {t}",
@@ -69,7 +69,7 @@ def _native_session(warehouse: str) -> Any:
     jar = ivy_home() / "jars" / f"{group}_{artifact}-{version}.jar"
     if not jar.exists():
         raise SystemExit(f"{jar} is missing: run `python -m tests.oracle.runtime` once")
-    log_conf = ROOT / "physical" / "log4j2.properties"
+    log_conf = ROOT / "physical" / "spark" / "log4j2.properties"
     spark = (
         SparkSession.builder.master("local[*]")
         .appName("native")
@@ -190,10 +190,6 @@ def _cases(args: argparse.Namespace) -> list[tuple[str, str, str, str, str]]:
     return out
 
 
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", choices=["mor", "native"], help=argparse.SUPPRESS)
@@ -295,9 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             f"geometric means: whole {geomean([r['run/native'] for r in results]):.2f}, "
             f"query alone {geomean([r['query mor/native'] for r in results]):.2f}"
         )
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(results, indent=1))
+    write_json(args.json, results)
     return 0
 
 

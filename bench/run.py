@@ -15,7 +15,6 @@ Planning time (reading manifests) is part of "ours", as it is part of "native".
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -23,9 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository
 
+from bench.harness import action, bag, clear_caches, fingerprint, write_json  # noqa: E402
 from bench.tables import build, data_files, table_name  # noqa: E402
 from tests.oracle.runtime import iceberg_session  # noqa: E402
 
@@ -35,33 +34,6 @@ QUERIES = {
     "range": "SELECT id, v FROM {t} WHERE id BETWEEN {lo} AND {hi}",
     "select_star": "SELECT * FROM {t}",
 }
-
-
-def _action(df: Any, query: str) -> Any:
-    if query == "select_star":
-        df.write.format("noop").mode("overwrite").save()
-        return None
-    return df.collect()
-
-
-def _fingerprint(df: Any) -> tuple:
-    from pyspark.sql import functions as F
-
-    # a decimal sum: a long one overflows under ANSI mode (Spark 4's default)
-    digest = F.sum(F.xxhash64(*df.columns).cast("decimal(38,0)"))
-    return tuple(df.agg(F.count(F.lit(1)), digest).collect()[0])
-
-
-def _bag(rows: list[Any]) -> list[tuple]:
-    """Rows as a sorted list; doubles to 9 significant digits (sums depend on their order)."""
-    return sorted(tuple(float(f"{x:.9g}") if isinstance(x, float) else x for x in r) for r in rows)
-
-
-def clear_caches() -> None:
-    """Forget what mor keeps across queries of a process, as a new process would have it."""
-    import mor
-
-    mor.clear_caches()
 
 
 def run_table(
@@ -97,22 +69,22 @@ def run_table(
         first = {}
         for label, make in (("ours", ours), ("native", native), ("plain", plain)):
             t0 = time.perf_counter()
-            _action(make(), q)
+            action(make(), q)
             first[label] = time.perf_counter() - t0
         if q == "select_star":
-            same = _fingerprint(ours()) == _fingerprint(native())
+            same = fingerprint(ours()) == fingerprint(native())
         else:
-            same = _bag(ours().collect()) == _bag(native().collect())
+            same = bag(ours().collect()) == bag(native().collect())
         if not same:
             raise SystemExit(f"RESULTS DIFFER for {name} {q}: no time reported")
         times: dict[str, list[float]] = {"ours": [], "native": [], "plain": []}
         for _ in range(warmup):  # JIT and code-generation caches, for every peer alike
             for make in (ours, native, plain):
-                _action(make(), q)
+                action(make(), q)
         for _ in range(reps):
             for label, make in (("ours", ours), ("native", native), ("plain", plain)):
                 t0 = time.perf_counter()
-                _action(make(), q)
+                action(make(), q)
                 times[label].append(time.perf_counter() - t0)
         med = {k: statistics.median(v) for k, v in times.items()}
         out.append(
@@ -199,9 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                                 version,
                                 touched,
                             )
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(results, indent=1))
+    write_json(args.json, results)
     return 0
 
 

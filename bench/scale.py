@@ -44,9 +44,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository
 
+from bench.harness import ROOT, write_json  # noqa: E402
 from tests.oracle.many_files import ScaleSpec, build  # noqa: E402
 
 QUERIES = {
@@ -304,9 +304,7 @@ def main(argv: list[str] | None = None) -> int:
             results[f"{files}/{label}"] = entry
     results["jvm_peak_mb"] = _jvm_peak_mb(spark)
     print(f"driver JVM peak RSS: {results['jvm_peak_mb']:.0f} MB" if results["jvm_peak_mb"] else "")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(results, indent=1))
+    write_json(args.json, results)
     return 0
 
 

@@ -38,10 +38,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository
 
-from bench.run import clear_caches  # noqa: E402
+from bench.harness import action, clear_caches, fingerprint, write_json  # noqa: E402
 from tests.oracle.histories import eq_delete_file  # noqa: E402
 from tests.oracle.runtime import iceberg_session  # noqa: E402
 from tests.oracle.tpc import CACHE, TPCH, _bag, generate, queries  # noqa: E402
@@ -178,20 +177,6 @@ def plain_copies(spark: Any, warehouse: Path) -> None:
         spark.read.parquet(str(out)).createOrReplaceTempView(f"plain_{t}")
 
 
-def _action(df: Any, name: str) -> Any:
-    if name == "scan_select_star":
-        df.write.format("noop").mode("overwrite").save()
-        return None
-    return df.collect()
-
-
-def _fingerprint(df: Any) -> tuple:
-    from pyspark.sql import functions as F
-
-    digest = F.sum(F.xxhash64(*df.columns).cast("decimal(38,0)"))
-    return tuple(df.agg(F.count(F.lit(1)), digest).collect()[0])
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sf", type=float, default=0.1)
@@ -256,10 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         first = {}
         for label, make in peers.items():
             t0 = time.perf_counter()
-            _action(make(), name)
+            action(make(), name)
             first[label] = time.perf_counter() - t0
         if name == "scan_select_star":
-            same = _fingerprint(peers["ours"]()) == _fingerprint(peers["native"]())
+            same = fingerprint(peers["ours"]()) == fingerprint(peers["native"]())
         else:
             same = _bag(peers["ours"]().collect()) == _bag(peers["native"]().collect())
         if not same:
@@ -267,11 +252,11 @@ def main(argv: list[str] | None = None) -> int:
         times: dict[str, list[float]] = {k: [] for k in peers}
         for _ in range(args.warmup):
             for make in peers.values():
-                _action(make(), name)
+                action(make(), name)
         for _ in range(args.reps):
             for label, make in peers.items():
                 t0 = time.perf_counter()
-                _action(make(), name)
+                action(make(), name)
                 times[label].append(time.perf_counter() - t0)
         med = {k: statistics.median(v) for k, v in times.items()}
         row = {
@@ -316,9 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"ours/native {s['first: geomean ours/native']:.2f}, ours/plain "
                 f"{s['first: geomean ours/plain']:.2f}, max {s['first: max ours/native']:.2f}"
             )
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"rows": out, "summary": summary}, indent=2))
+    write_json(args.json, {"rows": out, "summary": summary})
     spark.stop()
     return 0
 

@@ -9,8 +9,8 @@ JVM.
 """
 
 # the settings the layers above planner/ declare beside the code they steer (no pyspark)
-import mor.physical.settings  # noqa: F401
-import mor.rules.physical.settings  # noqa: F401
+import mor.physical.spark.spark_settings  # noqa: F401
+import mor.rules.physical.rule_settings  # noqa: F401
 from mor.api import (
     cache_figures,
     changes,

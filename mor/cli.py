@@ -646,7 +646,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def _s3a_line(spark_conf: dict[str, str]) -> str:
     """What a session mor starts gets when a query reads s3a:// paths."""
-    from mor.physical.s3a import s3a_for, what_starts_get
+    from mor.physical.spark.s3a import s3a_for, what_starts_get
 
     return what_starts_get(s3a_for(spark_conf), "for s3a:// paths")
 

@@ -17,7 +17,7 @@ at any moment before its commit, gets the same batch (same id, same commits, sam
 the next run, so a sink that writes each batch under its `batch_id` (replacing what a killed
 run left) gets every commit exactly once. `batch_id` grows by one per committed batch.
 Which commits come next, and every way the history can move under a checkpoint (expired
-snapshots, a rollback, a re-created table), is planner/consume.py.
+snapshots, a rollback, a re-created table), is planner/batches.py.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from mor.api import changes, checked, effective_path_map, resolve_catalog
-from mor.planner.consume import Checkpoint, Pending, next_batch
+from mor.planner.batches import Checkpoint, Pending, next_batch
 from mor.planner.errors import ConsumeError
 from mor.planner.sources import PathMap, Resolver, is_table_path
 

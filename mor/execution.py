@@ -87,7 +87,7 @@ class QueryExecution:
     @property
     def reads_s3a(self) -> bool:
         """Whether Spark reads s3a:// paths for this plan (its session needs Hadoop's s3a)."""
-        from mor.physical.s3a import reads_s3a
+        from mor.physical.spark.s3a import reads_s3a
 
         return reads_s3a(self.plan)
 
@@ -125,7 +125,7 @@ class QueryExecution:
             from mor.physical.describe import own_session_facts
 
             return own_session_facts()
-        from mor.physical.reads import session_facts
+        from mor.physical.scan.reads import session_facts
 
         return session_facts(self.session, packing=True)
 
@@ -135,8 +135,8 @@ class QueryExecution:
         Parquet reader warmed) while the statement is planned, when the session is known
         before planning."""
         from mor.physical import to_dataframe
-        from mor.physical.reads import early_facts
-        from mor.physical.session import active_session
+        from mor.physical.scan.reads import early_facts
+        from mor.physical.spark.session import active_session
 
         with applied(self.settings):
             known = None
@@ -207,11 +207,11 @@ class QueryExecution:
     def _s3a_section(self, started: bool) -> str:
         """How Spark gets Hadoop's s3a connector for this plan's s3a:// paths."""
         if not started:
-            from mor.physical.s3a import s3a_for, what_starts_get
+            from mor.physical.spark.s3a import s3a_for, what_starts_get
 
             line = what_starts_get(s3a_for())
         else:
-            from mor.physical.session import s3a_status
+            from mor.physical.spark.session import s3a_status
 
             line = s3a_status(self.session)
         return f"== Object storage ==\ns3a       {line}\n"

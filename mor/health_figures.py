@@ -7,7 +7,7 @@ files (the rules of SEMANTICS.md), plus, for exact counts, the position delete f
 
 - `deleted_records` is exact for position deletes and deletion vectors (distinct positions below
   each data file's record count, from the delete files that apply to it, read by the reader
-  scans use: physical/delete_files.py; a vector's cardinality is its manifest record count).
+  scans use: physical/deletes/delete_files.py; a vector's cardinality is its manifest record count).
   Rows that equality deletes remove are known only by running the anti-joins: `exact=True`
   (`--exact`) counts the live rows of each data file on Spark; without it they are estimated
   (each delete key removes one row, split between the partitions its file applies to by their
@@ -272,8 +272,8 @@ def _deleted_positions(
     """Exact count of deleted positions per data file: a deletion vector's cardinality (its
     manifest record count: no blob is read, a request per data file on an object store); else
     the distinct positions below the file's record count in the position delete files that
-    apply, read by the reader scans use (physical/delete_files.py: in parallel, cached)."""
-    from mor.physical.delete_files import read_positions
+    apply, read by the reader scans use (physical/deletes/delete_files.py: in parallel, cached)."""
+    from mor.physical.deletes.delete_files import read_positions
 
     out: dict[int, int] = {}
     files = []

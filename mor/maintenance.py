@@ -6,7 +6,7 @@
 2. mor plans `SELECT *` of it (the equality-delete rewrite applied) and takes the data files
    equality deletes reach (`--where`: those of the partitions a filter keeps);
 3. the positions those deletes remove from each file are found by the step a query of mor
-   runs to resolve them (physical/maintenance.py: one Spark job per set of id sets);
+   runs to resolve them (physical/rewrite_jobs.py: one Spark job per set of id sets);
 4. each file's positions are written as one position delete file naming that file alone (v2),
    or, on a v3 table, as one deletion vector per file holding them together with every
    position the file's current deletion vector and position delete files delete (the vector
@@ -291,7 +291,7 @@ def convert_equality_deletes(
     `where`: SQL over the table's columns; only the data files of the partitions it keeps
     are converted. `spark`: a session, or a function making one (called only when there is
     something to resolve). `progress(text)`: called at each phase."""
-    from mor.physical.maintenance import deleted_positions, only_files
+    from mor.physical.rewrite_jobs import deleted_positions, only_files
 
     started = time.perf_counter()
     note = progress or (lambda text: None)
@@ -418,7 +418,7 @@ def _vectors(read: _Read, found: dict[str, Any], pos_files: dict[str, Any], chan
     file is deleted again when anything fails before the commit takes it over."""
     import uuid
 
-    from mor.physical.dv import puffin
+    from mor.physical.deletes.dv import puffin
 
     paths = sorted(p for p, v in found.items() if len(v))
     if not paths:
@@ -461,7 +461,7 @@ def _merged_positions(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from mor.physical.delete_files import read_positions
+    from mor.physical.deletes.delete_files import read_positions
     from mor.planner.state import ProcessCaches
 
     by_scan: dict[int, tuple[Any, list]] = {}
@@ -733,7 +733,7 @@ def _write_groups(
     """One Spark job writing each group's live rows (planned by mor at the read's snapshot,
     every delete applied) under `folder`, one sub-folder per group."""
     from mor.api import plan_query
-    from mor.physical.maintenance import Column, Group, only_files, write_compacted
+    from mor.physical.rewrite_jobs import Column, Group, only_files, write_compacted
     from mor.planner.nodes import LINEAGE_COLUMNS
     from mor.planner.sources import PathMap
 
@@ -760,7 +760,7 @@ def _new_files(read: _Read, schema: Schema, groups: list[RewriteGroup], folder: 
     left: not recorded)."""
     import re
 
-    from mor.physical.maintenance import GROUP
+    from mor.physical.rewrite_jobs import GROUP
 
     out = []
     for path in list_files(read.table.io, folder):

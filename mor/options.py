@@ -102,7 +102,7 @@ def file_io(args: argparse.Namespace) -> dict[str, str]:
 def spark_session(args: argparse.Namespace, s3a: bool = False) -> Any:
     """The Spark session of a command: Spark Connect with --remote (or $SPARK_REMOTE), else
     a local or --master session, with --conf applied; `s3a`: its queries read s3a:// paths
-    (a session started here gets Hadoop's s3a connector: physical/s3a.py)."""
+    (a session started here gets Hadoop's s3a connector: physical/spark/s3a.py)."""
     from mor.physical import local_session, remote_session
 
     conf = pairs(args.conf, "--conf")
@@ -115,12 +115,13 @@ def spark_session(args: argparse.Namespace, s3a: bool = False) -> Any:
 
 
 def run_spark(fn: Any, plan: Any = None) -> Any:
-    """Run a Spark action; its failure becomes one MorError line (physical/errors.py)."""
+    """Run a Spark action; its failure becomes one MorError line
+    (physical/spark/spark_errors.py)."""
     try:
         return fn()
     except MorError:
         raise
     except Exception as e:  # noqa: BLE001 - Spark errors arrive as Py4J/Analysis/gRPC exceptions
-        from mor.physical.errors import spark_failure
+        from mor.physical.spark.spark_errors import spark_failure
 
         raise spark_failure(e, plan) from e

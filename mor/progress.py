@@ -33,7 +33,7 @@ def spark_stages(spark: Any, label: str) -> Iterator[None]:
     if not enabled():
         yield
         return
-    from mor.physical.session import is_connect
+    from mor.physical.spark.session import is_connect
 
     stop = threading.Event()
     start = time.monotonic()

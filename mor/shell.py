@@ -56,13 +56,13 @@ class Shell:
         s3a connector when that query's tables are on S3 (a later query reading s3a:// paths
         from a session started without it is refused, naming what to add)."""
         from mor.options import spark_session
-        from mor.physical.s3a import reads_s3a
+        from mor.physical.spark.s3a import reads_s3a
 
         s3a = plan is not None and reads_s3a(plan, counts=True)
         if self._spark is None:
             self._spark = spark_session(self.args, s3a=s3a)
         elif s3a:
-            from mor.physical.session import check_s3a
+            from mor.physical.spark.session import check_s3a
 
             check_s3a(self._spark)
         return self._spark

@@ -11,9 +11,9 @@ from typing import Any
 _EXPORTS = {
     "Compiler": "mor.physical.compile",
     "to_dataframe": "mor.physical.compile",
-    "local_session": "mor.physical.session",
-    "prepare_session": "mor.physical.session",
-    "remote_session": "mor.physical.session",
+    "local_session": "mor.physical.spark.session",
+    "prepare_session": "mor.physical.spark.session",
+    "remote_session": "mor.physical.spark.session",
 }
 
 

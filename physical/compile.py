@@ -13,18 +13,18 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from mor.physical import arrow
-from mor.physical.changes import changes_schema, compile_changes
-from mor.physical.columns import float_key
-from mor.physical.eq_deletes import scan_eq_deletes
-from mor.physical.errors import query_error, recognised, spark_failure
-from mor.physical.guards import check_files
-from mor.physical.metadata_columns import hidden_type
-from mor.physical.reads import ReadContext, session_facts
+from mor.physical.deletes.eq_deletes import scan_eq_deletes
 from mor.physical.reuse import fingerprint, reused
-from mor.physical.scan import scan_data
-from mor.physical.session import is_connect
-from mor.physical.types import spark_type
+from mor.physical.scan.columns import float_key
+from mor.physical.scan.guards import check_files
+from mor.physical.scan.merge_on_read import scan_data
+from mor.physical.scan.metadata_columns import hidden_type
+from mor.physical.scan.reads import ReadContext, session_facts
+from mor.physical.scan.types import spark_type
+from mor.physical.spark import arrow
+from mor.physical.spark.session import is_connect
+from mor.physical.spark.spark_errors import query_error, recognised, spark_failure
+from mor.physical.table_changes import changes_schema, compile_changes
 from mor.planner.errors import InternalError, MorError, UnsupportedError
 from mor.planner.nodes import (
     DATA_SEQ,
@@ -327,7 +327,7 @@ def to_dataframe(
     """The query's result, built with the process's caches (`cache`). `analyse_only`: over
     empty scans, to have Spark check the query (and name its columns) without reading any
     file (no cache needed). `facts`: the session's facts when the caller started asking for
-    them before planning (physical/reads.early_facts), else asked here."""
+    them before planning (physical/scan/reads.early_facts), else asked here."""
     if not isinstance(plan, SparkQuery):
         raise InternalError("a plan to run must be a SparkQuery")
     if cache is None and not analyse_only:

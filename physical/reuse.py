@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from mor.physical.session import is_connect
+from mor.physical.spark.session import is_connect
 from mor.planner.cache import BoundedCache
 from mor.planner.nodes import Expr, Plan
 from mor.planner.settings import current

@@ -2,8 +2,8 @@
 
 The machinery (`Setting`, `declare`, the typed `Settings` object, `current`/`applied`, the
 config file) and the settings planner/ reads; the physical rules and physical/ declare theirs
-beside the code they steer (rules/physical/settings.py, physical/settings.py): a setting is
-declared by the lowest layer that reads it.
+beside the code they steer (rules/physical/rule_settings.py,
+physical/spark/spark_settings.py): a setting is declared by the lowest layer that reads it.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ class Setting:
 
 
 # every setting declared, in the order declared: each layer declares the settings it reads
-# (planner here, the physical rules in rules/physical/settings.py, reading files and starting
-# sessions in physical/settings.py), as Spark's modules declare their SQLConf entries;
+# (planner here, the physical rules in rules/physical/rule_settings.py, reading files and starting
+# sessions in physical/spark/spark_settings.py), as Spark's modules declare their SQLConf entries;
 # mor/__init__.py imports the declaring modules, so no setting is missing once mor is imported
 _DECLARED: dict[str, Setting] = {}
 

@@ -396,7 +396,7 @@ class Resolver:
 
 # pyiceberg 0.12 has no variant type and refuses every table with a variant column. mor reads
 # such metadata with each variant typed as a geometry of this (impossible) CRS, a type pyiceberg
-# parses and mor never reads: physical/types.py turns it back into Spark's VARIANT.
+# parses and mor never reads: physical/scan/types.py turns it back into Spark's VARIANT.
 VARIANT = "geometry('mor:variant')"
 
 

@@ -108,7 +108,8 @@ class ProcessCaches:
             "files",
             LAYOUT_CACHE_FILES,
         )
-        # reading (physical/delete_files.py, physical/bitmaps.py, rules/physical/equality.py)
+        # reading (physical/deletes/delete_files.py, physical/deletes/bitmaps.py,
+        # rules/physical/equality.py)
         self.positions: Kept[dict] = Kept(
             "position deletes",
             "positions of each position delete file and deletion vector read, per data file",

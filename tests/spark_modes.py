@@ -160,9 +160,9 @@ class Standalone:
 
 
 def _log_conf() -> str:
-    import mor.physical
+    import mor.physical.spark
 
-    return str(Path(mor.physical.__file__).parent / "log4j2.properties")
+    return str(Path(mor.physical.spark.__file__).parent / "log4j2.properties")
 
 
 def start() -> tuple[Any, Any]:

@@ -1,4 +1,4 @@
-"""Consuming a table's changes (mor/consume.py, planner/consume.py, `mor changes`): every
+"""Consuming a table's changes (mor/consume.py, planner/batches.py, `mor changes`): every
 commit in exactly one committed batch, whatever lands between batches and wherever a consumer
 stops; every history that moves under a checkpoint refused by one line naming what happened."""
 

@@ -1,5 +1,5 @@
-"""Deletion vector blobs (physical/dv.py), without Spark: decoding against a blob laid out by
-hand from the Puffin spec (independent of the encoder), round trips of random positions, and
+"""Deletion vector blobs (physical/deletes/dv.py), without Spark: decoding against a blob laid out
+by hand from the Puffin spec (independent of the encoder), round trips of random positions, and
 every check that must refuse a damaged blob with a one-line error naming it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap
 
-from mor.physical.dv import MAGIC, decode, encode
+from mor.physical.deletes.dv import MAGIC, decode, encode
 from mor.planner.errors import DataFileError
 
 # the fast tier too (`make check`: tests/legs.py)

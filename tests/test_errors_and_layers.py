@@ -125,7 +125,7 @@ def test_wheel_installs_layers_under_mor(tmp_path: Path) -> None:
         assert expected <= set(names), expected - set(names)
     examples = {f"mor/examples/{p.name}" for p in (ROOT / "examples").glob("*.sql")}
     assert examples and examples <= set(names)
-    assert "mor/physical/log4j2.properties" in names
+    assert "mor/physical/spark/log4j2.properties" in names
 
 
 def test_deep_statements_plan_without_recursion_errors(catalog: object) -> None:
@@ -241,3 +241,19 @@ def test_public_functions_name_a_wrong_argument(call: Any, says: str) -> None:
         call(mor)
     assert says in str(e.value) and "\n" not in str(e.value)
     assert isinstance(e.value, TypeError)
+
+
+def test_the_layer_folders_are_the_mor_packages_in_the_tree() -> None:
+    """`mor/planner`, `mor/rules`, `mor/physical` and `mor/writer` are links to the top-level
+    folders (what the wheel maps them to), so a tool resolving `import mor.planner` from a
+    checkout finds `planner/`; and pyproject.toml maps each package to the folder."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    dirs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    for layer in ("planner", "rules", "physical", "writer"):
+        link = ROOT / "mor" / layer
+        assert link.is_symlink() and link.resolve() == (ROOT / layer).resolve(), link
+        assert dirs[f"mor.{layer}"] == layer

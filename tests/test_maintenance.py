@@ -406,7 +406,7 @@ def test_v3_deletion_vectors_merge_the_files_deletes_and_assign_row_ids(
     the commit leaves no file behind."""
     import json
 
-    from mor.physical.dv import decode
+    from mor.physical.deletes.dv import decode
 
     w = _two_files(catalog)
     first = min(

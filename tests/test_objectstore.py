@@ -156,7 +156,7 @@ def test_explain_names_the_prefix_a_table_is_read_from() -> None:
 def test_a_session_mor_starts_takes_s3a_from_the_environment(
     aws_env: pytest.MonkeyPatch,
 ) -> None:
-    from mor.physical.s3a import s3a_from_environment
+    from mor.physical.spark.s3a import s3a_from_environment
 
     assert s3a_from_environment() == {}
     aws_env.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:8333")
@@ -188,7 +188,7 @@ def test_catalogs_from_the_config_file(aws_env: pytest.MonkeyPatch, tmp_path: Pa
         resolve_catalog("mine")
 
 
-# --- Hadoop's s3a connector for sessions mor starts (physical/s3a.py) ---------------------
+# --- Hadoop's s3a connector for sessions mor starts (physical/spark/s3a.py) ---------------------
 
 # the Hadoop each pinned pyspark ships (Spark's own pom: hadoop.version), by Spark line
 SPARK_HADOOP = {"3.5": "3.3.4", "4.1": "3.4.2", "4.3": "3.5.0"}
@@ -203,7 +203,7 @@ def _jars(tmp_path: Path, *names: str) -> Path:
 
 
 def test_hadoop_aws_of_the_hadoop_spark_ships(tmp_path: Path) -> None:
-    from mor.physical.s3a import hadoop_version, s3a_connector, spark_jars
+    from mor.physical.spark.s3a import hadoop_version, s3a_connector, spark_jars
     from tests.oracle.runtime import spark_line
 
     # this environment's pyspark, against the Hadoop its release ships
@@ -236,7 +236,7 @@ def test_hadoop_aws_of_the_hadoop_spark_ships(tmp_path: Path) -> None:
 def test_nothing_is_added_where_the_connector_is_given_or_refused(
     tmp_path: Path, conf: dict, enabled: bool, jar: str | None, why: str
 ) -> None:
-    from mor.physical.s3a import s3a_connector
+    from mor.physical.spark.s3a import s3a_connector
 
     folder = _jars(tmp_path, "hadoop-client-api-3.4.2.jar", *([jar] if jar else []))
     got = s3a_connector(conf, enabled, folder)
@@ -244,7 +244,7 @@ def test_nothing_is_added_where_the_connector_is_given_or_refused(
 
 
 def test_without_a_hadoop_jar_nothing_is_guessed(tmp_path: Path) -> None:
-    from mor.physical.s3a import s3a_connector, with_packages
+    from mor.physical.spark.s3a import s3a_connector, with_packages
 
     got = s3a_connector({}, True, _jars(tmp_path, "spark-core_2.13-4.1.4.jar"))
     assert got.coordinates is None and "no Hadoop jar" in got.why
@@ -258,7 +258,7 @@ def test_only_plans_whose_files_spark_reads_on_s3_need_the_connector() -> None:
     from dataclasses import replace
 
     from helpers import data_file, scan
-    from mor.physical.s3a import reads_s3a
+    from mor.physical.spark.s3a import reads_s3a
 
     remote = replace(data_file(1), read_path="s3a://b/t/d1.parquet")
     assert reads_s3a(scan(data=(remote,)))
@@ -279,7 +279,7 @@ def test_explain_says_how_spark_gets_s3a(tmp_path: Path) -> None:
 
 
 def test_a_launch_that_cannot_resolve_its_packages_is_one_line(tmp_path: Path) -> None:
-    from mor.physical.session import _start_failure
+    from mor.physical.spark.session import _start_failure
     from mor.planner.errors import ConfigError
 
     log = tmp_path / "spark.log"
@@ -299,7 +299,7 @@ def test_a_launch_that_cannot_resolve_its_packages_is_one_line(tmp_path: Path) -
 def test_a_session_without_s3a_names_the_coordinates_for_its_hadoop(spark: object) -> None:
     """The one-line error for a session with no s3a connector names hadoop-aws of the
     session's own Hadoop, asked of Spark (classic or Spark Connect)."""
-    from mor.physical.errors import recognised
+    from mor.physical.spark.spark_errors import recognised
     from mor.planner.errors import ConfigError
     from tests.oracle.runtime import spark_line
 
@@ -317,7 +317,7 @@ def test_a_session_without_s3a_names_the_coordinates_for_its_hadoop(spark: objec
 def test_a_session_mor_started_without_s3a_refuses_a_query_that_needs_it(spark: object) -> None:
     """Packages join a session only when its JVM starts: a later query reading s3a:// paths
     gets one line naming what to add; a user's session (Spark Connect here) is used as is."""
-    from mor.physical.session import is_connect, local_session
+    from mor.physical.spark.session import is_connect, local_session
     from mor.planner.errors import ConfigError
     from tests.oracle.runtime import spark_line
 

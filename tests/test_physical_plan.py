@@ -161,13 +161,13 @@ def test_session_facts_asked_while_planning_obey_the_callers_settings(
     catalog: Any, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """mor_sql asks the session's facts on a thread of their own while it plans
-    (physical/reads.early_facts): the thread must see the settings of the call that started
+    (physical/scan/reads.early_facts): the thread must see the settings of the call that started
     it (a context variable a plain thread does not carry), and the query is compiled with
     them: file_lists off, the facts say so and no file list is written for the query."""
     from mor import mor_sql
-    from mor.physical import file_lists
-    from mor.physical.reads import early_facts
-    from mor.physical.session import is_connect
+    from mor.physical.scan import file_lists
+    from mor.physical.scan.reads import early_facts
+    from mor.physical.spark.session import is_connect
 
     with applied({"file_lists": False}):
         facts = early_facts(spark)

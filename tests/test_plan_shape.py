@@ -109,7 +109,7 @@ def _counting() -> Iterator[dict[str, int]]:
     """Counts while building: Parquet reads made, py4j round trips (classic sessions)."""
     import pyspark.sql.readwriter as rw
 
-    from mor.physical import reads
+    from mor.physical.scan import reads
 
     counts = {"reads": 0, "py4j": 0}
     patches: list[tuple[Any, str, Any]] = []

@@ -150,7 +150,7 @@ def test_files_read_by_path_in_groups_below_the_listing_threshold(
     in groups of at most that many, so no listing job runs: with the threshold at 1 every file
     is a group of its own, and every snapshot reads the same rows, positions and files as
     through file lists (each position method)."""
-    from mor.physical.reads import LISTING
+    from mor.physical.scan.reads import LISTING
 
     table, pm = _args(name)
     queries = [f"SELECT * FROM {table}", f"SELECT _file, _pos FROM {table}"]

@@ -97,7 +97,7 @@ def test_fingerprints_tell_apart_what_a_scan_is_made_of(catalog: Any) -> None:
 
 
 def test_a_reused_scan_sees_new_deletes_and_is_checked_again(catalog: Any, spark: Any) -> None:
-    from mor.physical.session import is_connect
+    from mor.physical.spark.session import is_connect
 
     w, f = _table(catalog)
     reuse.clear()
@@ -287,7 +287,7 @@ def test_every_cache_is_listed_filled_and_cleared_together(catalog: Any, spark: 
         "manifest schemas",
         "session probes",
     }, filled
-    from mor.physical.session import is_connect
+    from mor.physical.spark.session import is_connect
 
     # DataFrames are kept for later queries on a classic session only (Connect builds them on
     # the client without round trips)

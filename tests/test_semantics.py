@@ -257,9 +257,9 @@ def test_self_join_and_time_travel(two_partitions: Any, spark: Any) -> None:
 def size_check(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     """Local files are checked with os.stat; others through the table's FileIO (forced)."""
     if request.param == "file-io":
-        import mor.physical.files
+        import mor.physical.scan.files
 
-        monkeypatch.setattr(mor.physical.files, "_local_name", lambda path: None)
+        monkeypatch.setattr(mor.physical.scan.files, "_local_name", lambda path: None)
     return request.param
 
 
@@ -369,11 +369,11 @@ def test_position_deletes_read_on_the_client_by_either_path(
     never a partial result."""
     import os
 
-    import mor.physical.files
+    import mor.physical.scan.files
     from mor.planner.errors import DataFileError
 
     if through == "file-io":
-        monkeypatch.setattr(mor.physical.files, "local_path", lambda path: None)
+        monkeypatch.setattr(mor.physical.scan.files, "local_path", lambda path: None)
     cat, w, a, _ = two_partitions
     d = w.position_delete_file({a.file_path: [0]}, a)
     w.commit(deletes=[d])

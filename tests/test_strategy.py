@@ -123,7 +123,7 @@ def test_bitmap_words_round_trip() -> None:
 
     import pyarrow as pa
 
-    from mor.physical.bitmaps import _few_words, bitmap_words
+    from mor.physical.deletes.bitmaps import _few_words, bitmap_words
 
     rng = random.Random(5)
     for n in (1, 63, 64, 65, 5000):

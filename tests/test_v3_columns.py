@@ -121,7 +121,7 @@ def test_defaulted_ids_are_found_at_any_depth() -> None:
     ],
 )
 def test_v3_types_without_a_spark_type_are_refused_by_name(type_json: str, why: str) -> None:
-    from mor.physical.types import spark_type
+    from mor.physical.scan.types import spark_type
 
     with pytest.raises(UnsupportedError, match=why) as e:
         spark_type(type_json, "table db.t, column c")
@@ -134,7 +134,7 @@ def test_types_spark_reads_through_another() -> None:
     import pyspark
     from pyspark.sql import types as T
 
-    from mor.physical.types import spark_type
+    from mor.physical.scan.types import spark_type
     from mor.planner.sources import VARIANT
 
     assert spark_type('"uuid"', "c") == T.StringType()

@@ -8,7 +8,7 @@
 - the record of a Parquet data file a Spark job wrote (`data_file_of`, from its footer, with
   the metrics the table's `write.metadata.metrics.*` ask for);
 - the record of a deletion vector, one blob of a Puffin file (`dv_file`; the blobs are made by
-  physical/dv.py's `puffin`);
+  physical/deletes/dv.py's `puffin`);
 - listing and deleting what an operation wrote (`list_files`, `delete_files`), always through
   the table's FileIO: an object store's credentials and endpoint are those the catalog gave.
 

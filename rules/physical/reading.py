@@ -18,7 +18,7 @@ SHARED_SIZE_FILES = 64
 class FileKey:
     """How rows name their file, one decision for the compiler and EXPLAIN PHYSICAL.
 
-    `file_id`: files read through a file list (physical/file_lists.py) carry the id planning
+    `file_id`: files read through a file list (physical/scan/file_lists.py) carry the id planning
     gave them as their modification time in the list: `unix_millis(_metadata.file_modification
     _time)`, a small long, unique whatever the number of files. The other kinds are those of
     files read by path (the fallback):

@@ -101,7 +101,7 @@ def make_table(tmp_path: Path) -> Table:
 def run_cli(t: Table, capsys: pytest.CaptureFixture[str], sql: str = SQL) -> tuple[int, str, str]:
     """`mor run` as a new process would run it: no manifest read before is cached (manifests
     are immutable, so a cached one is the committed content even after the file is damaged)."""
-    from mor.physical.bitmaps import clear_position_cache
+    from mor.physical.deletes.bitmaps import clear_position_cache
     from mor.planner.scan_planning import clear_manifest_cache
 
     clear_manifest_cache(caches())
@@ -422,7 +422,7 @@ def test_api_users_get_mor_errors_from_failed_actions(
     """A guard that fails inside Spark's tasks reaches `mor_errors` users as DataFileError
     naming the file; a failure mor cannot attribute passes through unchanged."""
     table.a.write_bytes(same_size_parquet(table.a, [1, 2, 3, 4, 9]))
-    from mor.physical.bitmaps import clear_position_cache
+    from mor.physical.deletes.bitmaps import clear_position_cache
     from mor.planner.scan_planning import clear_manifest_cache
 
     clear_manifest_cache(caches())

@@ -427,7 +427,7 @@ def _deletes(
     snap: int,
 ) -> list[dict[str, Any]]:
     """Delete files, one of each kind per partition, and their manifests (sequence number 2)."""
-    from mor.physical.dv import encode
+    from mor.physical.deletes.dv import encode
 
     deleted = [0, spec.rows // 2]
     entries = []

@@ -263,7 +263,7 @@ def rest_catalog(
     ]
     # how the session gets s3a: added by mor to a session it starts, and said so; the server's
     # own on Spark Connect
-    from mor.physical.s3a import hadoop_version, s3a_coordinates, spark_jars
+    from mor.physical.spark.s3a import hadoop_version, s3a_coordinates, spark_jars
 
     coords = s3a_coordinates(hadoop_version(spark_jars()) or "?")
     reads = ("--catalog", "sw", "-e", "SELECT sum(id) FROM ns.t")
@@ -385,7 +385,7 @@ def sizes(store: SeaweedFS) -> tuple[int, list[str]]:
     others are asked one by one; a missing file is None either way."""
     from pyiceberg.io import load_file_io
 
-    from mor.physical.files import LIST_FROM, file_sizes
+    from mor.physical.scan.files import LIST_FROM, file_sizes
     from mor.planner.requests import REQUESTS, CountingFileIO, since
 
     fs = store.arrow_fs()
@@ -410,7 +410,7 @@ def sizes(store: SeaweedFS) -> tuple[int, list[str]]:
     # checking each kind apart would HEAD the delete files (too few to list) one by one
     from types import SimpleNamespace
 
-    from mor.physical.guards import check_all
+    from mor.physical.scan.guards import check_all
     from mor.planner.errors import DataFileError
 
     mixed = [f"whs/sizes/mixed/d{i:03d}" for i in range(LIST_FROM + 1)]

@@ -504,7 +504,7 @@ class Consumer:
     def check(self, h: History) -> list[str]:
         from mor import changes
         from mor.consume import read_checkpoint
-        from mor.planner.consume import current_chain
+        from mor.planner.batches import current_chain
         from mor.planner.sources import PathMap, Resolver
 
         self.poll(drain=True)

@@ -51,7 +51,7 @@ def iceberg_coordinates() -> str:
 
 def s3a_coordinates() -> str:
     """hadoop-aws of the Hadoop this pyspark ships, as a session mor starts would add it."""
-    from mor.physical.s3a import hadoop_version, s3a_coordinates, spark_jars
+    from mor.physical.spark.s3a import hadoop_version, s3a_coordinates, spark_jars
 
     version = hadoop_version(spark_jars())
     if version is None:
@@ -92,7 +92,7 @@ def iceberg_session(
     from pyspark.sql import SparkSession
 
     settings = merged(packages_conf(iceberg_coordinates()), conf or {})
-    log_conf = ROOT / "physical" / "log4j2.properties"
+    log_conf = ROOT / "physical" / "spark" / "log4j2.properties"
     builder = (
         SparkSession.builder.master("local[2]")
         .appName("mor-oracle")

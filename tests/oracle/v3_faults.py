@@ -194,7 +194,7 @@ def main() -> int:
             "a missing file": (None, "is missing"),
         }
         for name, (content, message) in cases.items():
-            from mor.physical.bitmaps import clear_position_cache
+            from mor.physical.deletes.bitmaps import clear_position_cache
             from mor.planner.state import caches
 
             clear_position_cache(caches())

@@ -19,10 +19,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from mor.physical.guards import POS
-from mor.physical.reads import Read
-from mor.physical.tables import FKEY, SMALL, file_table, sql_literal, values
-from mor.physical.types import spark_type
+from mor.physical.scan.guards import POS
+from mor.physical.scan.reads import Read
+from mor.physical.scan.tables import FKEY, SMALL, file_table, sql_literal, values
+from mor.physical.scan.types import spark_type
 from mor.planner.errors import UnsupportedError
 from mor.planner.nodes import LINEAGE_COLUMNS, DataTask, IcebergScan
 
@@ -116,7 +116,7 @@ def _partitions(
 
 
 def _connect(spark: SparkSession) -> bool:
-    from mor.physical.session import is_connect
+    from mor.physical.spark.session import is_connect
 
     return is_connect(spark)
 

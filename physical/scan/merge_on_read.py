@@ -24,14 +24,14 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from mor.physical.columns import column, merged_fields, read_schema
-from mor.physical.delete_files import read_positions
-from mor.physical.guards import POS, check_deletes, check_files, guard
-from mor.physical.metadata_columns import STORED, hidden_type, with_hidden
-from mor.physical.position_deletes import remove_deleted
-from mor.physical.reads import KEY, ROW_INDEX, Group, ReadContext, read_files, where_all
-from mor.physical.tables import FKEY, file_table
-from mor.physical.types import spark_type
+from mor.physical.deletes.delete_files import read_positions
+from mor.physical.deletes.position_deletes import remove_deleted
+from mor.physical.scan.columns import column, merged_fields, read_schema
+from mor.physical.scan.guards import POS, check_deletes, check_files, guard
+from mor.physical.scan.metadata_columns import STORED, hidden_type, with_hidden
+from mor.physical.scan.reads import KEY, ROW_INDEX, Group, ReadContext, read_files, where_all
+from mor.physical.scan.tables import FKEY, file_table
+from mor.physical.scan.types import spark_type
 from mor.planner.nodes import DATA_SEQ, LINEAGE_COLUMNS, PART, Layout
 from mor.rules.physical.nodes import CountRows, ReadData
 

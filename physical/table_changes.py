@@ -17,7 +17,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from mor.physical.types import spark_type
+from mor.physical.scan.types import spark_type
 from mor.planner.nodes import (
     CHANGE_ORDINAL,
     CHANGE_TYPE,

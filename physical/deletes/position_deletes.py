@@ -29,12 +29,12 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from mor.physical.bitmaps import bitmap_files, bitmap_keep
-from mor.physical.delete_files import read_positions
-from mor.physical.guards import POS, row_count_check
-from mor.physical.reads import KEY, Group, Read, ReadContext, read_files
+from mor.physical.deletes.bitmaps import bitmap_files, bitmap_keep
+from mor.physical.deletes.delete_files import read_positions
 from mor.physical.reuse import cached, reused
-from mor.physical.tables import (
+from mor.physical.scan.guards import POS, row_count_check
+from mor.physical.scan.reads import KEY, Group, Read, ReadContext, read_files
+from mor.physical.scan.tables import (
     BITMAP,
     COUNT,
     FKEY,

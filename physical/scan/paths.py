@@ -1,11 +1,11 @@
 """The path string Spark reports in `_metadata.file_path` for a file it reads by path.
 
-Only reads by path need it (the fallback of physical/reads.py, when file lists cannot serve):
+Only reads by path need it (the fallback of physical/scan/reads.py, when file lists cannot serve):
 there rows of files whose sizes collide are told apart by that path. Spark reports a file as
 its Hadoop URI (`file:/x` for a local `/x` or `file:///x`, escapes such
 as `%20`), which mor needs when rows name their file by path. It is taken from Spark itself,
 without the JVM: each read DataFrame's `inputFiles()` (one call per read, made only when a path
-is asked for; on a classic session fetched as one string, physical/classic.py), matched to the
+is asked for; on a classic session fetched as one string, physical/scan/classic.py), matched to the
 paths mor gave it after decoding escapes and normalising slashes.
 """
 
@@ -18,7 +18,7 @@ from urllib.parse import unquote
 
 from pyspark.sql import DataFrame
 
-from mor.physical.classic import input_files
+from mor.physical.scan.classic import input_files
 from mor.planner.errors import InternalError
 
 

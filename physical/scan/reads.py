@@ -5,7 +5,7 @@ each read by `read_files`: one DataFrame of their rows, with the columns asked f
 request the file key (`$fkey`-like) and `_metadata.row_index`. How, is decided once per set of
 files (rules/physical/reading.reading) from planning facts and the session (`session_facts`):
 
-- **through a file list** (physical/file_lists.py), the default: one Parquet read per layout
+- **through a file list** (physical/scan/file_lists.py), the default: one Parquet read per layout
   of any number of files, no listing and no request per file; the key is the file's id in the
   plan, which the list gives Spark as the file's modification time;
 - **by path**, when file lists cannot be used (setting `file_lists` off, a Spark Connect server
@@ -30,13 +30,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from mor.physical import file_lists
-from mor.physical.classic import read_parquet
-from mor.physical.delete_files import first_line
-from mor.physical.paths import SparkPaths
+from mor.physical.deletes.delete_files import first_line
 from mor.physical.reuse import Fingerprint, reused
-from mor.physical.session import is_connect
-from mor.physical.tables import sql_literal
+from mor.physical.scan import file_lists
+from mor.physical.scan.classic import read_parquet
+from mor.physical.scan.paths import SparkPaths
+from mor.physical.scan.tables import sql_literal
+from mor.physical.spark.session import is_connect
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import DataTask, DeleteTask, Expr
 from mor.planner.settings import current
@@ -223,7 +223,7 @@ class Read:
 
 class ReadContext:
     """What the reads of one query share: the session, its facts, and Spark's form of paths
-    read by path (physical/paths.py)."""
+    read by path (physical/scan/paths.py)."""
 
     def __init__(self, spark: SparkSession, facts: SessionFacts, cache: ProcessCaches) -> None:
         self.spark = spark
@@ -410,7 +410,8 @@ def where_all(df: DataFrame, conditions: Sequence[Expr]) -> DataFrame:
 
 
 def unlisted(what: str) -> str:
-    """The failure of a row whose file is not in the plan (physical/errors.py recognises it)."""
+    """The failure of a row whose file is not in the plan (physical/spark/spark_errors.py
+    recognises it)."""
     return f"mor: a row of {what} came from a file the plan does not list"
 
 

@@ -26,12 +26,12 @@ instead of reading the log (`spark.sql.streaming.fileStreamSink.metadata.ignored
 checks first) fails the query naming it rather than reading nothing. The log is also written
 as `0.compact` (a hard link), which is the name Spark reads when a session sets the sink's
 compact interval to 1. Files whose names Spark treats as hidden (`_x`, `.x`) are never put in a
-list (physical/reads.py reads them by path).
+list (physical/scan/reads.py reads them by path).
 
 Where: setting `file_list_dir`, by default `mor-<uid>/file-lists` in the temporary directory.
 Spark's driver reads the log (the executors get the files from it), so it must see that folder:
 a classic session's driver is this machine's JVM; a Spark Connect server is asked once per
-session (physical/reads.py). Lists are content-addressed (the same files make the same
+session (physical/scan/reads.py). Lists are content-addressed (the same files make the same
 directory, reused) and the least recently used beyond `file_list_bytes` are removed, never one
 used in the last hour (a Spark Connect server reads a list again each time a query runs).
 """
@@ -160,7 +160,7 @@ def _trim(base: Path, keep: Path) -> None:
 
 
 def probe_file() -> tuple[Path, str]:
-    """A new file in the lists' folder and its URI: physical/reads.py asks a Spark Connect
+    """A new file in the lists' folder and its URI: physical/scan/reads.py asks a Spark Connect
     server whether it sees it (then it sees the lists)."""
     base = root()
     base.mkdir(parents=True, exist_ok=True, mode=0o700)

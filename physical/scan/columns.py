@@ -20,7 +20,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from mor.physical.types import FIELD_ID_KEY, is_unknown, is_uuid, spark_type
+from mor.physical.scan.types import FIELD_ID_KEY, is_unknown, is_uuid, spark_type
 from mor.planner.nodes import Layout, ReadField
 
 

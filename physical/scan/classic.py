@@ -2,7 +2,7 @@
 
 pyspark hands a Python list to the JVM one element per round trip (py4j's list converter: a
 `new ArrayList` and then an `add` per item), and reads a Java array back the same way (a `get`
-per item). Reading by path (the fallback of physical/reads.py, when file lists cannot serve),
+per item). Reading by path (the fallback of physical/scan/reads.py, when file lists cannot serve),
 mor gives Spark up to 32 paths per read and asks for the paths Spark reads: with many files
 that was a third of the round trips of `mor_sql()` (measured: TPC-H Q6 over 240 streamed
 files, ~1,000 of ~2,150). Here a list travels as one string, split or joined on the JVM with
@@ -20,7 +20,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, DataFrameReader
 
-from mor.physical.session import is_connect
+from mor.physical.spark.session import is_connect
 
 SEP = "\u0000"
 _LITERAL = 0x10  # java.util.regex.Pattern.LITERAL

@@ -14,7 +14,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from mor.physical.s3a import (
+from mor.physical.spark.s3a import (
     HADOOP_AWS,
     S3aConnector,
     s3a_connector,
@@ -138,7 +138,7 @@ def check_s3a(session: Any, conf: Mapping[str, str] | None = None) -> None:
     """Refuse, naming what to add, a query that reads s3a:// paths on a session mor started
     without the connector (for earlier queries): a running JVM takes no packages. Any other
     session (the user's, a Spark Connect one) is not mor's to judge: Spark's own error, made
-    one line by physical/errors.py, names the coordinates there."""
+    one line by physical/spark/spark_errors.py, names the coordinates there."""
     mine = _mine(session)
     if mine is None or mine.s3a is not None:
         return
@@ -160,7 +160,7 @@ def local_session(
     `master` and `conf` (the CLI's --master and --conf) start the session with them; on an
     active session, `conf` is applied as runtime settings and `master` must be its own.
     `s3a`: the queries read `s3a://` paths, so a session started here gets Hadoop's s3a
-    connector (physical/s3a.py) unless the `s3a_packages` setting is off."""
+    connector (physical/spark/s3a.py) unless the `s3a_packages` setting is off."""
     global STARTED
     active = active_session()
     if active is not None:

@@ -3,7 +3,7 @@ data file they name, by one reader that scans (the bitmap method, counts from me
 `mor health` share.
 
 The delete files are read with pyarrow, deletion vectors decoded by dv.py (local files
-directly, others through the table's own FileIO: physical/files.py), never through the JVM;
+directly, others through the table's own FileIO: physical/scan/files.py), never through the JVM;
 what each file holds is kept across queries of the process (`positions` of the caches the
 caller passes: planner/state.py). This module does not import pyspark.
 """
@@ -18,8 +18,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 
-from mor.physical.dv import decode
-from mor.physical.files import read_bytes, read_range
+from mor.physical.deletes.dv import decode
+from mor.physical.scan.files import read_bytes, read_range
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import RESOLVED, DataTask, DeleteTask
 from mor.planner.settings import current

@@ -1,6 +1,6 @@
 """What stops a query rather than let it return wrong rows: files checked against their
 recorded sizes before Spark reads them, and checks inside Spark's tasks (`raise_error`, which
-physical/errors.py names in the user's terms)."""
+physical/spark/spark_errors.py names in the user's terms)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from mor.physical.files import file_sizes
-from mor.physical.reads import unlisted
-from mor.physical.tables import COUNT, RECORDED
+from mor.physical.scan.files import file_sizes
+from mor.physical.scan.reads import unlisted
+from mor.physical.scan.tables import COUNT, RECORDED
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import RESOLVED, DataTask, DeleteTask, EqDeleteScan, IcebergScan, Plan
 
@@ -32,7 +32,7 @@ def check_all(groups: Sequence[Checked]) -> None:
 
     The groups (files, source, kind, table) are sized together, one call per table: a folder
     that holds data files and their delete files is listed once for all of them
-    (physical/files.py), not once per kind, nor its few delete files asked for one by one."""
+    (physical/scan/files.py), not once per kind, nor its few delete files asked for one by one."""
     by_source: dict[Any, list[str]] = {}  # by FileIO (None: local files only)
     for files, io, _, _ in groups:
         by_source.setdefault(io, []).extend(t.read_path for t in files)

@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from mor.physical.session import is_connect
+from mor.physical.spark.session import is_connect
 from mor.rules.physical.reading import FileKey
 
 SMALL = 1000  # rows up to which a classic session gets an inline VALUES relation

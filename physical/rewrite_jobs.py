@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from mor.physical.compile import Compiler, to_dataframe
-from mor.physical.types import FIELD_ID_KEY, spark_type
+from mor.physical.scan.types import FIELD_ID_KEY, spark_type
 from mor.planner.errors import InternalError
 from mor.planner.nodes import IcebergScan, Plan
 from mor.planner.state import ProcessCaches

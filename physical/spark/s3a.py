@@ -9,7 +9,7 @@ at the first read, so the version is never guessed.
 Only a session mor starts is given them, only when a query reads `s3a://` paths, and never
 when the session's settings or Spark's own jars already hold hadoop-aws; the `s3a_packages`
 setting turns it off. A user's own session is used as it is: when it has no connector, the
-error names these coordinates (physical/errors.py).
+error names these coordinates (physical/spark/spark_errors.py).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mor.physical.s3a import HADOOP_AWS
+from mor.physical.spark.s3a import HADOOP_AWS
 from mor.planner.errors import (
     ConfigError,
     DataFileError,
@@ -55,7 +55,7 @@ def query_error(e: BaseException, plan: SparkQuery, names: tuple[str, ...]) -> Q
     return QueryError(message)
 
 
-# mor's guards inside Spark tasks (physical/guards.py, bitmaps.py, reads.py): "mor: <message>"
+# mor's guards inside Spark tasks (physical/scan/guards.py, bitmaps.py, reads.py): "mor: <message>"
 _GUARDS: tuple[tuple[str, type[MorError]], ...] = (
     ("has more rows than its metadata records", DataFileError),
     ("came from a file the plan does not list", InternalError),
@@ -114,7 +114,7 @@ def _session_hadoop() -> str | None:
     """The Hadoop version of this process's active session (classic or Spark Connect), asked
     of Spark itself; None when it cannot tell."""
     try:
-        from mor.physical.session import active_session
+        from mor.physical.spark.session import active_session
 
         session = active_session()
         if session is None:
