@@ -22,7 +22,7 @@ from mor.planner.attach import attach_files
 from mor.planner.errors import ArgumentError, MorError, TableNotFoundError
 from mor.planner.nodes import Plan
 from mor.planner.query_metrics import MorMetrics, static_metrics
-from mor.planner.requests import REQUESTS, since
+from mor.planner.requests import counting
 from mor.planner.settings import Settings, applied, user_config
 from mor.planner.sources import PathMap, Resolver, is_table_path, load_named_catalog
 from mor.planner.sql import Statement, bind, one_statement
@@ -383,11 +383,11 @@ def metrics(
 ) -> MorMetrics:
     """Merge-on-read metrics of `sql` known from planning: delete files, bytes, planning time,
     the object-store requests planning made from the driver."""
-    before = REQUESTS.snapshot()
-    m = plan_query(
-        sql, catalog=catalog, path_map=path_map, io_properties=io_properties, settings=settings
-    ).metrics()
-    m.store_requests = since(before)
+    with counting() as requests:
+        m = plan_query(
+            sql, catalog=catalog, path_map=path_map, io_properties=io_properties, settings=settings
+        ).metrics()
+    m.store_requests = requests.figures()
     return m
 
 

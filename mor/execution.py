@@ -175,10 +175,9 @@ class QueryExecution:
         (`verbose`), the physical plan (`physical`), the metrics and the rows each kind of
         delete removed, counted on Spark (`analyze`)."""
         from mor.planner.explain import explain_text
-        from mor.planner.requests import REQUESTS, since
+        from mor.planner.requests import counting
 
-        before = REQUESTS.snapshot()
-        with applied(self.settings):
+        with applied(self.settings), counting() as requests:
             planned = self.planned
             output = self.output_columns() if check or analyze else None
             trace = [(t.rule, t.changed, t.plan) for t in planned.trace] if verbose else None
@@ -188,7 +187,7 @@ class QueryExecution:
             if self.reads_s3a:
                 text += "\n" + self._s3a_section(check or analyze)
             if analyze:
-                text += self._analyze_section(before, since)
+                text += self._analyze_section(requests)
         return text
 
     def _physical_sections(self, verbose: bool, physical: bool) -> str:
@@ -216,12 +215,12 @@ class QueryExecution:
             line = s3a_status(self.session)
         return f"== Object storage ==\ns3a       {line}\n"
 
-    def _analyze_section(self, before: Any, since: Any) -> str:
+    def _analyze_section(self, requests: Any) -> str:
         from mor.physical.analyze import count_removed
         from mor.planner.query_metrics import render as render_metrics
 
         m = count_removed(self.planned.metrics(), self.plan, self.session, self.cache)
-        m.store_requests = since(before)  # planning, and building what the counts ran
+        m.store_requests = requests.figures()  # planning, and building what the counts ran
         return (
             "\n"
             + render_metrics(m)

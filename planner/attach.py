@@ -33,6 +33,7 @@ from mor.planner.nodes import (
     ScanFiles,
     TableChanges,
 )
+from mor.planner.requests import in_context
 from mor.planner.scan_planning import plan_scan
 from mor.planner.schemas import find_field
 from mor.planner.settings import current
@@ -107,7 +108,7 @@ def _with_layouts(
     if missing:
         workers = max(1, min(len(missing), current().io_threads))
         with ThreadPoolExecutor(workers, thread_name_prefix="mor-footers") as pool:
-            found = list(pool.map(lambda p: layout_of(src, p, schema), missing))
+            found = list(pool.map(in_context(lambda p: layout_of(src, p, schema)), missing))
         shared: dict[Layout, Layout] = {}
         for p, lay in zip(missing, found):
             layouts.put(keys[p], shared.setdefault(lay, lay), 1, LAYOUT_CACHE_FILES)

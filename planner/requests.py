@@ -3,15 +3,21 @@ file opened (GET), sized (HEAD) or folder listed (LIST, one per page of 1,000), 
 reads it: table metadata, manifest lists and manifests at planning; sizes, position delete
 files and deletion vectors when the DataFrame is built. Local files are not counted.
 
-A process-wide tally (`REQUESTS`); EXPLAIN ANALYZE and `metrics()` report the difference
-over the call. Spark's own reads (data files, on the executors) are Spark's to count.
+Counted twice: in the process's total (`REQUESTS`), and in the tally of each call counting
+them (`counting()`: EXPLAIN ANALYZE, `metrics()`), held by a context variable, so that two
+calls running at once in one process (threads of a server) each count their own. The thread
+pools that read for a call run in its context (`in_context`). Spark's own reads (data files,
+on the executors) are Spark's to count.
 """
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections import Counter
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 from pyiceberg.io import FileIO, InputFile, OutputFile
 
@@ -31,13 +37,47 @@ class Tally:
         with self._lock:
             return Counter(self._n)
 
+    def figures(self) -> dict[str, int]:
+        with self._lock:
+            return {k: self._n[k] for k in KINDS}
 
-REQUESTS = Tally()
+
+REQUESTS = Tally()  # the process's total
+_CALLS: contextvars.ContextVar[tuple[Tally, ...]] = contextvars.ContextVar(
+    "mor_request_tallies", default=()
+)
+T = TypeVar("T")
 
 
 def since(before: Counter[str]) -> dict[str, int]:
+    """The process's requests since `before` (a `REQUESTS.snapshot()`): every call's."""
     now = REQUESTS.snapshot()
     return {k: now[k] - before[k] for k in KINDS}
+
+
+def count(kind: str, n: int = 1) -> None:
+    """One request (or `n`) of `kind`: to the process's total and each call counting."""
+    REQUESTS.add(kind, n)
+    for tally in _CALLS.get():
+        tally.add(kind, n)
+
+
+@contextmanager
+def counting() -> Iterator[Tally]:
+    """The requests made inside (in this context, and the pools run `in_context` of it)."""
+    tally = Tally()
+    token = _CALLS.set((*_CALLS.get(), tally))
+    try:
+        yield tally
+    finally:
+        _CALLS.reset(token)
+
+
+def in_context(fn: Callable[..., T]) -> Callable[..., T]:
+    """`fn` run in a copy of the caller's context, for a thread pool: its requests are counted
+    for the calls counting in the caller (and the settings made current there apply)."""
+    ctx = contextvars.copy_context()
+    return lambda *args: ctx.copy().run(fn, *args)
 
 
 def is_remote(path: str) -> bool:
@@ -51,15 +91,15 @@ class _CountedInput(InputFile):
         self._inner = inner
 
     def __len__(self) -> int:
-        REQUESTS.add("HEAD")
+        count("HEAD")
         return len(self._inner)
 
     def exists(self) -> bool:
-        REQUESTS.add("HEAD")
+        count("HEAD")
         return self._inner.exists()
 
     def open(self, seekable: bool = True) -> Any:
-        REQUESTS.add("GET")
+        count("GET")
         return self._inner.open(seekable=seekable)
 
 

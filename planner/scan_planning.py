@@ -74,6 +74,7 @@ from mor.planner.nodes import (
     Pruning,
     ScanFiles,
 )
+from mor.planner.requests import in_context
 from mor.planner.settings import current
 from mor.planner.sources import TableSource
 from mor.planner.state import ProcessCaches
@@ -516,7 +517,8 @@ def _read_all(
         if workers > 1
         else None
     )
-    fetched = {id(m): pool.submit(_read_bytes, src, m) for m in missing} if pool else {}
+    read = in_context(_read_bytes)
+    fetched = {id(m): pool.submit(read, src, m) for m in missing} if pool else {}
     try:
         for m in manifests:
             hit = hits[id(m)]

@@ -22,6 +22,7 @@ from mor.physical.deletes.dv import decode
 from mor.physical.scan.files import read_bytes, read_range
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import RESOLVED, DataTask, DeleteTask
+from mor.planner.requests import in_context
 from mor.planner.settings import current
 from mor.planner.state import Kept, ProcessCaches
 
@@ -104,7 +105,9 @@ def read_positions(
     order = sorted(pairs)
     workers = max(1, min(len(order), settings.io_threads))
     with ThreadPoolExecutor(workers) as pool:
-        contents = list(pool.map(lambda d: _delete_file(io, deletes[d], table, kept, limit), order))
+        contents = list(
+            pool.map(in_context(lambda d: _delete_file(io, deletes[d], table, kept, limit)), order)
+        )
     found: dict[int, list[pa.Array]] = {}
     for d, content in zip(order, contents):
         for recorded, fid in pairs[d].items():

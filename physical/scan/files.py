@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pyiceberg.io import FileIO
 
 from mor.planner.errors import InternalError
-from mor.planner.requests import REQUESTS
+from mor.planner.requests import count, in_context
 from mor.planner.settings import current
 
 
@@ -92,7 +92,7 @@ def file_sizes(io: FileIO | None, paths: Sequence[str]) -> dict[str, int | None]
                 return None
 
         with ThreadPoolExecutor(current().io_threads) as pool:
-            out.update(zip(rest, pool.map(size, rest)))
+            out.update(zip(rest, pool.map(in_context(size), rest)))
     return out
 
 
@@ -117,12 +117,12 @@ def _listed_sizes(io: FileIO, paths: Sequence[str]) -> tuple[dict[str, int | Non
         scheme, netloc, path = inner.parse_location(folder + "/", inner.properties)
         fs = inner.fs_by_scheme(scheme, netloc)
         infos = fs.get_file_info(FileSelector(path.rstrip("/"), allow_not_found=True))
-        REQUESTS.add("LIST", max(1, -(-len(infos) // 1000)))
+        count("LIST", max(1, -(-len(infos) // 1000)))
         return {i.base_name: i.size for i in infos if i.type == FileType.File}
 
     out: dict[str, int | None] = {}
     with ThreadPoolExecutor(current().io_threads) as pool:
-        for folder, sizes in zip(big, pool.map(listing, big)):
+        for folder, sizes in zip(big, pool.map(in_context(listing), big)):
             for p in folders[folder]:
                 out[p] = sizes.get(p.rsplit("/", 1)[1])
     return out, rest
