@@ -358,16 +358,16 @@ def clear_caches() -> None:
     """Forget everything this process keeps between queries (planner/state.py: manifests,
     planned scans, delete files read, resolved positions, DataFrames built): the next query
     plans and reads as a new process's first query would. Results never depend on it."""
-    import mor.physical.reuse  # noqa: F401 - registers what physical/ keeps per Spark session
     import mor.physical.scan.reads  # noqa: F401 - registers its per-session probes
+    import mor.physical.spark.reuse  # noqa: F401 - registers what physical/ keeps per Spark session
 
     caches().clear()
 
 
 def cache_figures() -> list[CacheFigures]:
     """Every cache of this process: what it holds, its entries and weight now, its bound."""
-    import mor.physical.reuse  # noqa: F401 - registers what physical/ keeps per Spark session
     import mor.physical.scan.reads  # noqa: F401 - registers its per-session probes
+    import mor.physical.spark.reuse  # noqa: F401 - registers what physical/ keeps per Spark session
 
     return caches().figures()
 

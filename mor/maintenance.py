@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from mor.planner.errors import InternalError, MorError, TableNotFoundError, UnsupportedError
 from mor.planner.manifests import read_manifest, read_manifest_list
@@ -52,14 +52,25 @@ from mor.writer.policy import (
 from mor.writer.producer import Change, SnapshotProducer
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyiceberg.catalog import Catalog
+    from pyiceberg.io import FileIO
+    from pyiceberg.manifest import DataFile
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
+    from pyspark.sql import SparkSession
 
     from mor.planner.manifests import EntryFile
-    from mor.planner.nodes import DataTask, IcebergScan, Plan
+    from mor.planner.nodes import DataTask, DeleteTask, IcebergScan, Plan
     from mor.planner.state import ProcessCaches
+
+# a live delete file of a snapshot, as its manifests record it: by path, a deletion vector by
+# (Puffin path, blob offset), several vectors sharing one Puffin file
+DeleteKey = str | tuple[str, int]
+# what a command runs Spark with: a session, a function making one (called only when there is
+# something for Spark to do), or None (mor's own local session)
+SparkArg: TypeAlias = "SparkSession | Callable[[], SparkSession] | None"
 
 
 @dataclass
@@ -145,7 +156,7 @@ class _Read:
     plan: Plan
     tasks: dict[str, tuple[DataTask, IcebergScan]]
     data: dict[str, EntryFile]  # live data files by path
-    deletes: dict[Any, tuple[EntryFile, int]]  # by path, a vector by (Puffin path, offset)
+    deletes: dict[DeleteKey, tuple[EntryFile, int]]  # with its data sequence number
 
     @property
     def sql(self) -> str:
@@ -157,7 +168,7 @@ class _Read:
             return None
         return _kept_by(where, f"{self.sql} WHERE {where}", self, schema)
 
-    def needed(self, rewritten: set[str], kinds: tuple[str, ...]) -> set[Any]:
+    def needed(self, rewritten: set[str], kinds: tuple[str, ...]) -> set[DeleteKey]:
         """The keys of the delete files (of `kinds`: "pos", "eq") some data file outside
         `rewritten` still needs."""
         return {
@@ -169,7 +180,7 @@ class _Read:
 
 
 def _read(
-    catalog: Any,
+    catalog: Catalog | str | None,
     warehouse: str | None,
     name: str,
     branch: str,
@@ -209,7 +220,9 @@ def _read(
     return _Read(cat, tbl, name, branch, head, cache, plan, tasks, data, deletes)
 
 
-def _live(tbl: Table, head: Snapshot) -> tuple[dict[str, Any], dict[Any, tuple[Any, int]]]:
+def _live(
+    tbl: Table, head: Snapshot
+) -> tuple[dict[str, EntryFile], dict[DeleteKey, tuple[EntryFile, int]]]:
     """The live data files of `head` by path, and its live delete files (dangling ones too)
     with their data sequence numbers, by path (a deletion vector: by its Puffin file and
     offset, several sharing one file), through planner's manifest reader (pyiceberg 0.12
@@ -217,8 +230,8 @@ def _live(tbl: Table, head: Snapshot) -> tuple[dict[str, Any], dict[Any, tuple[A
     from pyiceberg.manifest import DataFileContent
 
     io = tbl.io
-    data: dict[str, Any] = {}
-    deletes: dict[Any, tuple[Any, int]] = {}
+    data: dict[str, EntryFile] = {}
+    deletes: dict[DeleteKey, tuple[EntryFile, int]] = {}
     for manifest in read_manifest_list(io, head.manifest_list):
         for entry in read_manifest(io, manifest):
             f = entry.data_file
@@ -233,7 +246,7 @@ def _live(tbl: Table, head: Snapshot) -> tuple[dict[str, Any], dict[Any, tuple[A
     return data, deletes
 
 
-def _session(spark: Any) -> Any:
+def _session(spark: SparkArg) -> SparkSession:
     """`spark`: a session, a function making one, or None (mor's local one); only called
     when there is something for Spark to do."""
     from mor.physical import local_session, prepare_session
@@ -278,12 +291,12 @@ def _kept_by(where: str, sql: str, read: _Read, schema: Schema) -> set[str]:
 def convert_equality_deletes(
     table: str,
     *,
-    catalog: Any = None,
+    catalog: Catalog | str | None = None,
     warehouse: str | None = None,
     where: str | None = None,
     branch: str = "main",
     dry_run: bool = False,
-    spark: Any = None,
+    spark: SparkArg = None,
     progress: Callable[[str], None] | None = None,
 ) -> ConvertReport:
     """Convert the equality deletes of `table` (a name in `catalog`) into position deletes
@@ -305,12 +318,12 @@ def convert_equality_deletes(
         chosen &= kept
     eq_files = _of_kind(read, "eq")
     needed = read.needed(chosen, ("eq",))
-    removed = {p for p in eq_files if p not in needed}
+    removed = {p for p in eq_files if isinstance(p, str) and p not in needed}  # by path
     report.kept = len(eq_files) - len(removed)
     report.removed = [_removed(eq_files[p][0]) for p in sorted(removed)]
     report.data_files = len(chosen)
     report.data_rows = sum(read.tasks[p][0].record_count for p in chosen)
-    found: dict[str, Any] = {}
+    found: dict[str, pa.Array] = {}
     if chosen:
         note(f"resolving the equality deletes of {len(chosen)} data files")
         found = deleted_positions(_session(spark), only_files(read.plan, chosen))
@@ -327,7 +340,7 @@ def convert_equality_deletes(
     return report
 
 
-def _of_kind(read: _Read, kind: str) -> dict[Any, tuple[Any, int]]:
+def _of_kind(read: _Read, kind: str) -> dict[DeleteKey, tuple[EntryFile, int]]:
     """The live delete files of the read: "eq" equality deletes, "pos" position delete
     files (Parquet: deletion vectors are not among them)."""
     from pyiceberg.manifest import DataFileContent, FileFormat
@@ -343,10 +356,10 @@ def _of_kind(read: _Read, kind: str) -> dict[Any, tuple[Any, int]]:
 def _convert(
     read: _Read,
     report: ConvertReport,
-    found: dict[str, Any],
+    found: dict[str, pa.Array],
     chosen: set[str],
     removed: set[str],
-    eq_files: dict[Any, tuple[Any, int]],
+    eq_files: dict[DeleteKey, tuple[EntryFile, int]],
     note: Callable[[str], None],
 ) -> None:
     """Write what the conversion found and commit it, with the removed equality deletes."""
@@ -396,7 +409,7 @@ def _committed(report: ConvertReport | CompactReport, read: _Read, change: Chang
     report.rebased_over = done.rebased_over
 
 
-def _undo(io: Any, paths: list[str], error: BaseException) -> None:
+def _undo(io: FileIO, paths: list[str], error: BaseException) -> None:
     """Delete the files this command wrote before a commit could take them over (`error`
     stopped it); a MorError names those the store refused to delete, so that they can be
     removed by hand (the commit's own clean-up does the same)."""
@@ -407,7 +420,9 @@ def _undo(io: Any, paths: list[str], error: BaseException) -> None:
         ) from error
 
 
-def _vectors(read: _Read, found: dict[str, Any], pos_files: dict[str, Any], change: Change) -> None:
+def _vectors(
+    read: _Read, found: dict[str, pa.Array], pos_files: dict[DeleteKey, EntryFile], change: Change
+) -> None:
     """v3: one deletion vector per data file with positions in `found` (what its equality
     deletes remove), merged with every position its current deletion vector and position
     delete files delete, all in one new Puffin file under `<location>/data/`; the vectors
@@ -451,8 +466,8 @@ def _vectors(read: _Read, found: dict[str, Any], pos_files: dict[str, Any], chan
 def _merged_positions(
     read: _Read,
     paths: list[str],
-    found: dict[str, Any],
-    pos_files: dict[str, Any],
+    found: dict[str, pa.Array],
+    pos_files: dict[DeleteKey, EntryFile],
     change: Change,
 ) -> tuple[dict[str, list[int]], tuple[int, int, int]]:
     """Per data file of `paths`: its new positions merged with those its current deletes
@@ -464,7 +479,7 @@ def _merged_positions(
     from mor.physical.deletes.delete_files import read_positions
     from mor.planner.state import ProcessCaches
 
-    by_scan: dict[int, tuple[Any, list]] = {}
+    by_scan: dict[int, tuple[IcebergScan, list[DataTask]]] = {}
     for p in paths:
         t, s = read.tasks[p]
         by_scan.setdefault(id(s), (s, []))[1].append(t)
@@ -560,11 +575,11 @@ class CompactReport:
         )
 
 
-def _writable(schema: Any, table: str) -> None:
+def _writable(schema: Schema, table: str) -> None:
     """Refuse, by column, a schema Spark's Parquet writer cannot write as Iceberg reads it."""
-    from pyiceberg.types import DecimalType, StructType
+    from pyiceberg.types import DecimalType, IcebergType, StructType
 
-    def check(name: str, t: Any) -> None:
+    def check(name: str, t: IcebergType) -> None:
         if isinstance(t, StructType):
             for f in t.fields:
                 check(f"{name}.{f.name}", f.field_type)
@@ -584,7 +599,7 @@ def _writable(schema: Any, table: str) -> None:
 def compact(
     table: str,
     *,
-    catalog: Any = None,
+    catalog: Catalog | str | None = None,
     warehouse: str | None = None,
     where: str | None = None,
     branch: str = "main",
@@ -593,7 +608,7 @@ def compact(
     delete_file_threshold: int | None = None,
     min_input_files: int = MIN_INPUT_FILES,
     dry_run: bool = False,
-    spark: Any = None,
+    spark: SparkArg = None,
     progress: Callable[[str], None] | None = None,
 ) -> CompactReport:
     """Rewrite the data files of `table` that deletes weigh on or whose size is off the
@@ -696,8 +711,8 @@ def _rewrite(
     report: CompactReport,
     schema: Schema,
     groups: list[RewriteGroup],
-    removed: set[Any],
-    spark: Any,
+    removed: set[DeleteKey],
+    spark: SparkArg,
     note: Callable[[str], None],
 ) -> None:
     """Write the groups' live rows as new data files and commit them in place of the old
@@ -708,7 +723,7 @@ def _rewrite(
     tbl = read.table
     folder = f"{tbl.metadata.location.rstrip('/')}/data/mor-compact-{uuidlib.uuid4()}"
     rewritten = {p for g in groups for p in g.paths}
-    added: list[Any] = []
+    added: list[DataFile] = []
     try:
         if rewritten:
             note(f"rewriting {len(rewritten)} data files of {len(groups)} partitions")
@@ -724,11 +739,11 @@ def _rewrite(
         raise
     # what Spark wrote beside the data files (checksums): referenced by no snapshot
     if rewritten:
-        _clear(tbl.io, folder, keep={f.file_path for f in added})
+        _clear(tbl.io, folder, keep=frozenset(f.file_path for f in added))
 
 
 def _write_groups(
-    read: _Read, schema: Schema, groups: list[RewriteGroup], folder: str, session: Any
+    read: _Read, schema: Schema, groups: list[RewriteGroup], folder: str, session: SparkSession
 ) -> None:
     """One Spark job writing each group's live rows (planned by mor at the read's snapshot,
     every delete applied) under `folder`, one sub-folder per group."""
@@ -754,7 +769,9 @@ def _write_groups(
     )
 
 
-def _new_files(read: _Read, schema: Schema, groups: list[RewriteGroup], folder: str) -> list[Any]:
+def _new_files(
+    read: _Read, schema: Schema, groups: list[RewriteGroup], folder: str
+) -> list[DataFile]:
     """The manifest records of the Parquet files the job wrote under `folder`, each in the
     partition and spec of its group's files (Spark writes an empty file where no row is
     left: not recorded)."""
@@ -777,7 +794,11 @@ def _new_files(read: _Read, schema: Schema, groups: list[RewriteGroup], folder: 
 
 
 def _compaction(
-    read: _Read, report: CompactReport, rewritten: set[str], removed: set[Any], added: list[Any]
+    read: _Read,
+    report: CompactReport,
+    rewritten: set[str],
+    removed: set[DeleteKey],
+    added: list[DataFile],
 ) -> Change:
     """The replace a compaction commits: the new data files at the read's data sequence
     number in place of the rewritten ones, the removed delete files and vectors."""
@@ -788,7 +809,7 @@ def _compaction(
     pos_removed = removed - eq_removed
     dvs = {k for k in removed if isinstance(k, tuple)}
     return Change(
-        removed=removed - dvs,
+        removed={k for k in removed if isinstance(k, str)},
         removed_dvs=dvs,
         data=set(rewritten),
         reach_seq=max((deletes[p][1] for p in eq_removed), default=0),
@@ -806,13 +827,13 @@ def _compaction(
     )
 
 
-def _key(d: Any) -> Any:
+def _key(d: DeleteTask) -> DeleteKey:
     """A delete file of a plan (DeleteTask) as the snapshot's files are keyed: by path, a
     deletion vector by (Puffin path, offset)."""
-    return (d.path, d.dv.offset) if d.is_dv else d.path
+    return (d.path, d.dv.offset) if d.dv is not None else d.path
 
 
-def _removed(f: Any) -> FileOut:
+def _removed(f: EntryFile) -> FileOut:
     """A removed delete file of the head's manifests (a deletion vector: its blob's bytes and
     the data file it names, as the conversion reports the ones it replaces)."""
     if f.content_offset is None:
@@ -820,7 +841,7 @@ def _removed(f: Any) -> FileOut:
     return FileOut(f.file_path, f.record_count, f.content_size_in_bytes, f.referenced_data_file)
 
 
-def _clear(io: Any, folder: str, keep: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+def _clear(io: FileIO, folder: str, keep: frozenset[str] = frozenset()) -> None:
     """Delete what mor wrote under `folder` but `keep` (best effort: a file that cannot be
     deleted is referenced by no snapshot); a local folder left empty is removed."""
     import os

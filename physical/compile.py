@@ -14,14 +14,14 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from mor.physical.deletes.eq_deletes import scan_eq_deletes
-from mor.physical.reuse import fingerprint, reused
+from mor.physical.merge_on_read import scan_data
 from mor.physical.scan.columns import float_key
 from mor.physical.scan.guards import check_files
-from mor.physical.scan.merge_on_read import scan_data
 from mor.physical.scan.metadata_columns import hidden_type
 from mor.physical.scan.reads import ReadContext, session_facts
 from mor.physical.scan.types import spark_type
 from mor.physical.spark import arrow
+from mor.physical.spark.reuse import fingerprint, reused
 from mor.physical.spark.session import is_connect
 from mor.physical.spark.spark_errors import query_error, recognised, spark_failure
 from mor.physical.table_changes import changes_schema, compile_changes
@@ -94,7 +94,7 @@ class Compiler:
     """Translates a physical plan (rules/physical/) into DataFrames, each decision read off
     its node: each node once (a subtree two parents share is one DataFrame), and on a classic
     session a node made of the same files, columns and filters as one an earlier query
-    translated reuses its DataFrame (physical/reuse.py), its files checked again. The plan's
+    translated reuses its DataFrame (physical/spark/reuse.py), its files checked again. The plan's
     one step with effects, resolving equality deletes to positions, runs here when its branch
     is first needed (`execute`); the branch is then planned again by rules/physical
     (`replan_resolved`) over the positions found."""

@@ -4,7 +4,7 @@ The entry points (mor/api.py, the CLI, the shell) take the process's object once
 (`caches()`) and pass it down: planning (`attach_files`, `plan_scan`), the physical rules
 (`plan_physical`, `Planner`) and the compiler (`Compiler`, `to_dataframe`) receive it as a
 parameter named `cache` and never look it up themselves, so a test or a benchmark can hand
-them a fresh one. The one module that reaches it by itself is physical/reuse.py, which
+them a fresh one. The one module that reaches it by itself is physical/spark/reuse.py, which
 registers, when imported, what it keeps per Spark session.
 
 Everything kept is read from files Iceberg never changes once written (manifest lists,

@@ -257,3 +257,28 @@ def test_the_layer_folders_are_the_mor_packages_in_the_tree() -> None:
         link = ROOT / "mor" / layer
         assert link.is_symlink() and link.resolve() == (ROOT / layer).resolve(), link
         assert dirs[f"mor.{layer}"] == layer
+
+
+def test_physical_groups_build_on_each_other_one_way() -> None:
+    """Inside physical/, spark/ builds on nothing else of the layer, scan/ on spark/, deletes/ on
+    scan/ and spark/, and the modules at the top (the compiler, EXPLAIN, the merge-on-read scan,
+    the jobs) on all three: no group imports one above it."""
+    below = {"spark": {"spark"}, "scan": {"spark", "scan"}, "deletes": {"spark", "scan", "deletes"}}
+    groups = set(below)
+    for group, allowed in below.items():
+        paths = sorted((ROOT / "physical" / group).glob("*.py"))
+        assert len(paths) > 2, group
+        for path in paths:
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                elif isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                else:
+                    continue
+                for name in names:
+                    parts = name.split(".")
+                    if parts[:2] != ["mor", "physical"] or len(parts) < 3:
+                        continue
+                    target = parts[2] if parts[2] in groups else "top"
+                    assert target in allowed, f"{path.relative_to(ROOT)} imports {name}"

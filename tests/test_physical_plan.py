@@ -14,9 +14,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
 from mor.api import plan_query
-from mor.physical import reuse
 from mor.physical.compile import Compiler
 from mor.physical.describe import describe_plan
+from mor.physical.spark import reuse
 from mor.planner.settings import applied
 from mor.planner.state import ProcessCaches, caches
 from mor.rules.physical import equality as resolution

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from mor import mor_sql
-from mor.physical import reuse
+from mor.physical.spark import reuse
 from mor.planner.errors import MetadataError
 from mor.planner.state import caches
 from mor.rules.physical import equality as resolution

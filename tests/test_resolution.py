@@ -15,7 +15,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from helpers import altered
 from mor import explain, mor_sql
-from mor.physical import reuse
+from mor.physical.spark import reuse
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import AntiJoin, IcebergScan
 from mor.planner.state import caches

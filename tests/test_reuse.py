@@ -1,5 +1,5 @@
-"""DataFrames reused across queries of a classic session (physical/reuse.py): kept within their
-bounds, told apart by everything they are made of, and never a way around the checks a new
+"""DataFrames reused across queries of a classic session (physical/spark/reuse.py): kept within
+their bounds, told apart by everything they are made of, and never a way around the checks a new
 query makes (files of the recorded size) or around a newer snapshot's deletes."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from helpers import altered
 from mor import explain, mor_sql
-from mor.physical import reuse
-from mor.physical.reuse import cached, fingerprint, reused
+from mor.physical.spark import reuse
+from mor.physical.spark.reuse import cached, fingerprint, reused
 from mor.planner.errors import DataFileError
 from mor.rules.physical.broadcast import keeps
 from mor.writer.tables import TableWriter

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from mor.physical import reuse
+from mor.physical.spark import reuse
 from mor.planner.nodes import DataTask, DeleteTask
 from mor.planner.settings import current
 from mor.planner.state import Kept, ProcessCaches
@@ -32,7 +32,7 @@ from mor.planner.state import Kept, ProcessCaches
 
 def clear_position_cache(cache: ProcessCaches) -> None:
     """Forget what was read of delete files, and the DataFrames built from it
-    (physical/reuse.py): the next query reads them again, as a new process would."""
+    (physical/spark/reuse.py): the next query reads them again, as a new process would."""
     cache.positions.clear()
     cache.bitmaps.clear()
     reuse.clear()

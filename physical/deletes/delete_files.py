@@ -19,19 +19,12 @@ import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 
 from mor.physical.deletes.dv import decode
-from mor.physical.scan.files import read_bytes, read_range
+from mor.physical.scan.files import first_line, read_bytes, read_range
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import RESOLVED, DataTask, DeleteTask
 from mor.planner.requests import in_context
 from mor.planner.settings import current
 from mor.planner.state import Kept, ProcessCaches
-
-
-def first_line(e: BaseException) -> str:
-    """The first line of an error's text (Spark and pyarrow errors run to many lines)."""
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
-
 
 # Position delete files are immutable: what each holds, grouped by the data file path it
 # names, is kept across queries of one process (ProcessCaches.positions), keyed by the path read

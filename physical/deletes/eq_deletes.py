@@ -16,11 +16,11 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from mor.physical.reuse import cached, fingerprint
 from mor.physical.scan.columns import column, float_key, read_schema
 from mor.physical.scan.guards import check_files, guard
 from mor.physical.scan.reads import KEY, Group, ReadContext, read_files, where_all
 from mor.physical.scan.tables import FKEY, file_table
+from mor.physical.spark.reuse import cached, fingerprint
 from mor.planner.nodes import DEL_PART, DEL_SEQ, EqDeleteScan
 from mor.planner.settings import current
 from mor.rules.physical.nodes import ReadEqDeletes

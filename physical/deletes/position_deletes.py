@@ -31,7 +31,6 @@ from pyspark.sql import types as T
 
 from mor.physical.deletes.bitmaps import bitmap_files, bitmap_keep
 from mor.physical.deletes.delete_files import read_positions
-from mor.physical.reuse import cached, reused
 from mor.physical.scan.guards import POS, row_count_check
 from mor.physical.scan.reads import KEY, Group, Read, ReadContext, read_files
 from mor.physical.scan.tables import (
@@ -45,6 +44,7 @@ from mor.physical.scan.tables import (
     local_table,
     sql_literal,
 )
+from mor.physical.spark.reuse import cached, reused
 from mor.planner.nodes import RESOLVED, DataTask, DeleteTask
 from mor.planner.settings import current
 from mor.rules.physical.nodes import ReadData

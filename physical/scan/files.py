@@ -18,6 +18,12 @@ from mor.planner.requests import count, in_context
 from mor.planner.settings import current
 
 
+def first_line(e: BaseException) -> str:
+    """The first line of an error's text (Spark and pyarrow errors run to many lines)."""
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
 def local_path(path: str) -> str | None:
     """The local file a path names (plain, `file:/x` or `file:///x`), if it exists here."""
     local = _local_name(path)

@@ -14,7 +14,7 @@ files (rules/physical/reading.reading) from planning facts and the session (`ses
   job to list them), unioned; the key is `_metadata.file_size`, files of shared sizes told
   apart by the path Spark reports (rules/physical/reading.FileKey).
 
-Each group's read is reused by later queries of a classic session (physical/reuse.py).
+Each group's read is reused by later queries of a classic session (physical/spark/reuse.py).
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from mor.physical.deletes.delete_files import first_line
-from mor.physical.reuse import Fingerprint, reused
 from mor.physical.scan import file_lists
 from mor.physical.scan.classic import read_parquet
+from mor.physical.scan.files import first_line
 from mor.physical.scan.paths import SparkPaths
 from mor.physical.scan.tables import sql_literal
+from mor.physical.spark.reuse import Fingerprint, reused
 from mor.physical.spark.session import is_connect
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import DataTask, DeleteTask, Expr

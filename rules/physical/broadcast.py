@@ -102,7 +102,7 @@ def side_text(what: str, broadcast: bool, rows: int, est: int, limit: int) -> st
 
 def bitmap_weight(node: Plan) -> int:
     """Bytes of position bitmaps a compiled plan below `node` may hold on the driver (the
-    estimate of each scan that takes the bitmap method): what physical/reuse.py weighs."""
+    estimate of each scan that takes the bitmap method): what physical/spark/reuse.py weighs."""
     total = 0
     for n in node.walk():
         if isinstance(n, IcebergScan):

@@ -299,7 +299,10 @@ def _data_files(t: Table) -> list[DataFile]:
 def _eq_delete_with(t: Table, column: pa.Array, key_type: Any) -> DataFile:
     """An equality delete on field id 1 whose file stores `column` (of its own type) as `id`."""
     field = pa.field("id", column.type, metadata={b"PARQUET:field_id": b"1"})
-    return t.writer._delete_file(
+    from mor.writer.files import write_delete_file
+
+    return write_delete_file(
+        t.writer.table,
         pa.table([column], schema=pa.schema([field])),
         Schema(NestedField(1, "id", key_type, required=False)),
         DataFileContent.EQUALITY_DELETES,

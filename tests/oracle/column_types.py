@@ -400,7 +400,7 @@ class Check:
         the equality deletes to positions (rules/physical/equality.py: the second read), as
         tests/oracle/run.compare does."""
         from mor import mor_sql
-        from mor.physical import reuse
+        from mor.physical.spark import reuse
         from mor.planner.state import caches
         from mor.rules.physical import equality as resolution
 

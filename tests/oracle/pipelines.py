@@ -410,7 +410,7 @@ def mor_rows(spark: Any, sql: str, again: bool = True) -> list[tuple[str, list]]
     twice when the table has equality deletes: cold (anti-joined: the first read), then
     resolving what the first run joined (the second read, setting resolve_at_read)."""
     from mor import mor_sql
-    from mor.physical import reuse
+    from mor.physical.spark import reuse
     from mor.planner.state import caches
     from mor.rules.physical import equality as resolution
 

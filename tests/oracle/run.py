@@ -116,7 +116,7 @@ def compare(
     settings resolve at the first read), then with its DataFrames dropped (resolving what the
     first run joined, or from the positions it resolved); each must give Iceberg's rows."""
     from mor import mor_sql
-    from mor.physical import reuse
+    from mor.physical.spark import reuse
     from mor.planner.state import caches
     from mor.rules.physical import equality as resolution
 
