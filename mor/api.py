@@ -24,7 +24,13 @@ from mor.planner.nodes import Plan
 from mor.planner.query_metrics import MorMetrics, static_metrics
 from mor.planner.requests import counting
 from mor.planner.settings import Settings, applied, user_config
-from mor.planner.sources import PathMap, Resolver, is_table_path, load_named_catalog
+from mor.planner.sources import (
+    PathMap,
+    Resolver,
+    catalog_failure,
+    is_table_path,
+    load_named_catalog,
+)
 from mor.planner.sql import Statement, bind, one_statement
 from mor.planner.state import CacheFigures, ProcessCaches, caches
 from mor.rules import MOR_RULES, TraceStep, optimize
@@ -194,8 +200,7 @@ def resolve_catalog(catalog: Catalog | str | None, warehouse: str | None = None)
         except MorError:
             raise
         except Exception as e:  # noqa: BLE001 - pyiceberg raises several kinds here
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise TableNotFoundError(f"unknown catalog {catalog!r}: {first}") from e
+            raise catalog_failure(catalog, e) from e
     if isinstance(catalog, Catalog):
         return catalog
     raise MorError(f"catalog must be a pyiceberg Catalog, a catalog name or None, not {catalog!r}")

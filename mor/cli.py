@@ -597,6 +597,7 @@ def _shown(value: object) -> str:
 def cmd_config(args: argparse.Namespace) -> int:
     """The config file and the settings in effect, each with where it comes from."""
     from mor.api import default_catalog_name, warehouse_and_source
+    from mor.planner.errors import shown
     from mor.planner.settings import current, declared, user_config
 
     cfg = user_config()
@@ -620,7 +621,7 @@ def cmd_config(args: argparse.Namespace) -> int:
         (s.name.ljust(width), f"{_shown(getattr(settings, s.name))} ({settings.source(s.name)})")
         for s in declared()
     ]
-    rows += [("spark", f"{k} = {v} (config file)") for k, v in sorted(cfg.spark.items())]
+    rows += [("spark", f"{k} = {shown(k, v)} (config file)") for k, v in sorted(cfg.spark.items())]
     rows.append(("s3a", _s3a_line(cfg.spark)))
     rows += [("path-map", f"{k} = {v} (config file)") for k, v in sorted(cfg.path_map.items())]
     from mor.api import cache_figures
@@ -631,12 +632,10 @@ def cmd_config(args: argparse.Namespace) -> int:
     ]
     from mor.planner.sources import io_defaults
 
-    secret = ("secret", "token", "password", "credential")
     rows += [
         (
             "file-io",
-            f"{k} = {'***' if any(w in k for w in secret) else v} "
-            f"({'config file' if k in cfg.file_io else 'environment'})",
+            f"{k} = {shown(k, v)} ({'config file' if k in cfg.file_io else 'environment'})",
         )
         for k, v in sorted(io_defaults().items())
     ]

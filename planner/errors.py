@@ -45,6 +45,11 @@ class ConfigError(MorError):
     """A setting (an environment variable) has a value mor cannot use."""
 
 
+class CatalogUnreachableError(MorError):
+    """A catalog that is configured could not be reached or refused the connection (a REST
+    server down, a database refusing it): the server is at fault, not the name."""
+
+
 class ArgumentError(MorError, TypeError):
     """A public function was called with an argument of the wrong kind: names the function,
     the argument and what it must be (a TypeError too, as Python's own would be)."""
@@ -68,3 +73,21 @@ class InternalError(MorError):
 class ConsumeError(MorError):
     """The table's history moved under a changes checkpoint, or the checkpoint itself is
     wrong: its changes cannot be delivered exactly (mor/consume.py)."""
+
+
+# words that make a setting's value a secret wherever mor shows settings (`mor config`): keys,
+# tokens, passwords and credentials of object stores, catalogs and JDBC connections
+_SECRET_WORDS = ("secret", "token", "password", "passwd", "credential", "private")
+
+
+def is_secret(key: str) -> bool:
+    """Whether the setting `key` (a Spark, Hadoop, pyiceberg FileIO or catalog property)
+    holds a secret, shown as `***`: `fs.s3a.secret.key`, `s3.session-token`, `oauth2`
+    `credential`, a JDBC `password`, ..."""
+    k = key.lower()
+    return any(w in k for w in _SECRET_WORDS)
+
+
+def shown(key: str, value: object) -> str:
+    """A setting's value as mor prints it: `***` for a secret (is_secret)."""
+    return "***" if is_secret(key) else str(value)

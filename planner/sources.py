@@ -29,7 +29,7 @@ from pyiceberg.io import FileIO, InputFile, OutputFile, load_file_io
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
-from mor.planner.errors import MetadataError, MorError, TableNotFoundError
+from mor.planner.errors import CatalogUnreachableError, MetadataError, MorError, TableNotFoundError
 from mor.planner.requests import CountingFileIO
 
 
@@ -462,7 +462,37 @@ def _load_named_catalog(name: str) -> Catalog:
     except MorError:
         raise
     except Exception as e:  # noqa: BLE001 - pyiceberg raises several kinds here
-        raise TableNotFoundError(f"unknown catalog {name!r}: {_short(e)}") from e
+        raise catalog_failure(name, e) from e
+
+
+# what a failure to connect looks like, by the exception classes a catalog's client raises
+# (requests, urllib3, sqlalchemy, psycopg, sockets), anywhere in the chain of causes
+_UNREACHABLE = frozenset({
+    "ConnectionError", "ConnectTimeout", "ReadTimeout", "Timeout", "OperationalError",
+    "NewConnectionError", "MaxRetryError", "ConnectionRefusedError", "gaierror",
+})  # fmt: skip
+_CREDENTIALS_IN_URL = re.compile(r"(://[^:/@\s]+):[^@\s]+@")
+
+
+def catalog_failure(name: str, e: BaseException) -> MorError:
+    """Why the catalog `name` could not be loaded, in one line: a server that cannot be
+    reached or refused the connection (CatalogUnreachableError) told apart from a name that is
+    not configured (TableNotFoundError); a password in a URL it quotes is masked."""
+    chain, seen = [], set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    unreachable = any(
+        isinstance(x, (ConnectionError, TimeoutError))
+        or any(k.__name__ in _UNREACHABLE for k in type(x).__mro__)
+        for x in chain
+    )
+    reason = _CREDENTIALS_IN_URL.sub(r"\1:***@", _short(e))
+    if unreachable:
+        return CatalogUnreachableError(f"catalog {name!r} cannot be reached: {reason}")
+    return TableNotFoundError(f"unknown catalog {name!r}: {reason}")
 
 
 def _metadata_fault(e: BaseException) -> str:

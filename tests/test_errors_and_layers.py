@@ -282,3 +282,67 @@ def test_physical_groups_build_on_each_other_one_way() -> None:
                         continue
                     target = parts[2] if parts[2] in groups else "top"
                     assert target in allowed, f"{path.relative_to(ROOT)} imports {name}"
+
+
+def test_mor_config_never_shows_a_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mor config` prints the config file's [spark] and [file-io] entries and the AWS_*
+    environment's FileIO settings with every secret (keys, session tokens, passwords,
+    credentials) as ***, the other values as given (an access key id is not a secret)."""
+    from mor.planner.errors import is_secret
+
+    cfg = tmp_path / "mor.toml"
+    cfg.write_text(
+        "[spark]\n"
+        '"spark.hadoop.fs.s3a.secret.key" = "MARKED-S3A-SECRET"\n'
+        '"spark.hadoop.fs.s3a.session.token" = "MARKED-S3A-TOKEN"\n'
+        '"spark.hadoop.fs.s3a.access.key" = "AKIA-VISIBLE"\n'
+        '"spark.hadoop.javax.jdo.option.ConnectionPassword" = "MARKED-JDBC"\n'
+        "[file-io]\n"
+        '"s3.secret-access-key" = "MARKED-IO-SECRET"\n'
+        '"s3.endpoint" = "http://store:9000"\n'
+    )
+    monkeypatch.setenv("MOR_CONFIG", str(cfg))
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "MARKED-ENV-TOKEN")
+    assert main(["config", "--warehouse", str(tmp_path / "wh")]) == 0
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "MARKED" not in text, [ln for ln in text.splitlines() if "MARKED" in ln]
+    assert "spark.hadoop.fs.s3a.secret.key = *** (config file)" in text
+    assert "spark.hadoop.fs.s3a.access.key = AKIA-VISIBLE (config file)" in text
+    assert "s3.session-token = *** (environment)" in text
+    assert "s3.endpoint = http://store:9000 (config file)" in text
+    assert is_secret("credential") and is_secret("JDBC_PASSWORD") and not is_secret("s3.region")
+
+
+def test_a_catalog_that_cannot_be_reached_is_not_an_unknown_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A REST catalog whose server is down and a PostgreSQL catalog refusing the connection
+    are reported as unreachable, in one line, exit 1, the JDBC password masked; a name no
+    configuration knows is still an unknown catalog."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = tmp_path / "mor.toml"
+    cfg.write_text(
+        f'[catalogs.rest]\ntype = "rest"\nuri = "http://127.0.0.1:{port}"\n'
+        f'[catalogs.pg]\ntype = "sql"\n'
+        f'uri = "postgresql+psycopg://mor:MARKED-PASSWORD@127.0.0.1:{port}/lake"\n'
+    )
+    monkeypatch.setenv("MOR_CONFIG", str(cfg))
+    for name in ("rest", "pg"):
+        code = main(["run", "--catalog", name, "-e", "SELECT 1"])
+        out = capsys.readouterr()
+        lines = [ln for ln in out.err.splitlines() if ln.strip()]
+        assert code == 1 and out.out == "" and len(lines) == 1, out.err
+        assert lines[0].startswith(f"mor: catalog '{name}' cannot be reached: "), lines[0]
+        assert "MARKED" not in lines[0] and "unknown catalog" not in lines[0], lines[0]
+    monkeypatch.delenv("PYICEBERG_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.pyiceberg.yaml
+    code = main(["run", "--catalog", "nosuch", "-e", "SELECT 1"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("mor: unknown catalog 'nosuch'"), err
