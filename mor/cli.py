@@ -671,6 +671,9 @@ def main(argv: list[str] | None = None) -> int:
         import logging
 
         logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+        # pyiceberg warns on stderr about what mor reports itself or works around (a bucket's
+        # region it could not resolve, ...): the CLI's stderr is one line per error
+        logging.getLogger("pyiceberg").setLevel(logging.ERROR)
     try:
         args = _parser().parse_args(argv)
     except SystemExit as e:

@@ -91,3 +91,13 @@ def is_secret(key: str) -> bool:
 def shown(key: str, value: object) -> str:
     """A setting's value as mor prints it: `***` for a secret (is_secret)."""
     return "***" if is_secret(key) else str(value)
+
+
+def clipped(text: str, limit: int = 400) -> str:
+    """One line of a reason at most `limit` characters long, cut at a word (a store's or
+    library's reason names what failed near its end: cutting it mid-word loses that)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit)
+    return text[: cut if cut > limit // 2 else limit] + " ..."

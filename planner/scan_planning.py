@@ -53,7 +53,7 @@ from pyiceberg.types import UUIDType
 from mor.planner.column_metrics import compile_inclusive
 from mor.planner.delete_index import DeleteIndex, Entry, InvalidDeletes, is_dv
 from mor.planner.eq_bounds import may_apply, metrics_of
-from mor.planner.errors import MetadataError, UnsupportedError
+from mor.planner.errors import MetadataError, UnsupportedError, clipped
 from mor.planner.manifests import (
     EntryFile,
     ListedManifest,
@@ -152,7 +152,7 @@ def _manifests(src: TableSource, snap: Snapshot, cache: ProcessCaches) -> list[L
 
 
 def _list_error(src: TableSource, snap: Snapshot, e: Exception) -> MetadataError:
-    first = str(e).splitlines()[0][:160] if str(e) else ""
+    first = clipped(str(e).splitlines()[0], 160) if str(e) else ""
     return MetadataError(
         f"table {src.name}: cannot read manifest list {snap.manifest_list} of snapshot "
         f"{snap.snapshot_id}: {type(e).__name__}: {first}"

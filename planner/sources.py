@@ -29,7 +29,13 @@ from pyiceberg.io import FileIO, InputFile, OutputFile, load_file_io
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
-from mor.planner.errors import CatalogUnreachableError, MetadataError, MorError, TableNotFoundError
+from mor.planner.errors import (
+    CatalogUnreachableError,
+    MetadataError,
+    MorError,
+    TableNotFoundError,
+    clipped,
+)
 from mor.planner.requests import CountingFileIO
 
 
@@ -502,8 +508,8 @@ def _metadata_fault(e: BaseException) -> str:
         m = re.search(r"'([^']+\.json)'", str(e))
         return f"metadata file {m.group(1) if m else '(unnamed)'} is missing"
     if type(e).__name__ == "ValidationError" and len(text) > 1:  # pydantic: the reason is line 2
-        return f"the metadata JSON is invalid ({text[1][:160]})"
-    return f"{type(e).__name__}: {text[0][:200] if text else ''}"
+        return f"the metadata JSON is invalid ({clipped(text[1], 160)})"
+    return f"{type(e).__name__}: {clipped(text[0]) if text else ''}"
 
 
 def _short(e: Any) -> str:

@@ -346,3 +346,15 @@ def test_a_catalog_that_cannot_be_reached_is_not_an_unknown_name(
     code = main(["run", "--catalog", "nosuch", "-e", "SELECT 1"])
     err = capsys.readouterr().err
     assert code == 1 and err.startswith("mor: unknown catalog 'nosuch'"), err
+
+
+def test_a_long_reason_is_cut_at_a_word_never_inside_one() -> None:
+    """A store's reason is shortened at a word (one line, at most the limit and ' ...'), so
+    that 'curlCode' never reads 'cu'; a short one is kept whole."""
+    from mor.planner.errors import clipped
+
+    reason = "AWS Error ACCESS_DENIED during HeadObject operation: curlCode: 7, " * 8
+    short = clipped(reason, 160)
+    assert short.endswith(" ...") and len(short) <= 164
+    assert short[:-4].split()[-1] in reason.split(), short
+    assert clipped("HeadObject failed:\n  curlCode 7") == "HeadObject failed: curlCode 7"
