@@ -455,11 +455,22 @@ def variants_understood() -> Iterator[None]:
 
 def load_named_catalog(name: str) -> Catalog:
     """A catalog by name: pyiceberg's configuration (~/.pyiceberg.yaml, PYICEBERG_CATALOG__*),
-    with the properties of the config file's [catalogs.NAME] over it."""
+    with the properties of the config file's [catalogs.NAME] over it, and under both the
+    store settings of the environment (AWS_*) and the config file's [file-io]: the catalog
+    reads the table's metadata file through its own FileIO, which must reach the same store
+    as mor's later reads (one store configuration for every path). A property the catalog
+    configures, or a REST catalog's server vends for a table, wins over them."""
+    from pyiceberg.catalog import _ENV_CONFIG
+
     from mor.planner.settings import user_config
 
     props = user_config().catalogs.get(name, {})
-    return load_catalog(name, **props)
+    configured = {**(_ENV_CONFIG.get_catalog_config(name) or {}), **props}
+    store = with_region(
+        {**io_defaults(), **{k: v for k, v in configured.items() if isinstance(v, str)}}
+    )
+    under = {k: v for k, v in store.items() if k not in configured}
+    return load_catalog(name, **{**under, **props})
 
 
 def _load_named_catalog(name: str) -> Catalog:

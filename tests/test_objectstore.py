@@ -167,6 +167,29 @@ def test_a_session_mor_starts_takes_s3a_from_the_environment(
     }
 
 
+def test_a_named_catalog_reads_its_metadata_through_the_same_store(
+    aws_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A catalog by name gets the environment's store settings (AWS_*, and the config file's
+    [file-io]) under its own, so that it reads the metadata file from the store mor's later
+    reads use (an endpoint without a region gets the SDK's default, never a question to AWS);
+    what the catalog configures itself wins."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from mor.api import resolve_catalog
+
+    SqlCatalog("mine", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}")
+    (tmp_path / "mor.toml").write_text(
+        f'[catalogs.mine]\ntype = "sql"\nuri = "sqlite:///{tmp_path}/c.db"\n'
+        f'warehouse = "file://{tmp_path}"\n"s3.access-key-id" = "CATALOG"\n'
+    )
+    aws_env.setenv("AWS_ENDPOINT_URL", "http://store:9000")
+    aws_env.setenv("AWS_ACCESS_KEY_ID", "ENVIRONMENT")
+    props = resolve_catalog("mine").properties
+    assert props["s3.endpoint"] == "http://store:9000" and props["s3.region"] == "us-east-1"
+    assert props["s3.access-key-id"] == "CATALOG"
+
+
 def test_catalogs_from_the_config_file(aws_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """[catalogs.NAME] in mor's config file: a catalog by name without ~/.pyiceberg.yaml."""
     from pyiceberg.catalog.sql import SqlCatalog
