@@ -1,5 +1,8 @@
-"""Physical layer: the physical plan (rules/physical/) -> PySpark DataFrames. The only layer
-that imports pyspark.
+"""Physical layer: the physical plan (rules/physical/) -> PySpark DataFrames; with mor/, the
+only layer that imports pyspark. Its groups build on each other one way: spark/ (sessions,
+s3a, reuse across queries, Spark's errors, settings) <- scan/ (reading a table's files) <-
+deletes/ (applying deletes) <- the modules here (the compiler, EXPLAIN PHYSICAL and ANALYZE,
+a merge-on-read scan put together, table_changes, the maintenance commands' Spark jobs).
 
 Names are loaded on first use, so `physical.describe` (EXPLAIN PHYSICAL) needs no pyspark.
 """
