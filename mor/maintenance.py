@@ -29,7 +29,6 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from mor.planner.errors import InternalError, MorError, TableNotFoundError, UnsupportedError
-from mor.planner.manifests import read_manifest, read_manifest_list
 from mor.writer.files import (
     content_size,
     data_file_of,
@@ -214,35 +213,36 @@ def _read(
     plan = plan_query(sql, catalog=cat, cache=cache).optimized
     scans = [n for n in plan.walk() if isinstance(n, IcebergScan) and n.files is not None]
     tasks = {t.path: (t, s) for s in scans for t in s.data_files()}
-    data, deletes = _live(tbl, head)
+    data, deletes = _live(cat, name, tbl, head, cache)
     if set(data) != set(tasks):
         raise InternalError(f"{name}: the plan of snapshot {head.snapshot_id} misses data files")
     return _Read(cat, tbl, name, branch, head, cache, plan, tasks, data, deletes)
 
 
 def _live(
-    tbl: Table, head: Snapshot
+    cat: Catalog, name: str, tbl: Table, head: Snapshot, cache: ProcessCaches
 ) -> tuple[dict[str, EntryFile], dict[DeleteKey, tuple[EntryFile, int]]]:
     """The live data files of `head` by path, and its live delete files (dangling ones too)
     with their data sequence numbers, by path (a deletion vector: by its Puffin file and
     offset, several sharing one file), through planner's manifest reader (pyiceberg 0.12
-    reads `referenced_data_file` and `content_offset` away)."""
+    reads `referenced_data_file` and `content_offset` away) and the command's caches, where
+    planning the head left the manifests it decoded (none is fetched twice)."""
     from pyiceberg.manifest import DataFileContent
 
-    io = tbl.io
+    from mor.api import effective_path_map
+    from mor.planner.scan_planning import live_entries
+    from mor.planner.sources import PathMap, Resolver
+
+    src = Resolver(cat, PathMap.of(effective_path_map(None)), None).loaded(name, name, tbl)
     data: dict[str, EntryFile] = {}
     deletes: dict[DeleteKey, tuple[EntryFile, int]] = {}
-    for manifest in read_manifest_list(io, head.manifest_list):
-        for entry in read_manifest(io, manifest):
-            f = entry.data_file
-            if f.content == DataFileContent.DATA:
-                data[f.file_path] = f
-                continue
-            at = f.content_offset
-            deletes[f.file_path if at is None else (f.file_path, at)] = (
-                f,
-                entry.sequence_number or 0,
-            )
+    for entry in live_entries(src, head, cache):
+        f = entry.file
+        if f.content == DataFileContent.DATA:
+            data[f.file_path] = f
+            continue
+        at = f.content_offset
+        deletes[f.file_path if at is None else (f.file_path, at)] = (f, entry.seq)
     return data, deletes
 
 

@@ -392,12 +392,15 @@ class Resolver:
                 f"table {'.'.join(parts)} in catalog {catalog.name!r}: its metadata cannot be "
                 f"read: {_metadata_fault(e)}"
             ) from e
-        io = MappedFileIO(self._catalog_io(table), self._map)
-        src = TableSource(
-            key, ".".join(parts), table.metadata, io, self._map, table.metadata_location
-        )
+        src = self.loaded(key, ".".join(parts), table)
         self._cache[key] = src
         return src
+
+    def loaded(self, key: str, name: str, table: Any) -> TableSource:
+        """The source of a table its catalog loaded already (`key`: its identity), read
+        through the catalog's FileIO with this resolver's path map and store settings."""
+        io = MappedFileIO(self._catalog_io(table), self._map)
+        return TableSource(key, name, table.metadata, io, self._map, table.metadata_location)
 
 
 # pyiceberg 0.12 has no variant type and refuses every table with a variant column. mor reads
