@@ -117,10 +117,12 @@ class QueryExecution:
         from mor.rules.physical import plan_physical
 
         with applied(self.settings):
-            return plan_physical(self.plan, self._facts(), self.cache)
+            return plan_physical(self.plan, self.facts, self.cache)
 
-    def _facts(self) -> Any:
-        """The session's facts once a session is in use, else a JVM-free guess of them."""
+    @cached_property
+    def facts(self) -> Any:
+        """The facts the physical plan is made for, asked once: the session's when one is in
+        use, else a JVM-free guess of them."""
         if "session" not in self.__dict__:
             from mor.physical.describe import own_session_facts
 
@@ -200,7 +202,7 @@ class QueryExecution:
                 f"{line}\n" for line in physical_trace(self.physical_plan)
             )
         if physical:
-            text += "\n" + describe_plan(self.physical_plan, self._facts())[0]
+            text += "\n" + describe_plan(self.physical_plan, self.facts)[0]
         return text
 
     def _s3a_section(self, started: bool) -> str:
