@@ -28,6 +28,9 @@ TRINO_VERSION = "476"  # the newest trino-server Maven Central serves here
 HOME = ROOT / ".venv" / "trino" / f"trino-server-{TRINO_VERSION}"
 
 
+NO_NODES = "No nodes available to run query"
+
+
 class TrinoUnavailable(Exception):
     """Trino cannot be started here: the reason is the message."""
 
@@ -135,14 +138,39 @@ class Trino:
                 with urllib.request.urlopen(  # noqa: S310 - 127.0.0.1
                     f"http://127.0.0.1:{self.port}/v1/info", timeout=2
                 ) as r:
-                    if not json.load(r).get("starting", True):
+                    if not json.load(r).get("starting", True) and self._schedules():
                         return
             except (OSError, ValueError):
                 pass
             time.sleep(0.5)
         raise TrinoUnavailable(f"Trino not up in {timeout:.0f}s: {self._tail()}")
 
-    def query(self, sql: str) -> list[list]:
+    def _schedules(self) -> bool:
+        """True once a query finds a node: `/v1/info` says started before the coordinator's own
+        worker has announced itself, and a query in between fails "No nodes available"."""
+        try:
+            self._query("SELECT 1")
+        except TrinoError as e:
+            if NO_NODES in str(e):
+                return False
+            raise
+        return True
+
+    def query(self, sql: str, patience: float = 60.0) -> list[list]:
+        """Rows of `sql`. A query refused with "No nodes available" was never scheduled, so it
+        is asked again for up to `patience` seconds: on a loaded 2-core machine the node's
+        announcement can lapse for a moment (Trino's failure detector drops it until the next
+        one), which says nothing about the query."""
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                return self._query(sql)
+            except TrinoError as e:
+                if NO_NODES not in str(e) or time.monotonic() > deadline:
+                    raise
+            time.sleep(1.0)
+
+    def _query(self, sql: str) -> list[list]:
         req = urllib.request.Request(  # noqa: S310 - 127.0.0.1
             f"http://127.0.0.1:{self.port}/v1/statement",
             data=sql.encode(),
