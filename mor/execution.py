@@ -215,7 +215,30 @@ class QueryExecution:
             from mor.physical.spark.session import s3a_status
 
             line = s3a_status(self.session)
-        return f"== Object storage ==\ns3a       {line}\n"
+        return f"== Object storage ==\ns3a       {line}\n" + "".join(
+            f"access    {line}\n" for line in self._access_lines()
+        )
+
+    def _access_lines(self) -> list[str]:
+        """Per table read through s3a: the store settings Spark reads it with."""
+        from mor.physical.spark.store_access import table_access
+        from mor.planner.nodes import EqDeleteScan, IcebergScan, TableChanges
+
+        lines: dict[str, str] = {}
+        with applied(self.settings):
+            for node in self.plan.walk():
+                if not isinstance(node, (IcebergScan, EqDeleteScan, TableChanges)):
+                    continue
+                if node.table in lines:
+                    continue
+                access = table_access(node)
+                lines[node.table] = (
+                    f"{node.table}: {access.describe()}"
+                    if access is not None
+                    else f"{node.table}: the session's own s3a settings (the table's FileIO "
+                    "has no store settings, or table_store_access is off)"
+                )
+        return list(lines.values())
 
     def _analyze_section(self, requests: Any) -> str:
         from mor.physical.analyze import count_removed

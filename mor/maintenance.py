@@ -749,6 +749,7 @@ def _write_groups(
     every delete applied) under `folder`, one sub-folder per group."""
     from mor.api import plan_query
     from mor.physical.rewrite_jobs import Column, Group, only_files, write_compacted
+    from mor.physical.spark.store_access import access_for
     from mor.planner.nodes import LINEAGE_COLUMNS
     from mor.planner.sources import PathMap
 
@@ -766,6 +767,7 @@ def _write_groups(
         [Group(g.paths, g.files) for g in groups],
         PathMap.of(None)(folder),
         read.table.metadata.properties.get("write.parquet.compression-codec", "zstd"),
+        access_for(read.table.metadata.location, read.table.io),
     )
 
 

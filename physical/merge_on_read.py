@@ -32,6 +32,7 @@ from mor.physical.scan.metadata_columns import STORED, hidden_type, with_hidden
 from mor.physical.scan.reads import KEY, ROW_INDEX, Group, ReadContext, read_files, where_all
 from mor.physical.scan.tables import FKEY, file_table
 from mor.physical.scan.types import spark_type
+from mor.physical.spark.store_access import table_access
 from mor.planner.nodes import DATA_SEQ, LINEAGE_COLUMNS, PART, Layout
 from mor.rules.physical.nodes import CountRows, ReadData
 
@@ -77,7 +78,9 @@ def scan_data(ctx: ReadContext, node: ReadData | CountRows) -> DataFrame:
         groups.append(Group([t for t in tasks if t.layout == lay_idx], schema, cols))
     need_key = bool(used) or bool(scan.hidden) or bool(scan.meta)
     meta = [(FKEY, KEY), (POS, ROW_INDEX)] if need_key else []
-    read = read_files(ctx, groups, f"data files of {scan.table}", meta, node.reading)
+    read = read_files(
+        ctx, groups, f"data files of {scan.table}", meta, node.reading, table_access(scan)
+    )
     df = read.df
     if scan.pushed:
         df = where_all(df, scan.pushed)

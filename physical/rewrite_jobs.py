@@ -20,8 +20,11 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from mor.physical.compile import Compiler, to_dataframe
+from mor.physical.scan.classic import warm_credentials
 from mor.physical.scan.types import FIELD_ID_KEY, spark_type
-from mor.planner.errors import InternalError
+from mor.physical.spark.spark_errors import spark_failure
+from mor.physical.spark.store_access import StoreAccess
+from mor.planner.errors import InternalError, MorError
 from mor.planner.nodes import IcebergScan, Plan
 from mor.planner.state import ProcessCaches
 from mor.rules.physical.nodes import ResolveEqDeletes
@@ -82,6 +85,7 @@ def write_compacted(
     groups: Sequence[Group],
     folder: str,
     compression: str,
+    access: StoreAccess | None = None,
 ) -> None:
     """Write the live rows of `plan` (a planned `SELECT *, _file, _pos` of the table, cut to
     the groups' data files) under `folder` (a path Spark writes to), one sub-folder
@@ -94,6 +98,8 @@ def write_compacted(
     from pyspark.sql import Row
 
     df = to_dataframe(plan, spark, ProcessCaches())
+    if access is not None:  # written with the table's store settings (store_access.py)
+        folder = access.path(folder)
     spread = F.xxhash64("_file", "_pos")  # the same rows to the same file on a task's retry
     if len(groups) == 1:  # one partition: no join, no partition column to sort the rows by
         n = groups[0].files
@@ -121,13 +127,21 @@ def write_compacted(
     before = spark.conf.get(key, None)
     spark.conf.set(key, "TIMESTAMP_MICROS")
     try:
+        options = access.options([folder]) if access is not None else {}
+        if access is not None:
+            warm_credentials(spark, access.scheme, options, folder)
         (
             out.write.mode("errorifexists")
+            .options(**options)
             .option("compression", compression)
             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
             .partitionBy(*partition)
             .parquet(folder)
         )
+    except MorError:
+        raise
+    except Exception as e:  # noqa: BLE001 - Spark's failure, as one line
+        raise spark_failure(e) from e
     finally:
         if before is None:
             spark.conf.unset(key)

@@ -21,6 +21,7 @@ from mor.physical.scan.guards import check_files, guard
 from mor.physical.scan.reads import KEY, Group, ReadContext, read_files, where_all
 from mor.physical.scan.tables import FKEY, file_table
 from mor.physical.spark.reuse import cached, fingerprint
+from mor.physical.spark.store_access import table_access
 from mor.planner.nodes import DEL_PART, DEL_SEQ, EqDeleteScan
 from mor.planner.settings import current
 from mor.rules.physical.nodes import ReadEqDeletes
@@ -56,7 +57,7 @@ def _rows(ctx: ReadContext, node: EqDeleteScan, compact: bool, how: Reading) -> 
         files = [f for f in node.files if f.layout == lay_idx]
         cols = [column(k, layout, where) for k in node.keys]
         groups.append(Group(files, read_schema(node.keys, where, layout), cols))
-    read = read_files(ctx, groups, where, [(FKEY, KEY)], how)
+    read = read_files(ctx, groups, where, [(FKEY, KEY)], how, table_access(node))
     df = read.df
     if node.pushed:
         df = where_all(df, node.pushed)

@@ -45,6 +45,7 @@ from mor.physical.scan.tables import (
     sql_literal,
 )
 from mor.physical.spark.reuse import cached, reused
+from mor.physical.spark.store_access import StoreAccess, table_access
 from mor.planner.nodes import RESOLVED, DataTask, DeleteTask
 from mor.planner.settings import current
 from mor.rules.physical.nodes import ReadData
@@ -115,7 +116,9 @@ def _by_join(
     shift = strategy.shift
 
     def deleted() -> DataFrame:
-        found = _positions(ctx, tasks, deletes, fk, keys, table, io, node.delete_reading)
+        found = _positions(
+            ctx, tasks, deletes, fk, keys, table, io, node.delete_reading, table_access(node.scan)
+        )
         if shift is None:
             return found
         return found.where((F.col(POS) >= 0) & (F.col(POS) < F.lit(1 << shift))).select(
@@ -154,9 +157,10 @@ def _positions(
     table: str,
     io: FileIO | None,
     how: Reading | None,
+    access: StoreAccess | None,
 ) -> DataFrame:
     """($fkey, position) of every deleted row of these data files (`how`: how the position
-    delete files are read, as planned)."""
+    delete files are read, as planned; `access`: the table's store settings for Spark)."""
     # deletion vectors and resolved equality deletes are positions the driver holds; position
     # delete files are read by Spark (a data file may have both kinds: their union is deleted)
     dv_tasks, files = [], []
@@ -171,7 +175,7 @@ def _positions(
     if dv_tasks:
         parts.append(_dv_positions(ctx, dv_tasks, deletes, fk, keys, table, io))
     if files:
-        parts.append(_file_positions(ctx, files, deletes, fk, keys, table, how))
+        parts.append(_file_positions(ctx, files, deletes, fk, keys, table, how, access))
     out = parts[0]
     for other in parts[1:]:
         out = out.unionByName(other)
@@ -237,6 +241,7 @@ def _file_positions(
     keys: dict[int, Any],
     table: str,
     how: Reading | None,
+    access: StoreAccess | None,
 ) -> DataFrame:
     """($fkey, position) from position delete files, read by Spark (one read through a file
     list, whatever their number): each row kept only for a (delete file, data file) pair
@@ -246,7 +251,7 @@ def _file_positions(
         [T.StructField("file_path", T.StringType()), T.StructField("pos", T.LongType())]
     )  # no field ids: the spec fixes these names
     group = Group(used, schema, [F.col("file_path"), F.col("pos")])
-    read = read_files(ctx, [group], f"position deletes of {table}", [(DKEY, KEY)], how)
+    read = read_files(ctx, [group], f"position deletes of {table}", [(DKEY, KEY)], how, access)
     pairs = [(read.keys[p], t.path, keys[t.file_id]) for t in tasks for p in t.pos_deletes]
     fields = [(DKEY, key_type(read.key)), ("$recorded", T.StringType()), (FKEY, key_type(fk))]
     ptab = F.broadcast(local_table(ctx.spark, fields, pairs))

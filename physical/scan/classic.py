@@ -14,6 +14,7 @@ On Spark Connect these are pyspark's own calls: the client builds the plan witho
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -37,6 +38,13 @@ class _Handles:
             else jvm.scala.collection.immutable.ArraySeq.unsafeWrapArray
         )
         self.splitter = jvm.java.util.regex.Pattern.compile(SEP, _LITERAL)
+        hadoop = str(jvm.org.apache.hadoop.util.VersionInfo.getVersion())
+        parts = tuple(int(x) for x in re.findall(r"\d+", hadoop)[:3])
+        # HADOOP-18233: before 3.3.5, a session token's credentials are fetched lazily and
+        # without a lock, so two tasks first using a new file system can fail "has no
+        # credentials"
+        self.racy_credentials = parts < (3, 3, 5)
+        self.warmed: set[str] = set()
 
 
 _HANDLES: weakref.WeakKeyDictionary[Any, _Handles] = weakref.WeakKeyDictionary()
@@ -49,6 +57,31 @@ def _handles(spark: Any) -> _Handles:
     if h is None:
         h = _HANDLES[jvm] = _Handles(jvm)
     return h
+
+
+def warm_credentials(spark: Any, scheme: str, options: dict[str, str], path: str) -> None:
+    """Make the file system of a table's store scheme (physical/spark/store_access.py) and
+    fetch its credentials once, on the driver, before tasks use it: on Hadoop before 3.3.5
+    (pyspark 3.5) concurrent first uses race (HADOOP-18233). In local mode the driver's JVM is
+    the executors'; a cluster's executors can still race, and Spark retries the task. One
+    existence check of `path` per scheme and JVM, on a classic session only."""
+    if is_connect(spark) or not any(k.endswith(".session.token") for k in options):
+        return  # keys without a token are read at once, in the provider's constructor
+    h = _handles(spark)
+    if not h.racy_credentials or scheme in h.warmed:
+        return
+    if len(h.warmed) > 4096:
+        h.warmed.clear()
+    h.warmed.add(scheme)
+    jvm = spark.sparkContext._jvm
+    conf = jvm.org.apache.hadoop.conf.Configuration(spark._jsc.hadoopConfiguration())
+    for k, v in options.items():
+        conf.set(k, v)
+    try:
+        target = jvm.org.apache.hadoop.fs.Path(path)
+        target.getFileSystem(conf).exists(target)
+    except Exception:  # noqa: BLE001, S110 - a refusal surfaces, named, at the read itself
+        pass
 
 
 def read_parquet(reader: DataFrameReader, spark: Any, paths: Sequence[str]) -> DataFrame:

@@ -37,24 +37,26 @@ class SparkPaths:
     """mor's path -> Spark's form of it, for files of DataFrames registered with `learn`."""
 
     def __init__(self) -> None:
-        self._pending: list[tuple[DataFrame, list[str]]] = []
+        self._pending: list[tuple[DataFrame, list[str], list[str]]] = []
         self._known: dict[str, str] = {}
 
-    def learn(self, df: DataFrame, paths: Sequence[str]) -> None:
-        """`df` reads exactly `paths`; Spark is asked for their form only if one is needed."""
-        self._pending.append((df, list(paths)))
+    def learn(self, df: DataFrame, paths: Sequence[str], given: Sequence[str] = ()) -> None:
+        """`df` reads exactly `paths` (given to Spark as `given`, the same files under a
+        table's store scheme, when not empty); Spark is asked for their form only if one is
+        needed."""
+        self._pending.append((df, list(paths), list(given) or list(paths)))
 
     def __call__(self, path: str) -> str:
         hit = self._known.get(path)
         if hit is not None:
             return hit
         while self._pending and path not in self._known:
-            df, paths = self._pending.pop()
+            df, paths, given = self._pending.pop()
             # inputFiles() writes a local file file:///x where _metadata.file_path says file:/x
             forms = [re.sub(r"^file:///", "file:/", s) for s in input_files(df)]
             listed = {_normal(unquote(s)): s for s in forms}
-            for p in paths:
-                form = listed.get(_normal(p))
+            for p, g in zip(paths, given, strict=True):
+                form = listed.get(_normal(g))
                 if form is not None:
                     self._known[p] = form
         if path not in self._known:

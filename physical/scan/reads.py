@@ -31,12 +31,13 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from mor.physical.scan import file_lists
-from mor.physical.scan.classic import read_parquet
+from mor.physical.scan.classic import read_parquet, warm_credentials
 from mor.physical.scan.files import first_line
 from mor.physical.scan.paths import SparkPaths
 from mor.physical.scan.tables import sql_literal
 from mor.physical.spark.reuse import Fingerprint, reused
 from mor.physical.spark.session import is_connect
+from mor.physical.spark.store_access import StoreAccess
 from mor.planner.errors import DataFileError
 from mor.planner.nodes import DataTask, DeleteTask, Expr
 from mor.planner.settings import current
@@ -238,18 +239,26 @@ def read_files(
     what: str,
     meta: Sequence[tuple[str, str]] = (),
     how: Reading | None = None,
+    access: StoreAccess | None = None,
 ) -> Read:
     """The rows of every group's files (unioned by name), with `meta`: (alias, KEY or
     ROW_INDEX) columns after the groups' own, read as the physical plan decided (`how`;
-    a read it did not plan is decided here, by the same function)."""
+    a read it did not plan is decided here, by the same function). `access`: the table's
+    store settings, Spark given its paths under their scheme (physical/spark/store_access.py)."""
     files = [f for g in groups for f in g.files]
+    first = next((f.read_path for f in files if f.read_path.startswith("s3a://")), None)
+    if access is not None and first is None:
+        access = None
+    if access is not None and first is not None:
+        given = access.path(first)
+        warm_credentials(ctx.spark, access.scheme, access.options([given]), given)
     how = how or reading(files, ctx.facts, len(groups))
     keys = _keys(files, how.key, ctx.paths) if how.key.is_long else {}
     key_col = _KeyColumn(how.key, files, keys, ctx.paths, what)
     frames = [
-        _read_group(ctx, g, what, meta, how, key_col)
+        _read_group(ctx, g, what, meta, key_col, access)
         if how.listed
-        else _read_by_path(ctx, g, what, meta, key_col)
+        else _read_by_path(ctx, g, what, meta, key_col, access)
         for g in groups
     ]
     if not how.key.is_long:
@@ -271,8 +280,8 @@ def _read_group(
     group: Group,
     what: str,
     meta: Sequence[tuple[str, str]],
-    how: Reading,
     key_col: _KeyColumn,
+    access: StoreAccess | None,
 ) -> DataFrame:
     """One Parquet read of a group's files through their file list. A classic session reuses
     the read by its files (frozen values: their paths, sizes and ids), so a repeated query
@@ -280,10 +289,15 @@ def _read_group(
     again by its content)."""
     spark = ctx.spark
     fields = group.schema.json()
+    given = _given(access, [f.read_path for f in group.files])
 
     def make() -> DataFrame:
-        listed = file_lists.write((f.read_path, f.size_bytes, f.file_id) for f in group.files)
+        listed = file_lists.write(
+            (p, f.size_bytes, f.file_id) for p, f in zip(given, group.files, strict=True)
+        )
         reader = spark.read.schema(group.schema).option("recursiveFileLookup", "true")
+        if access is not None:
+            reader = reader.options(**access.options(given))
         try:
             df = reader.parquet(listed)
         except Exception as e:  # noqa: BLE001 - the list's folder vanished, a bad setting
@@ -292,7 +306,9 @@ def _read_group(
             df = df.select("*", *[F.expr(_meta_expr(m, True)).alias(a) for a, m in meta])
         return df
 
-    files = Fingerprint(tuple((f.read_path, f.size_bytes, f.file_id) for f in group.files))
+    files = Fingerprint(
+        tuple((p, f.size_bytes, f.file_id) for p, f in zip(given, group.files, strict=True))
+    )
     df = reused(spark, ("listed", fields, files, tuple(meta)), make)
     return df.select(*group.columns, *[a for a, _ in meta])
 
@@ -303,6 +319,7 @@ def _read_by_path(
     what: str,
     meta: Sequence[tuple[str, str]],
     key_col: _KeyColumn,
+    access: StoreAccess | None,
 ) -> DataFrame:
     """A group's files read by path, at most the listing threshold of paths per read: more
     would start a Spark job to list files mor already knows (0.7-4.5 s for 83 files, against
@@ -317,25 +334,35 @@ def _read_by_path(
     for i in range(0, len(read_paths), limit):
         chunk = read_paths[i : i + limit]
 
-        def make(chunk: list[str] = chunk) -> DataFrame:
+        given = _given(access, chunk)
+
+        def make(chunk: list[str] = chunk, given: list[str] = given) -> DataFrame:
+            reader = spark.read.schema(group.schema)
+            if access is not None:
+                reader = reader.options(**access.options(given))
             try:
-                df = read_parquet(spark.read.schema(group.schema), spark, chunk)
+                df = read_parquet(reader, spark, given)
             except Exception as e:  # noqa: BLE001 - AnalysisException for a missing path, etc.
                 raise DataFileError(f"cannot read {what}: {first_line(e)}") from e
-            ctx.paths.learn(df, chunk)
+            ctx.paths.learn(df, chunk, given)
             if meta:
                 exprs = [key_col(chunk) if m == KEY else _meta_expr(m, False) for _, m in meta]
                 df = df.select("*", *[F.expr(e).alias(a) for (a, _), e in zip(meta, exprs)])
             return df
 
         made = tuple((a, key_col.identity(chunk) if m == KEY else m) for a, m in meta)
-        df = reused(spark, ("read", fields, tuple(chunk), made), make)
-        ctx.paths.learn(df, chunk)
+        df = reused(spark, ("read", fields, tuple(given), made), make)
+        ctx.paths.learn(df, chunk, given)
         frames.append(df)
     df = frames[0]
     for other in frames[1:]:
         df = df.union(other)
     return df.select(*group.columns, *[a for a, _ in meta])
+
+
+def _given(access: StoreAccess | None, paths: Sequence[str]) -> list[str]:
+    """The paths as Spark is given them: under the table's store scheme when it has one."""
+    return [access.path(p) for p in paths] if access is not None else list(paths)
 
 
 def _keys(files: Sequence[File], fk: FileKey, paths: SparkPaths) -> dict[int, Any]:

@@ -153,14 +153,30 @@ def _object_store(text: str) -> MorError | None:
             f"(for s3:// paths mor reads s3a://, unless the s3a_paths setting is off; "
             f"{_S3A_HINT})"
         )
-    path = re.search(r"(s3a://[^\s:]+)", text)
-    where = path.group(1) if path else "s3a://"
+    path = re.search(r"s3a(-mor-[0-9a-f]+)?(://[^\s:]+)", text)
+    where = "s3a" + path.group(2) if path else "s3a://"
+    scoped = bool(path and path.group(1))  # read with the table's own store settings
     bucket = where.split("/")[2] if where.count("/") >= 2 and len(where) > 6 else "?"
-    if path and re.search(
+    refused = path and re.search(
         r"AccessDenied|403 Forbidden|Status Code: 403|InvalidAccessKeyId|"
-        r"SignatureDoesNotMatch",
+        r"SignatureDoesNotMatch|ExpiredToken|has no credentials",
         text,
-    ):
+    )
+    if refused and "/mor-compact-" in where:
+        folder = where.split("/mor-compact-")[0]
+        return DataFileError(
+            f"compaction's Spark job cannot write under {folder}: the store refused a "
+            f"directory request (403) on {where} (Spark's file commit protocol lists and "
+            "renames directories; S3 Tables buckets serve object requests only)"
+        )
+    if refused and scoped:
+        return DataFileError(
+            f"the store refused {where} (403) to the table's own credentials (those its "
+            "catalog vended, or its FileIO's s3.* / [file-io] / AWS_* keys): expired, or not "
+            "granted for this path; load the table again, or check the grant "
+            f"(the table_store_access setting off reads with the session's own; {_S3A_HINT})"
+        )
+    if refused:
         return DataFileError(
             f"Spark has no access to {where} (403): give the session credentials for bucket "
             f"{bucket} (spark.hadoop.fs.s3a.access.key / secret.key, or "

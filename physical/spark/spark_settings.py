@@ -88,6 +88,16 @@ PHYSICAL = declare(
         session=True,
     ),
     Setting(
+        "table_store_access",
+        "MOR_TABLE_STORE_ACCESS",
+        bool,
+        True,
+        "Spark reads (and compaction writes) a table's s3a:// files with the store settings "
+        "mor's FileIO has for that table (a REST catalog's vended credentials, the catalog's "
+        "s3.* properties, [file-io], AWS_*), as options of each read through a file system of "
+        "their own; the session's settings are never changed. Off: Spark's own s3a settings",
+    ),
+    Setting(
         "master",
         "MOR_SPARK_MASTER",
         str,
