@@ -11,6 +11,7 @@ optional: a missing binary or jar fails with what to run.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -26,6 +27,69 @@ from tests.servers import free_ports, log_tail, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY, SECRET, REGION = "mor-test-key", "mor-test-secret", "us-east-1"
+# an identity the store knows that holds no grant: reads with it alone are refused
+NOGRANT_KEY, NOGRANT_SECRET = "mor-nogrant-key", "mor-nogrant-secret"
+VENDING_ROLE = "arn:aws:iam::role/MorTableAccess"
+VENDED_FOR_S = 900  # the shortest session STS grants
+
+# SeaweedFS's identities: the catalog's user (everything) and one with no grant at all
+IDENTITIES = {
+    "identities": [
+        {
+            "name": "admin",
+            "credentials": [{"accessKey": KEY, "secretKey": SECRET}],
+            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+        },
+        {
+            "name": "nogrant",
+            "credentials": [{"accessKey": NOGRANT_KEY, "secretKey": NOGRANT_SECRET}],
+            "actions": [],
+        },
+    ]
+}
+# its STS and the role its Iceberg catalog assumes to vend credentials scoped to one table's
+# prefix (SeaweedFS narrows the role's grant with a session policy per table)
+IAM = {
+    "sts": {
+        "tokenDuration": "1h",
+        "maxSessionLength": "12h",
+        "issuer": "mor-test-sts",
+        "signingKey": "bW9yLXRlc3Qtc2lnbmluZy1rZXktMzItY2hhcnMtbG9uZyE=",
+    },
+    "policy": {"defaultEffect": "Deny"},
+    "roles": [
+        {
+            "roleName": "MorTableAccess",
+            "roleArn": VENDING_ROLE,
+            "trustPolicy": {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Principal": {"Federated": "iceberg-catalog"},
+                        "Action": ["sts:AssumeRoleWithCredentials"],
+                    }
+                ],
+            },
+            "attachedPolicies": ["MorS3All"],
+        }
+    ],
+    "policies": [
+        {
+            "name": "MorS3All",
+            "document": {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Action": ["s3:*"],
+                        "Resource": ["arn:aws:s3:::*", "arn:aws:s3:::*/*"],
+                    }
+                ],
+            },
+        }
+    ],
+}
 
 
 class StoreUnavailable(Exception):
@@ -67,7 +131,9 @@ _PORTS = (
 
 class SeaweedFS:
     """`with SeaweedFS(buckets=("whs",), table_buckets=("lake",)) as store:` S3 at
-    `store.endpoint`, the REST catalog at `store.rest_uri`; keys KEY / SECRET."""
+    `store.endpoint`, the REST catalog at `store.rest_uri` (OAuth2 client credentials; it
+    vends each table's loader credentials scoped to the table's prefix, valid VENDED_FOR_S);
+    keys KEY / SECRET reach everything, NOGRANT_KEY / NOGRANT_SECRET nothing."""
 
     def __init__(self, buckets: tuple[str, ...] = (), table_buckets: tuple[str, ...] = ()):
         self.buckets = buckets
@@ -136,6 +202,23 @@ class SeaweedFS:
             **self.io_properties(),
         )
 
+    def vended_catalog(
+        self, name: str, warehouse: str, key: str = KEY, secret: str = SECRET
+    ) -> Any:
+        """The REST catalog as a user of a vending catalog has it: OAuth2 client credentials
+        (`key:secret`), the store's endpoint, and no storage keys: every file is read and
+        written with what the catalog vends for its table."""
+        from pyiceberg.catalog import load_catalog
+
+        return load_catalog(
+            name,
+            type="rest",
+            uri=self.rest_uri,
+            warehouse=warehouse,
+            credential=f"{key}:{secret}",
+            **{"s3.endpoint": self.endpoint, "s3.region": REGION},
+        )
+
     def shell(self, command: str) -> str:
         master = f"127.0.0.1:{self.ports['master.port']}.{self.ports['master.port.grpc']}"
         filer = f"127.0.0.1:{self.ports['filer.port']}.{self.ports['filer.port.grpc']}"
@@ -154,6 +237,9 @@ class SeaweedFS:
         binary = weed_binary()
         self.dir = tempfile.mkdtemp(prefix="mor-s3-")
         self.ports = dict(zip(_PORTS, free_ports(len(_PORTS))))
+        identities, iam = Path(self.dir) / "s3.json", Path(self.dir) / "iam.json"
+        identities.write_text(json.dumps(IDENTITIES))
+        iam.write_text(json.dumps(IAM))
         args = [
             binary,
             "mini",
@@ -163,6 +249,11 @@ class SeaweedFS:
             "-master.telemetry=false",
             "-admin.ui=false",
             *(f"-{k}={v}" for k, v in self.ports.items()),
+            f"-s3.config={identities}",
+            f"-s3.iam.config={iam}",
+            # its Iceberg REST catalog vends each table credentials for its prefix alone
+            f"-s3.iceberg.credentialRole={VENDING_ROLE}",
+            f"-s3.iceberg.credentialDurationSeconds={VENDED_FOR_S}",
         ]
         if self.buckets:
             args.append("-bucket=" + ",".join(self.buckets))

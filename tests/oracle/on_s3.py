@@ -37,6 +37,7 @@ store or the Iceberg runtime cannot be set up (the reason printed).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -46,13 +47,21 @@ import tempfile
 import time
 import traceback
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.objectstore import KEY, SECRET, SeaweedFS, StoreUnavailable  # noqa: E402
+from tests.objectstore import (  # noqa: E402
+    KEY,
+    NOGRANT_KEY,
+    NOGRANT_SECRET,
+    SECRET,
+    SeaweedFS,
+    StoreUnavailable,
+)
 from tests.oracle.histories import Writer  # noqa: E402
 from tests.oracle.run import check_history  # noqa: E402
 from tests.oracle.runtime import (  # noqa: E402
@@ -374,6 +383,166 @@ def maintenance(spark: Any, store: SeaweedFS) -> tuple[int, list[str]]:
     return 3, diffs
 
 
+@contextlib.contextmanager
+def _no_grant_environment() -> Iterator[None]:
+    """The AWS environment of a user whose own keys reach nothing in the store: only what
+    the catalog vends can read a table's files."""
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    os.environ.update(AWS_ACCESS_KEY_ID=NOGRANT_KEY, AWS_SECRET_ACCESS_KEY=NOGRANT_SECRET)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def vended(spark: Any, store: SeaweedFS, tmp: Path, remote: str | None) -> tuple[int, list[str]]:
+    """Tables behind the REST catalog that only its vended credentials can read: the bucket
+    `vault` refuses the user's own keys (the AWS environment and Spark's s3a settings for it
+    hold an identity with no grant), and the catalog vends each table credentials for its own
+    prefix (valid 15 minutes). Two tables of that bucket, each with its credentials, read in
+    one query; position and equality deletes; `table_changes`; convert-equality-deletes and
+    compact committing through the catalog, Spark's compaction job writing with the table's
+    credentials; every result against the rows the writes leave (and pyiceberg's own scan
+    once no equality delete is left). A user the catalog does not grant: one line, exit 1."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    from mor import MorError, mor_sql
+    from mor.maintenance import compact, convert_equality_deletes
+    from mor.writer.tables import TableWriter
+
+    diffs: list[str] = []
+    n = 0
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "s", StringType(), required=False),
+    )
+    with _no_grant_environment():
+        cat = store.vended_catalog("vault", "s3://vault")
+        if not cat.namespace_exists("ns"):
+            cat.create_namespace("ns")
+        a, b = (f"ns.{x}{random.randrange(1 << 30)}" for x in "ab")
+        wa = TableWriter(cat, a, schema)
+        _, first = wa.append(pa_table(list(range(0, 10))))
+        wa.append(pa_table(list(range(10, 20))))
+        wa.commit(deletes=[wa.position_delete_file({first[0].file_path: [0, 5]}, first[0])])
+        wa.commit(deletes=[wa.equality_delete_file([1], [{1: 3}, {1: 12}])])
+        TableWriter(cat, b, schema).append(pa_table(list(range(5, 15))))
+        live_a = [i for i in range(20) if i not in (0, 5, 3, 12)]
+        expected = Counter((str(i), f"s{i}") for i in live_a if 5 <= i < 15)
+
+        def joined() -> Counter:
+            sql = f"SELECT x.id, x.s FROM {a} x JOIN {b} y ON x.id = y.id"
+            return _bag(mor_sql(sql, catalog=cat, spark=spark).collect())
+
+        def whole() -> Counter:
+            return _bag(mor_sql(f"SELECT id, s FROM {a}", catalog=cat, spark=spark).collect())
+
+        want = Counter((str(i), f"s{i}") for i in live_a)
+        steps: list[tuple[str, Any, Counter]] = [("two tables joined", joined, expected)]
+        steps.append(("the table", whole, want))
+        changes_sql = f"SELECT id, _change_type FROM table_changes('{a}')"
+        inserted = Counter((str(i), "INSERT") for i in range(20))
+        deleted = Counter((str(i), "DELETE") for i in (0, 5, 3, 12))
+        steps.append(
+            (
+                "table_changes",
+                lambda: _bag(mor_sql(changes_sql, catalog=cat, spark=spark).collect()),
+                inserted + deleted,
+            )
+        )
+        for what, got, expect in steps:
+            n += 1
+            rows = got()
+            if rows != expect:
+                diffs.append(f"vended {a}: {what}: {sorted(rows)} != {sorted(expect)}")
+        if not remote:
+            # the same read with Spark left to its own s3a settings is refused: the rows above
+            # came through the table's credentials, not the session's
+            n += 1
+            try:
+                mor_sql(
+                    f"SELECT sum(id) FROM {a}",
+                    catalog=cat,
+                    spark=spark,
+                    settings={"table_store_access": False},
+                ).collect()
+                diffs.append(f"vended {a}: read with the session's own keys was not refused")
+            except Exception as e:  # noqa: BLE001 - the store's refusal, whatever Spark raises
+                if "403" not in str(e) and "AccessDenied" not in str(e) and "denied" not in str(e):
+                    diffs.append(f"vended {a}: refused for another reason: {str(e)[:200]}")
+        report = convert_equality_deletes(a, catalog=cat, spark=spark)
+        n += 1
+        if report.snapshot is None or whole() != want:
+            diffs.append(f"vended {a}: after conversion: {report.line()}")
+        # compaction's Spark job writes through Spark's file commit protocol (directories
+        # listed and renamed), which an S3 Tables bucket refuses (SeaweedFS answers a HEAD of
+        # a directory there with 403, whoever asks): one line, and the table as it was
+        n += 1
+        head = cat.load_table(a).metadata.current_snapshot_id
+        try:
+            done = compact(a, catalog=cat, spark=spark, delete_file_threshold=1, min_input_files=1)
+            refusal = f"committed: {done.line()}"
+        except MorError as e:
+            refusal = str(e)
+            if "\n" in refusal or "compaction's Spark job cannot write" not in refusal:
+                diffs.append(f"vended {a}: compaction's refusal: {refusal[:300]}")
+        py = _bag([tuple(r.values()) for r in cat.load_table(a).scan().to_arrow().to_pylist()])
+        if whole() != want or py != want:
+            diffs.append(f"vended {a}: after compaction ({refusal[:200]}): pyiceberg {len(py)}")
+        if (
+            refusal.startswith("compaction")
+            and cat.load_table(a).metadata.current_snapshot_id != head
+        ):
+            diffs.append(f"vended {a}: a refused compaction changed the table")
+        print(f"  vended credentials: {report.line()}")
+        print(f"  compaction on an S3 Tables bucket: {refusal[:160]}")
+        # a user the catalog grants nothing: one line, no data, from the API and the CLI
+        n += 2
+        denied = store.vended_catalog("nogrant", "s3://vault", NOGRANT_KEY, NOGRANT_SECRET)
+        try:
+            mor_sql(f"SELECT * FROM {a}", catalog=denied, spark=spark).collect()
+            diffs.append(f"vended {a}: a user without the grant read the table")
+        except MorError as e:
+            if "\n" in str(e) or a.split(".")[1] not in str(e):
+                diffs.append(f"vended {a}: the refusal is not one line naming the table: {e}")
+        home = tmp / "nogrant-home"
+        home.mkdir(exist_ok=True)
+        (home / ".pyiceberg.yaml").write_text(
+            "catalog:\n  vault:\n    type: rest\n"
+            f"    uri: {store.rest_uri}\n    warehouse: s3://vault\n"
+            f"    credential: {NOGRANT_KEY}:{NOGRANT_SECRET}\n"
+            f"    s3.endpoint: {store.endpoint}\n"
+        )
+        env = {**os.environ, "PYICEBERG_HOME": str(home)}
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mor.cli",
+                "run",
+                "--catalog",
+                "vault",
+                "-e",
+                f"SELECT * FROM {a}",
+            ],
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        lines = proc.stderr.strip().splitlines()
+        if proc.returncode != 1 or len(lines) != 1 or proc.stdout.strip():
+            diffs.append(f"vended: CLI without the grant: exit {proc.returncode}, {lines[-3:]}")
+        print(f"  without the grant: {lines[-1] if lines else '(nothing on stderr)'}")
+    return n, diffs
+
+
 def pa_table(ids: list[int]) -> Any:
     import pyarrow as pa
 
@@ -483,8 +652,13 @@ def errors(spark: Any, store: SeaweedFS) -> tuple[int, list[str]]:
     ]
 
     def spark_read(b: str) -> None:
+        # the session's own s3a settings (the driver's reach the store: the AWS environment
+        # would otherwise reach Spark too, through the table's store settings)
         df = mor_sql(
-            f"SELECT * FROM iceberg_scan('{at.format(b=b)}')", path_map=pmap(b), spark=spark
+            f"SELECT * FROM iceberg_scan('{at.format(b=b)}')",
+            path_map=pmap(b),
+            spark=spark,
+            settings={"table_store_access": False},
         )
         with mor_errors(df):
             df.collect()
@@ -545,7 +719,8 @@ def checks(
     n3, d3 = rest_catalog(spark, store, tmp, remote)
     n4, d4 = maintenance(spark, store)
     n5, d5 = errors(spark, store)
-    return n1 + n2 + n3 + n4 + n5, d1 + d2 + d3 + d4 + d5
+    n6, d6 = vended(spark, store, tmp, remote)
+    return n1 + n2 + n3 + n4 + n5 + n6, d1 + d2 + d3 + d4 + d5 + d6
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -562,7 +737,7 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     n, diffs = 0, []
     try:
-        with SeaweedFS(buckets=("whs", "denied", "far"), table_buckets=("lake",)) as store:
+        with SeaweedFS(buckets=("whs", "denied", "far"), table_buckets=("lake", "vault")) as store:
             print(f"SeaweedFS up: S3 {store.endpoint}, REST {store.rest_uri}")
             # mor's driver side reaches the store as any AWS SDK would: from the environment
             os.environ.update(
@@ -575,6 +750,9 @@ def main(argv: list[str] | None = None) -> int:
                 # buckets Spark cannot read (the errors part): a wrong key, no endpoint
                 "spark.hadoop.fs.s3a.bucket.denied.secret.key": "wrong",
                 "spark.hadoop.fs.s3a.bucket.far.endpoint": "http://127.0.0.1:9",
+                # the bucket only vended credentials reach (the vended part)
+                "spark.hadoop.fs.s3a.bucket.vault.access.key": NOGRANT_KEY,
+                "spark.hadoop.fs.s3a.bucket.vault.secret.key": NOGRANT_SECRET,
             }
             print(f"  Spark's s3a: {conf['spark.jars.packages']}")
             n, diffs = sizes(store)
