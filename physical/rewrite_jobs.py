@@ -131,7 +131,7 @@ def write_compacted(
         if access is not None:
             warm_credentials(spark, access.scheme, options, folder)
         (
-            out.write.mode("errorifexists")
+            out.write.mode("error")  # Spark Connect knows "error" only
             .options(**options)
             .option("compression", compression)
             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")

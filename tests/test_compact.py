@@ -53,6 +53,8 @@ def _data(table: Any) -> list[Any]:
     ]
 
 
+# on the Connect leg too: the compaction job is the one DataFrame write mor makes
+@pytest.mark.connect
 @settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
 @given(partitioned=st.booleans(), ops=st.lists(op, min_size=2, max_size=7))
 def test_every_snapshot_reads_as_before_and_as_the_reference(
