@@ -383,6 +383,15 @@ def maintenance(spark: Any, store: SeaweedFS) -> tuple[int, list[str]]:
     return 3, diffs
 
 
+def _no_keys(store: SeaweedFS) -> dict[str, str]:
+    """The store's s3a settings for a session the CLI starts, with the keys of an identity
+    that reaches nothing: what Spark reads, it reads with the table's vended credentials."""
+    conf = dict(store.s3a_conf())
+    conf["spark.hadoop.fs.s3a.access.key"] = NOGRANT_KEY
+    conf["spark.hadoop.fs.s3a.secret.key"] = NOGRANT_SECRET
+    return conf
+
+
 @contextlib.contextmanager
 def _no_grant_environment() -> Iterator[None]:
     """The AWS environment of a user whose own keys reach nothing in the store: only what
@@ -510,36 +519,107 @@ def vended(spark: Any, store: SeaweedFS, tmp: Path, remote: str | None) -> tuple
         except MorError as e:
             if "\n" in str(e) or a.split(".")[1] not in str(e):
                 diffs.append(f"vended {a}: the refusal is not one line naming the table: {e}")
-        home = tmp / "nogrant-home"
-        home.mkdir(exist_ok=True)
-        (home / ".pyiceberg.yaml").write_text(
-            "catalog:\n  vault:\n    type: rest\n"
-            f"    uri: {store.rest_uri}\n    warehouse: s3://vault\n"
-            f"    credential: {NOGRANT_KEY}:{NOGRANT_SECRET}\n"
-            f"    s3.endpoint: {store.endpoint}\n"
-        )
-        env = {**os.environ, "PYICEBERG_HOME": str(home)}
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "mor.cli",
-                "run",
-                "--catalog",
-                "vault",
-                "-e",
-                f"SELECT * FROM {a}",
-            ],
-            cwd=tmp,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+
+        def cli_as(key: str, secret: str, sql: str) -> subprocess.CompletedProcess:
+            """`mor run` as a new user runs it: the catalog in a .pyiceberg.yaml with OAuth2
+            client credentials and the store's endpoint, no storage key; AWS_* keys that
+            reach nothing; the session the CLI starts (or the Connect server)."""
+            home = tmp / f"home-{key}"
+            home.mkdir(exist_ok=True)
+            (home / ".pyiceberg.yaml").write_text(
+                "catalog:\n  vault:\n    type: rest\n"
+                f"    uri: {store.rest_uri}\n    warehouse: s3://vault\n"
+                f"    credential: {key}:{secret}\n"
+                f"    s3.endpoint: {store.endpoint}\n"
+            )
+            (home / "mor.toml").write_text(
+                "[spark]\n" + "".join(f'"{k}" = "{v}"\n' for k, v in _no_keys(store).items())
+            )
+            env = {**os.environ, "PYICEBERG_HOME": str(home), "MOR_CONFIG": str(home / "mor.toml")}
+            on = ["--remote", remote] if remote else []
+            argv = ["run", *on, "--catalog", "vault", "--format", "csv", "-e", sql]
+            return subprocess.run(
+                [sys.executable, "-m", "mor.cli", *argv],
+                cwd=tmp,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+
+        n += 1
+        ok = cli_as(KEY, SECRET, f"SELECT count(*), sum(id) FROM {a}")
+        want_line = f"{len(live_a)},{sum(live_a)}"
+        if ok.returncode != 0 or want_line not in ok.stdout:
+            diffs.append(
+                f"vended: mor run: exit {ok.returncode}: {ok.stdout[-200:]} {ok.stderr[-400:]}"
+            )
+        print(f"  mor run through the vending catalog: {ok.stdout.strip().splitlines()[-1:]}")
+        proc = cli_as(NOGRANT_KEY, NOGRANT_SECRET, f"SELECT * FROM {a}")
         lines = proc.stderr.strip().splitlines()
         if proc.returncode != 1 or len(lines) != 1 or proc.stdout.strip():
             diffs.append(f"vended: CLI without the grant: exit {proc.returncode}, {lines[-3:]}")
         print(f"  without the grant: {lines[-1] if lines else '(nothing on stderr)'}")
+    return n, diffs
+
+
+def jdbc_maintenance(spark: Any, store: SeaweedFS, tmp: Path) -> tuple[int, list[str]]:
+    """convert-equality-deletes and compact of a v2 table on S3 (a plain bucket: Spark's
+    compaction job lists and renames there) through a SQL catalog (pyiceberg's, as the JDBC
+    catalog shares it), the store given once in the AWS environment: conversion writes
+    position delete files to S3, compaction's Spark job writes the new data files with the
+    table's store settings; the rows after each step against the writes, and pyiceberg's own
+    scan. (A v3 table cannot be made here: pyiceberg 0.12 writes no v3 metadata.)"""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    from mor import mor_sql
+    from mor.maintenance import compact, convert_equality_deletes
+    from mor.writer.tables import TableWriter
+
+    cat = SqlCatalog(
+        "jdbc",
+        uri=f"sqlite:///{tmp / 'jdbc-catalog.db'}",
+        warehouse="s3://whs/jdbc",
+        **{"s3.endpoint": store.endpoint, "s3.region": "us-east-1"},
+    )
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "s", StringType(), required=False),
+    )
+    diffs, n = [], 0
+    for version in (2,):
+        name = f"ns.v{version}_{random.randrange(1 << 30)}"
+        w = TableWriter(cat, name, schema, properties={"format-version": str(version)})
+        _, first = w.append(pa_table(list(range(0, 10))))
+        w.append(pa_table(list(range(10, 20))))
+        gone = {3, 12}
+        if version == 2:
+            w.commit(deletes=[w.position_delete_file({first[0].file_path: [0, 5]}, first[0])])
+            gone |= {0, 5}
+        w.commit(deletes=[w.equality_delete_file([1], [{1: 3}, {1: 12}])])
+        want = Counter((str(i), f"s{i}") for i in range(20) if i not in gone)
+
+        def rows(name: str = name) -> Counter:
+            return _bag(mor_sql(f"SELECT id, s FROM {name}", catalog=cat, spark=spark).collect())
+
+        n += 3
+        if rows() != want:
+            diffs.append(f"jdbc v{version}: before maintenance: {sorted(rows())}")
+        converted = convert_equality_deletes(name, catalog=cat, spark=spark)
+        if converted.snapshot is None or rows() != want:
+            diffs.append(f"jdbc v{version}: after conversion ({converted.line()})")
+        done = compact(name, catalog=cat, spark=spark, delete_file_threshold=1, min_input_files=1)
+        if done.snapshot is None or rows() != want:
+            diffs.append(f"jdbc v{version}: after compaction ({done.line()})")
+        if version == 2:
+            n += 1
+            scan = cat.load_table(name).scan().to_arrow().to_pylist()
+            if _bag([tuple(r.values()) for r in scan]) != want:
+                diffs.append(f"jdbc v{version}: pyiceberg after compaction: {len(scan)} rows")
+        print(f"  SQL catalog, v{version} on S3: {converted.line()}")
+        print(f"  SQL catalog, v{version} on S3: {done.line()}")
     return n, diffs
 
 
@@ -710,17 +790,24 @@ def checks(
     written: list,
     seeds: list[int],
     remote: str | None,
+    only: str | None = None,
 ) -> tuple[int, list[str]]:
     """Everything but writing histories, on `spark` (Spark Connect at `remote`): the
     histories (when some were written), the real tables, the REST catalog and the CLI, a
-    conversion through the REST catalog, Spark's errors."""
+    conversion through the REST catalog, Spark's errors, vended credentials (`only`: that
+    part alone)."""
+    if only == "vended":
+        return vended(spark, store, tmp, remote)
+    if only == "maintenance":
+        return jdbc_maintenance(spark, store, tmp)
     n1, d1 = histories(spark, written, seeds) if written else (0, [])
     n2, d2 = realdata(spark, store)
     n3, d3 = rest_catalog(spark, store, tmp, remote)
     n4, d4 = maintenance(spark, store)
     n5, d5 = errors(spark, store)
     n6, d6 = vended(spark, store, tmp, remote)
-    return n1 + n2 + n3 + n4 + n5 + n6, d1 + d2 + d3 + d4 + d5 + d6
+    n7, d7 = jdbc_maintenance(spark, store, tmp)
+    return n1 + n2 + n3 + n4 + n5 + n6 + n7, d1 + d2 + d3 + d4 + d5 + d6 + d7
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -730,6 +817,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", choices=("classic", "connect", "both", "plain"), default="classic")
     ap.add_argument("--seeds", type=int, nargs="*", default=[3, 4, 6])
     ap.add_argument("--steps", type=int, default=10, help="operations per history")
+    ap.add_argument(
+        "--only",
+        choices=("vended", "maintenance"),
+        help="one part alone, on a session with s3a only (no histories, no Iceberg reader)",
+    )
     args = ap.parse_args(argv)
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="mor-on-s3-"))
@@ -757,18 +849,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  Spark's s3a: {conf['spark.jars.packages']}")
             n, diffs = sizes(store)
             written: list[Any] = []
-            if args.mode == "plain":
+            if args.mode == "plain" or args.only:
                 from pyspark.sql import SparkSession
 
                 builder = SparkSession.builder.master("local[2]").appName("mor-on-s3")
                 for k, v in {**conf, "spark.sql.shuffle.partitions": "2"}.items():
                     builder = builder.config(k, v)
                 spark = builder.getOrCreate()
-                print(
-                    f"  histories: none (Iceberg publishes no runtime for pyspark "
-                    f"{pyspark.__version__}: no writer, no reader; the Spark 4 leg with "
-                    "Iceberg's reader runs them)"
-                )
+                if not args.only:
+                    print(
+                        f"  histories: none (Iceberg publishes no runtime for pyspark "
+                        f"{pyspark.__version__}: no writer, no reader; the Spark 4 leg with "
+                        "Iceberg's reader runs them)"
+                    )
             else:
                 spark = iceberg_session("s3a://whs/wh", True, conf)
                 written, found = write_histories(spark, store, args.seeds, args.steps)
@@ -778,7 +871,7 @@ def main(argv: list[str] | None = None) -> int:
                 # through Connect below (classic sessions on S3 are checked on the 3.5 leg,
                 # and by `make soak` on the newest pyspark and here with --mode classic)
                 print(f"  -- a classic session (pyspark {pyspark.__version__}):")
-                got = checks(spark, store, tmp, written, args.seeds, None)
+                got = checks(spark, store, tmp, written, args.seeds, None, args.only)
                 n, diffs = n + got[0], diffs + got[1]
             if args.mode in ("connect", "both"):
                 spark.stop()  # a process holds a classic session or a Connect one, not both
@@ -791,7 +884,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 spark = SparkSession.builder.remote(server.url).getOrCreate()
                 print(f"  -- Spark Connect ({server.url}; Iceberg's reader and s3a on the server):")
-                got = checks(spark, store, tmp, written, args.seeds, server.url)
+                got = checks(spark, store, tmp, written, args.seeds, server.url, args.only)
                 n, diffs = n + got[0], diffs + got[1]
             spark.stop()
     except (StoreUnavailable, RuntimeUnavailable) as e:
