@@ -767,7 +767,7 @@ def _write_groups(
         [Group(g.paths, g.files) for g in groups],
         PathMap.of(None)(folder),
         read.table.metadata.properties.get("write.parquet.compression-codec", "zstd"),
-        access_for(read.table.metadata.location, read.table.io),
+        access_for(read.table.metadata.location, read.table.io, writing=True),
     )
 
 

@@ -126,3 +126,25 @@ def test_refusals_of_the_tables_own_credentials_are_named_as_such() -> None:
         Exception(text.replace("data/f.parquet", "data/mor-compact-1/mor_group=0/.spark-x"))
     )
     assert compact is not None and "compaction's Spark job cannot write" in str(compact)
+
+
+def test_a_write_uses_the_credentials_of_its_own_load() -> None:
+    """Compaction writes with what the catalog vended at this load, never with earlier
+    credentials kept for reads (a grant narrowed since decides what is written)."""
+    from types import SimpleNamespace
+
+    from mor.physical.spark.store_access import access_for
+
+    far = "9999999999999"
+    first = SimpleNamespace(properties={**VENDED, "s3.session-token-expires-at-ms": far})
+    second = SimpleNamespace(
+        properties={
+            **VENDED,
+            "s3.session-token": "TOKEN-sentinel-2",
+            "s3.session-token-expires-at-ms": far,
+        }
+    )
+    kept = access_for("s3://lake/db/t", first)
+    assert access_for("s3://lake/db/t", second) == kept
+    written = access_for("s3://lake/db/t", second, writing=True)
+    assert written is not None and kept is not None and written.scheme != kept.scheme

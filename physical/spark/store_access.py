@@ -159,14 +159,16 @@ def table_access(node: Any) -> StoreAccess | None:
     return access_for(node.source_key.split("/metadata/", 1)[0], node.io)
 
 
-def access_for(location: str, io: Any) -> StoreAccess | None:
+def access_for(location: str, io: Any, writing: bool = False) -> StoreAccess | None:
     """The access for the table at `location` read through `io`, or None with the
-    `table_store_access` setting off."""
+    `table_store_access` setting off. `writing`: the credentials of this load, never earlier
+    ones kept (a catalog that narrowed a grant since decides what is written)."""
     from mor.planner.settings import current
 
     if not current().table_store_access or io is None:
         return None
-    return scoped(location, getattr(io, "properties", {}) or {})
+    properties = getattr(io, "properties", {}) or {}
+    return access_of(properties) if writing else scoped(location, properties)
 
 
 def _kept_figures() -> tuple[int, int]:
