@@ -50,6 +50,11 @@ class CatalogUnreachableError(MorError):
     server down, a database refusing it): the server is at fault, not the name."""
 
 
+class CatalogAccessError(MorError):
+    """A catalog refused this user: credentials it does not accept (401, an expired token) or
+    a table it does not grant (403)."""
+
+
 class ArgumentError(MorError, TypeError):
     """A public function was called with an argument of the wrong kind: names the function,
     the argument and what it must be (a TypeError too, as Python's own would be)."""

@@ -24,12 +24,21 @@ from typing import Any
 
 from pyiceberg import serializers
 from pyiceberg.catalog import Catalog, load_catalog
-from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, ValidationError
+from pyiceberg.exceptions import (
+    AuthorizationExpiredError,
+    ForbiddenError,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    OAuthError,
+    UnauthorizedError,
+    ValidationError,
+)
 from pyiceberg.io import FileIO, InputFile, OutputFile, load_file_io
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
 from mor.planner.errors import (
+    CatalogAccessError,
     CatalogUnreachableError,
     MetadataError,
     MorError,
@@ -383,9 +392,26 @@ class Resolver:
                 table = catalog.load_table(parts)
         except (NoSuchTableError, NoSuchNamespaceError) as e:
             where = catalog.properties.get("uri") or catalog.properties.get("warehouse")
+            rest = (
+                catalog.properties.get("type") == "rest" or type(catalog).__name__ == "RestCatalog"
+            )
             raise TableNotFoundError(
                 f"table {'.'.join(parts)} not found in catalog {catalog.name!r}"
                 + (f" ({where})" if where else "")
+                + (
+                    " (a REST catalog answers so for a table it does not grant you, too)"
+                    if rest
+                    else ""
+                )
+            ) from e
+        except (ForbiddenError, UnauthorizedError, AuthorizationExpiredError, OAuthError) as e:
+            refused = (
+                "does not grant you table"
+                if isinstance(e, ForbiddenError)
+                else "did not accept your credentials for table"
+            )
+            raise CatalogAccessError(
+                f"catalog {catalog.name!r} {refused} {'.'.join(parts)}: {clipped(str(e))}"
             ) from e
         except Exception as e:  # noqa: BLE001 - a missing, truncated or invalid metadata file
             raise MetadataError(

@@ -358,3 +358,29 @@ def test_a_long_reason_is_cut_at_a_word_never_inside_one() -> None:
     assert short.endswith(" ...") and len(short) <= 164
     assert short[:-4].split()[-1] in reason.split(), short
     assert clipped("HeadObject failed:\n  curlCode 7") == "HeadObject failed: curlCode 7"
+
+
+@pytest.mark.parametrize(
+    ("raised", "said"),
+    [
+        ("ForbiddenError", "does not grant you table ns.t"),
+        ("UnauthorizedError", "did not accept your credentials for table ns.t"),
+        ("AuthorizationExpiredError", "did not accept your credentials for table ns.t"),
+    ],
+)
+def test_a_catalog_that_refuses_the_user_is_named_as_such(raised: str, said: str) -> None:
+    """A REST catalog's 401 / 403 (an OAuth token it does not accept, a table it does not
+    grant) is one line saying so, not 'its metadata cannot be read'; no data is read."""
+    import pyiceberg.exceptions as pe
+    from pyiceberg.catalog.memory import InMemoryCatalog
+
+    from mor import explain
+    from mor.planner.errors import CatalogAccessError
+
+    class Refusing(InMemoryCatalog):
+        def load_table(self, identifier: Any) -> Any:
+            raise getattr(pe, raised)("Forbidden: principal lacks TABLE_READ_DATA")
+
+    with pytest.raises(CatalogAccessError) as e:
+        explain("SELECT * FROM ns.t", catalog=Refusing("lake"), check=False)
+    assert said in str(e.value) and "catalog 'lake'" in str(e.value) and "\n" not in str(e.value)
