@@ -383,6 +383,13 @@ def maintenance(spark: Any, store: SeaweedFS) -> tuple[int, list[str]]:
     return 3, diffs
 
 
+def _expire_token(catalog: Any) -> None:
+    """The catalog's OAuth2 token as it is once expired: refused by the server (401)."""
+    manager = catalog._session.auth.auth_manager
+    assert manager._token, "pyiceberg keeps its OAuth2 token elsewhere now: follow it"
+    manager._token = "expired-token"
+
+
 def _no_keys(store: SeaweedFS) -> dict[str, str]:
     """The store's s3a settings for a session the CLI starts, with the keys of an identity
     that reaches nothing: what Spark reads, it reads with the table's vended credentials."""
@@ -420,7 +427,7 @@ def vended(spark: Any, store: SeaweedFS, tmp: Path, remote: str | None) -> tuple
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField, StringType
 
-    from mor import MorError, mor_sql
+    from mor import MorError, mor_sql, stream_changes
     from mor.maintenance import compact, convert_equality_deletes
     from mor.writer.tables import TableWriter
 
@@ -484,7 +491,26 @@ def vended(spark: Any, store: SeaweedFS, tmp: Path, remote: str | None) -> tuple
             except Exception as e:  # noqa: BLE001 - the store's refusal, whatever Spark raises
                 if "403" not in str(e) and "AccessDenied" not in str(e) and "denied" not in str(e):
                     diffs.append(f"vended {a}: refused for another reason: {str(e)[:200]}")
+        # `mor changes` a commit a batch, the catalog's OAuth2 token expired before each load
+        # and before the commit below (pyiceberg fetches a new one on the 401)
+        n += 1
+        consumed: Counter = Counter()
+        batches = 0
+        refreshed = []
+        fetch = cat._refresh_token
+        cat._refresh_token = lambda: (refreshed.append(1), fetch())[1]
+        for batch in stream_changes(a, tmp / f"cp-{a}", catalog=cat, spark=spark, max_commits=1):
+            consumed += _bag(batch.df.select("id", "_change_type").collect())
+            batch.commit()
+            batches += 1
+            _expire_token(cat)
+        if consumed != inserted + deleted or batches != 4:
+            diffs.append(f"vended {a}: mor changes: {batches} batches, {sorted(consumed)}")
+        _expire_token(cat)
         report = convert_equality_deletes(a, catalog=cat, spark=spark)
+        if len(refreshed) < batches:  # the server refused each expired token: one fetch each
+            diffs.append(f"vended {a}: {len(refreshed)} token fetches for {batches} expiries")
+        print(f"  an expired OAuth2 token, {batches + 1} times: {len(refreshed)} new ones fetched")
         n += 1
         if report.snapshot is None or whole() != want:
             diffs.append(f"vended {a}: after conversion: {report.line()}")
