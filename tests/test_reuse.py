@@ -265,7 +265,7 @@ def test_every_cache_is_listed_filled_and_cleared_together(catalog: Any, spark: 
     w.commit(deletes=[w.equality_delete_file([1], [{1: 3}])])
     mor.clear_caches()
     names = [c.name for c in mor.cache_figures()]
-    assert len(names) == len(set(names)) == 12
+    assert len(names) == len(set(names)) == 13
     assert all(c.entries == 0 and c.held == 0 for c in mor.cache_figures())
 
     def ids() -> list[int]:
