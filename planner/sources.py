@@ -392,9 +392,9 @@ class Resolver:
                 table = catalog.load_table(parts)
         except (NoSuchTableError, NoSuchNamespaceError) as e:
             where = catalog.properties.get("uri") or catalog.properties.get("warehouse")
-            rest = (
-                catalog.properties.get("type") == "rest" or type(catalog).__name__ == "RestCatalog"
-            )
+            from pyiceberg.catalog.rest import RestCatalog
+
+            rest = isinstance(catalog, RestCatalog)
             raise TableNotFoundError(
                 f"table {'.'.join(parts)} not found in catalog {catalog.name!r}"
                 + (f" ({where})" if where else "")

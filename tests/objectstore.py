@@ -191,16 +191,9 @@ class SeaweedFS:
         )
 
     def rest_catalog(self, name: str, warehouse: str) -> Any:
-        from pyiceberg.catalog import load_catalog
-
-        return load_catalog(
-            name,
-            type="rest",
-            uri=self.rest_uri,
-            warehouse=warehouse,
-            credential=f"{KEY}:{SECRET}",
-            **self.io_properties(),
-        )
+        """The REST catalog with the store's keys beside OAuth2 client credentials (what the
+        catalog vends for a table still wins, as pyiceberg merges them)."""
+        return self._rest(name, warehouse, KEY, SECRET, self.io_properties())
 
     def vended_catalog(
         self, name: str, warehouse: str, key: str = KEY, secret: str = SECRET
@@ -208,6 +201,11 @@ class SeaweedFS:
         """The REST catalog as a user of a vending catalog has it: OAuth2 client credentials
         (`key:secret`), the store's endpoint, and no storage keys: every file is read and
         written with what the catalog vends for its table."""
+        return self._rest(
+            name, warehouse, key, secret, {"s3.endpoint": self.endpoint, "s3.region": REGION}
+        )
+
+    def _rest(self, name: str, warehouse: str, key: str, secret: str, io: dict[str, str]) -> Any:
         from pyiceberg.catalog import load_catalog
 
         return load_catalog(
@@ -216,7 +214,7 @@ class SeaweedFS:
             uri=self.rest_uri,
             warehouse=warehouse,
             credential=f"{key}:{secret}",
-            **{"s3.endpoint": self.endpoint, "s3.region": REGION},
+            **io,
         )
 
     def shell(self, command: str) -> str:

@@ -45,7 +45,7 @@ from mor.physical.scan.tables import (
     sql_literal,
 )
 from mor.physical.spark.reuse import cached, reused
-from mor.physical.spark.store_access import StoreAccess, table_access
+from mor.physical.spark.store_access import StoreAccess
 from mor.planner.nodes import RESOLVED, DataTask, DeleteTask
 from mor.planner.settings import current
 from mor.rules.physical.nodes import ReadData
@@ -117,7 +117,7 @@ def _by_join(
 
     def deleted() -> DataFrame:
         found = _positions(
-            ctx, tasks, deletes, fk, keys, table, io, node.delete_reading, table_access(node.scan)
+            ctx, tasks, deletes, fk, keys, table, io, node.delete_reading, read.access
         )
         if shift is None:
             return found

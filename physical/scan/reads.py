@@ -216,6 +216,7 @@ class Read:
     df: DataFrame
     reading: Reading
     keys: dict[int, Any]  # file id -> the file's key value
+    access: StoreAccess | None = None  # the table's store settings, as given to read_files
 
     @property
     def key(self) -> FileKey:
@@ -246,12 +247,14 @@ def read_files(
     a read it did not plan is decided here, by the same function). `access`: the table's
     store settings, Spark given its paths under their scheme (physical/spark/store_access.py)."""
     files = [f for g in groups for f in g.files]
-    first = next((f.read_path for f in files if f.read_path.startswith("s3a://")), None)
-    if access is not None and first is None:
-        access = None
-    if access is not None and first is not None:
-        given = access.path(first)
-        warm_credentials(ctx.spark, access.scheme, access.options([given]), given)
+    table_access = access
+    if access is not None:
+        first = next((f.read_path for f in files if f.read_path.startswith("s3a://")), None)
+        if first is None:
+            access = None  # no file under the scheme: the reads stay as they are
+        else:
+            given = access.path(first)
+            warm_credentials(ctx.spark, access.scheme, access.options([given]), given)
     how = how or reading(files, ctx.facts, len(groups))
     keys = _keys(files, how.key, ctx.paths) if how.key.is_long else {}
     key_col = _KeyColumn(how.key, files, keys, ctx.paths, what)
@@ -266,7 +269,7 @@ def read_files(
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other)
-    return Read(df, how, keys)
+    return Read(df, how, keys, table_access)
 
 
 def _meta_expr(kind: str, listed: bool) -> str:

@@ -70,7 +70,7 @@ class StoreAccess:
         """Options of a Spark read (or write) of `paths`: the scheme's file system, and the
         settings for each bucket named (a per-bucket setting of the session would otherwise
         win over the general one)."""
-        out = {f"fs.{self.scheme}.impl": S3A_IMPL, f"fs.{self.scheme}.impl.disable.cache": "false"}
+        out = {f"fs.{self.scheme}.impl": S3A_IMPL}
         for k, v in self.settings:
             out[f"fs.s3a.{k}"] = v
         for bucket in sorted({_bucket(p) for p in paths} - {""}):

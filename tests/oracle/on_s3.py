@@ -75,6 +75,18 @@ from tests.oracle.runtime import (  # noqa: E402
 REALDATA = ROOT / "tests" / "realdata"
 
 
+def _mor_cli(argv: Any, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    """`mor <argv>` in a process of its own, as a user runs it; its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "mor.cli", *argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def _bag(rows: list[Any]) -> Counter:
     return Counter(tuple(str(v) for v in r) for r in rows)
 
@@ -236,14 +248,7 @@ def rest_catalog(
     def cli(*args: str, env: dict = env) -> subprocess.CompletedProcess:
         if args[0] in ("run", "explain"):
             args = (args[0], *on, *args[1:])
-        return subprocess.run(
-            [sys.executable, "-m", "mor.cli", *args],
-            cwd=tmp,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        return _mor_cli(args, env, tmp)
 
     live = theirs.num_rows
     total = sum(theirs.column("id").to_pylist())
@@ -564,14 +569,7 @@ def vended(spark: Any, store: SeaweedFS, tmp: Path, remote: str | None) -> tuple
             env = {**os.environ, "PYICEBERG_HOME": str(home), "MOR_CONFIG": str(home / "mor.toml")}
             on = ["--remote", remote] if remote else []
             argv = ["run", *on, "--catalog", "vault", "--format", "csv", "-e", sql]
-            return subprocess.run(
-                [sys.executable, "-m", "mor.cli", *argv],
-                cwd=tmp,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
+            return _mor_cli(argv, env, tmp)
 
         n += 1
         ok = cli_as(KEY, SECRET, f"SELECT count(*), sum(id) FROM {a}")
