@@ -727,9 +727,7 @@ def _rewrite(
     try:
         if rewritten:
             note(f"rewriting {len(rewritten)} data files of {len(groups)} partitions")
-            _write_groups(read, schema, groups, folder, _session(spark))
-            note("reading the new files' footers")
-            added = _new_files(read, schema, groups, folder)
+            added = _write_groups(read, schema, groups, folder, _session(spark))
         report.written = [FileOut(f.file_path, f.record_count, f.file_size_in_bytes) for f in added]
         change = _compaction(read, report, rewritten, removed, added)
         note("committing")
@@ -744,11 +742,23 @@ def _rewrite(
 
 def _write_groups(
     read: _Read, schema: Schema, groups: list[RewriteGroup], folder: str, session: SparkSession
-) -> None:
+) -> list[DataFile]:
     """One Spark job writing each group's live rows (planned by mor at the read's snapshot,
-    every delete applied) under `folder`, one sub-folder per group."""
+    every delete applied) under `folder`, one sub-folder per group; the manifest records of
+    the files written (by the writer `arrow_store` chooses)."""
+    import io
+
+    import pyarrow.parquet as pq
+
     from mor.api import plan_query
-    from mor.physical.rewrite_jobs import Column, Group, only_files, write_compacted
+    from mor.physical.rewrite_jobs import (
+        Column,
+        Group,
+        arrow_store,
+        only_files,
+        write_arrow,
+        write_compacted,
+    )
     from mor.physical.spark.store_access import access_for
     from mor.planner.nodes import LINEAGE_COLUMNS
     from mor.planner.sources import PathMap
@@ -760,23 +770,29 @@ def _write_groups(
     rows_sql = f"SELECT {names}, _file, _pos FROM {read.name} VERSION AS OF {read.head.snapshot_id}"
     planned = plan_query(rows_sql, catalog=read.catalog, cache=read.cache).optimized
     rewritten = {p for g in groups for p in g.paths}
-    write_compacted(
-        session,
-        only_files(planned, rewritten),
-        columns,
-        [Group(g.paths, g.files) for g in groups],
-        PathMap.of(None)(folder),
-        read.table.metadata.properties.get("write.parquet.compression-codec", "zstd"),
-        access_for(read.table.metadata.location, read.table.io, writing=True),
-    )
+    plan, cut = only_files(planned, rewritten), [Group(g.paths, g.files) for g in groups]
+    codec = read.table.metadata.properties.get("write.parquet.compression-codec", "zstd")
+    access = access_for(read.table.metadata.location, read.table.io, writing=True)
+    store = arrow_store(folder, access)
+    if store is None:
+        write_compacted(session, plan, columns, cut, PathMap.of(None)(folder), codec, access)
+        return _new_files(read, schema, groups, folder)
+    out = []
+    for w in write_arrow(session, plan, columns, cut, folder, store, codec):
+        first = groups[w.group].paths[0]
+        spec_id = read.tasks[first][0].spec_id
+        footer = (pq.read_metadata(io.BytesIO(w.footer)), w.size)
+        partition = read.data[first].partition
+        out.append(data_file_of(read.table, w.path, partition, spec_id, schema, footer))
+    return out
 
 
 def _new_files(
     read: _Read, schema: Schema, groups: list[RewriteGroup], folder: str
 ) -> list[DataFile]:
-    """The manifest records of the Parquet files the job wrote under `folder`, each in the
-    partition and spec of its group's files (Spark writes an empty file where no row is
-    left: not recorded)."""
+    """The manifest records of the Parquet files Spark's writer wrote under `folder`, each
+    in the partition and spec of its group's files (Spark writes an empty file where no row
+    is left: not recorded)."""
     import re
 
     from mor.physical.rewrite_jobs import GROUP

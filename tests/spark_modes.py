@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -45,7 +46,8 @@ class ConnectServer:
         home = Path(pyspark.__file__).parent
         self.port = _free_port()
         self.log = Path(tempfile.mkdtemp(prefix="mor-connect-")) / "server.log"
-        env = {**os.environ, "SPARK_HOME": str(home)}
+        # its Python tasks run this environment, as an operator installs one
+        env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable}
         env.pop("SPARK_REMOTE", None)
         env.pop("SPARK_CONNECT_MODE_ENABLED", None)
         cmd = [
@@ -178,6 +180,8 @@ def start() -> tuple[Any, Any]:
     if m == "standalone":
         cluster = Standalone()
         os.environ["MOR_SPARK_MASTER"] = cluster.url
+        # the workers' Python: this environment, as a cluster's operator sets PYSPARK_PYTHON
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         return local_session(), cluster
     if m == "local-cluster":
         # two executors in their own JVMs: nothing may rely on the driver's memory or files

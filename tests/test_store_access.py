@@ -148,3 +148,55 @@ def test_a_write_uses_the_credentials_of_its_own_load() -> None:
     assert access_for("s3://lake/db/t", second) == kept
     written = access_for("s3://lake/db/t", second, writing=True)
     assert written is not None and kept is not None and written.scheme != kept.scheme
+
+
+def test_compactions_pyarrow_tasks_get_the_same_settings() -> None:
+    """What compaction's pyarrow writer is given (physical/rewrite_jobs.write_arrow): the same
+    keys, token, endpoint and addressing as Spark's reads, as S3FileSystem's arguments, kept
+    out of the store's repr; and pyarrow takes them."""
+    import pyarrow.fs as pafs
+
+    from mor.physical.rewrite_jobs import ArrowStore
+
+    a = access_of(VENDED)
+    assert a is not None
+    got = dict(a.arrow_options())
+    assert got == {
+        "access_key": "ASIA-VENDED-1",
+        "secret_key": "SECRET-sentinel-1",
+        "session_token": "TOKEN-sentinel-1",
+        "region": "us-east-1",
+        "endpoint_override": "127.0.0.1:8333",
+        "scheme": "http",
+        "force_virtual_addressing": False,
+    }
+    pafs.S3FileSystem(**got)  # every argument one pyarrow knows
+    virtual = access_of(
+        {"s3.endpoint": "https://s3.example.com", "s3.force-virtual-addressing": "true"}
+    )
+    assert virtual is not None
+    assert dict(virtual.arrow_options()) == {
+        "endpoint_override": "s3.example.com",
+        "scheme": "https",
+        "force_virtual_addressing": True,
+    }
+    store = ArrowStore("s3", "lake/db/t/data/x", a.arrow_options())
+    assert "SECRET" not in repr(store) and "TOKEN" not in repr(store)
+
+
+def test_a_python_tasks_failure_is_its_exception_in_one_line() -> None:
+    from mor.physical.spark.spark_errors import spark_failure
+
+    text = (
+        "  An exception was thrown from the Python worker. Please see the stack trace below.\n"
+        "Traceback (most recent call last):\n"
+        '  File "worker.py", line 1, in main\n'
+        "    import pyarrow as pa\n"
+        "OSError: When initiating multiple part upload for key 'k': AWS Error ACCESS_DENIED\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner.handlePythonException\n"
+    )
+    line = str(spark_failure(RuntimeError(text)))
+    assert line == (
+        "query failed: a Python task failed: OSError: When initiating multiple part upload for "
+        "key 'k': AWS Error ACCESS_DENIED"
+    )

@@ -177,7 +177,12 @@ def named_data_file(f: Any) -> str | None:
 
 
 def data_file_of(
-    table: Table, path: str, partition: Any, spec_id: int, schema: Schema | None = None
+    table: Table,
+    path: str,
+    partition: Any,
+    spec_id: int,
+    schema: Schema | None = None,
+    footer: tuple[pq.FileMetaData, int] | None = None,
 ) -> DataFile:
     """The manifest record of a Parquet data file mor wrote in `schema` (default: the
     table's): its size, row count and the column metrics the table's
@@ -185,10 +190,14 @@ def data_file_of(
     bounds keeps working on it). On a v3 table the record is bound to the v3 struct, its
     `first_row_id` null (inherited from its manifest's), and the row lineage columns the file
     carries get no metrics: a null `_row_id` stands for one inherited, which bounds of the
-    stored values would not cover."""
-    inp = table.io.new_input(path)
-    with inp.open() as stream:
-        meta = pq.read_metadata(stream)
+    stored values would not cover. `footer`: the file's footer and size as its writer
+    returned them (no request for the file)."""
+    if footer is None:
+        inp = table.io.new_input(path)
+        with inp.open() as stream:
+            meta = pq.read_metadata(stream)
+        footer = (meta, len(inp))
+    meta, size = footer
     schema = schema or table.schema()
     props = table.metadata.properties
     version = table.metadata.format_version
@@ -209,7 +218,7 @@ def data_file_of(
         file_path=path,
         file_format=FileFormat.PARQUET,
         partition=partition_record(partition),
-        file_size_in_bytes=len(inp),
+        file_size_in_bytes=size,
         **stats.to_serialized_dict(),
     )
     f.spec_id = spec_id

@@ -194,6 +194,11 @@ def local_session(
         .config("spark.sql.session.timeZone", settings.timezone)
         .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log_conf}")
     )
+    if master.startswith("local") and "spark.pyspark.python" not in conf:
+        # Python tasks (compaction's pyarrow writer) run this interpreter, whose environment
+        # has mor's dependencies, rather than whatever `python3` is first on the PATH (pyspark
+        # takes the workers' Python from PYSPARK_PYTHON alone)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for k, v in conf.items():  # after mor's defaults: the user's settings win
         builder = builder.config(k, v)
     packages = conf.get("spark.jars.packages", "").strip()

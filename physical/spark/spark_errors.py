@@ -208,4 +208,9 @@ def spark_failure(e: BaseException, plan: Any = None) -> MorError:
         return found
     text = str(e)
     first = next((ln for ln in text.splitlines() if ln.strip()), type(e).__name__)
+    if "exception was thrown from the Python worker" in first:
+        # a Python task's failure: its exception, the traceback's last line
+        named = re.compile(r"\s*\w+(Error|Exception)(:|$)")
+        raised = [ln.strip() for ln in text.splitlines() if named.match(ln)]
+        first = f"a Python task failed: {raised[-1]}" if raised else first.strip()
     return QueryError(f"query failed: {first[:300]}")

@@ -21,6 +21,13 @@ def _log_level(value: str) -> str | None:
     return None if value.upper() in LOG_LEVELS else f"one of {', '.join(LOG_LEVELS)}"
 
 
+COMPACTION_WRITERS = ("auto", "spark", "arrow")
+
+
+def _compaction_writer(value: str) -> str | None:
+    return None if value in COMPACTION_WRITERS else f"one of {', '.join(COMPACTION_WRITERS)}"
+
+
 PHYSICAL = declare(
     __name__,
     Setting(
@@ -96,6 +103,19 @@ PHYSICAL = declare(
         "mor's FileIO has for that table (a REST catalog's vended credentials, the catalog's "
         "s3.* properties, [file-io], AWS_*), as options of each read through a file system of "
         "their own; the session's settings are never changed. Off: Spark's own s3a settings",
+    ),
+    Setting(
+        "compaction_writer",
+        "MOR_COMPACTION_WRITER",
+        str,
+        "auto",
+        "how compaction's Spark tasks write the new data files: spark (Spark's Parquet writer "
+        "and its file commit protocol: a temporary folder renamed), arrow (each task writes "
+        "its files straight to their final paths with pyarrow, as Iceberg's writers do; needs "
+        "pyarrow on the executors, which Spark's Arrow support needs anyway), auto (arrow for "
+        "tables on S3 with store settings mor knows, whose buckets may refuse folders and "
+        "where a rename is a copy; spark otherwise)",
+        check=_compaction_writer,
     ),
     Setting(
         "master",

@@ -78,6 +78,29 @@ class StoreAccess:
                 out[f"fs.s3a.bucket.{bucket}.{k}"] = v
         return out
 
+    def arrow_options(self) -> tuple[tuple[str, Any], ...]:
+        """The same settings as pyarrow's `S3FileSystem` arguments (compaction's tasks write
+        with them: physical/rewrite_jobs.write_arrow)."""
+        given = dict(self.settings)
+        out: dict[str, Any] = {}
+        for setting, arg in (
+            ("access.key", "access_key"),
+            ("secret.key", "secret_key"),
+            ("session.token", "session_token"),
+            ("endpoint.region", "region"),
+        ):
+            if setting in given:
+                out[arg] = given[setting]
+        endpoint = given.get("endpoint", "")
+        if endpoint:
+            scheme, _, host = endpoint.rpartition("://")
+            out["endpoint_override"] = host
+            out["scheme"] = scheme or (
+                "https" if given.get("connection.ssl.enabled", "true") == "true" else "http"
+            )
+            out["force_virtual_addressing"] = given.get("path.style.access") != "true"
+        return tuple(sorted(out.items()))
+
     def describe(self) -> str:
         """One line for EXPLAIN: what the settings hold, never a key, secret or token."""
         given = dict(self.settings)
