@@ -66,6 +66,7 @@ from tests.oracle.histories import Writer  # noqa: E402
 from tests.oracle.run import check_history  # noqa: E402
 from tests.oracle.runtime import (  # noqa: E402
     RuntimeUnavailable,
+    iceberg_aws_coordinates,
     iceberg_coordinates,
     iceberg_session,
     merged,
@@ -420,20 +421,25 @@ def _no_grant_environment() -> Iterator[None]:
                 os.environ[k] = v
 
 
-def vended(spark: Any, store: SeaweedFS, tmp: Path, remote: str | None) -> tuple[int, list[str]]:
+def vended(
+    spark: Any, store: SeaweedFS, tmp: Path, remote: str | None, iceberg: bool
+) -> tuple[int, list[str]]:
     """Tables behind the REST catalog that only its vended credentials can read: the bucket
     `vault` refuses the user's own keys (the AWS environment and Spark's s3a settings for it
     hold an identity with no grant), and the catalog vends each table credentials for its own
     prefix (valid 15 minutes). Two tables of that bucket, each with its credentials, read in
     one query; position and equality deletes; `table_changes`; convert-equality-deletes and
-    compact committing through the catalog, Spark's compaction job writing with the table's
+    compact committing through the catalog, compaction's tasks writing with the table's
     credentials; every result against the rows the writes leave (and pyiceberg's own scan
-    once no equality delete is left). A user the catalog does not grant: one line, exit 1."""
+    once no equality delete is left, and Iceberg's reader through its own REST catalog on the
+    session when `iceberg`, before and after each commit). A user the catalog does not
+    grant: one line, exit 1."""
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField, StringType
 
     from mor import MorError, mor_sql, stream_changes
     from mor.maintenance import compact, convert_equality_deletes
+    from mor.planner.settings import applied
     from mor.writer.tables import TableWriter
 
     diffs: list[str] = []
@@ -463,7 +469,21 @@ def vended(spark: Any, store: SeaweedFS, tmp: Path, remote: str | None) -> tuple
         def whole() -> Counter:
             return _bag(mor_sql(f"SELECT id, s FROM {a}", catalog=cat, spark=spark).collect())
 
+        def by_iceberg(what: str) -> None:
+            """Iceberg's reader (its REST catalog `vault`, its S3FileIO with the vended
+            credentials) against mor's rows."""
+            nonlocal n
+            if not iceberg:
+                return
+            n += 1
+            theirs = _bag(spark.sql(f"SELECT id, s FROM vault.{a}").collect())
+            ours = whole()
+            if theirs != ours:
+                diffs.append(f"vended {a}: {what}: Iceberg's reader {sorted(theirs - ours)}, "
+                             f"mor {sorted(ours - theirs)}")  # fmt: skip
+
         want = Counter((str(i), f"s{i}") for i in live_a)
+        by_iceberg("written")
         steps: list[tuple[str, Any, Counter]] = [("two tables joined", joined, expected)]
         steps.append(("the table", whole, want))
         changes_sql = f"SELECT id, _change_type FROM table_changes('{a}')"
@@ -519,28 +539,37 @@ def vended(spark: Any, store: SeaweedFS, tmp: Path, remote: str | None) -> tuple
         n += 1
         if report.snapshot is None or whole() != want:
             diffs.append(f"vended {a}: after conversion: {report.line()}")
-        # compaction's Spark job writes through Spark's file commit protocol (directories
-        # listed and renamed), which an S3 Tables bucket refuses (SeaweedFS answers a HEAD of
-        # a directory there with 403, whoever asks): one line, and the table as it was
-        n += 1
+        by_iceberg("converted")
+        # compaction on an S3 Tables bucket, which refuses folder requests (SeaweedFS answers
+        # a HEAD of a folder there with 403, whoever asks, as AWS's S3 Tables do): Spark's
+        # file commit protocol cannot write there (one line, the table as it was); the tasks'
+        # own pyarrow writer (compaction_writer auto picks it: the table's store settings are
+        # known) writes the files straight to their paths with the vended credentials
+        n += 2
         head = cat.load_table(a).metadata.current_snapshot_id
         try:
-            done = compact(a, catalog=cat, spark=spark, delete_file_threshold=1, min_input_files=1)
-            refusal = f"committed: {done.line()}"
+            with applied({"compaction_writer": "spark"}):
+                compact(a, catalog=cat, spark=spark, delete_file_threshold=1, min_input_files=1)
+            diffs.append(f"vended {a}: Spark's writer wrote to an S3 Tables bucket")
         except MorError as e:
             refusal = str(e)
             if "\n" in refusal or "compaction's Spark job cannot write" not in refusal:
                 diffs.append(f"vended {a}: compaction's refusal: {refusal[:300]}")
-        py = _bag([tuple(r.values()) for r in cat.load_table(a).scan().to_arrow().to_pylist()])
-        if whole() != want or py != want:
-            diffs.append(f"vended {a}: after compaction ({refusal[:200]}): pyiceberg {len(py)}")
-        if (
-            refusal.startswith("compaction")
-            and cat.load_table(a).metadata.current_snapshot_id != head
-        ):
+        if cat.load_table(a).metadata.current_snapshot_id != head:
             diffs.append(f"vended {a}: a refused compaction changed the table")
+        print(f"  Spark's writer on an S3 Tables bucket: {refusal[:160]}")
+        _expire_token(cat)
+        done = compact(a, catalog=cat, spark=spark, delete_file_threshold=1, min_input_files=1)
+        table = cat.load_table(a)
+        py = _bag([tuple(r.values()) for r in table.scan().to_arrow().to_pylist()])
+        if done.snapshot is None or whole() != want or py != want:
+            diffs.append(f"vended {a}: after compaction ({done.line()}): pyiceberg {len(py)}")
+        left = [t for t in table.scan().plan_files() if t.delete_files]
+        if left or len(done.written) != 1:
+            diffs.append(f"vended {a}: compaction left {len(left)} files with deletes")
+        by_iceberg("compacted")
         print(f"  vended credentials: {report.line()}")
-        print(f"  compaction on an S3 Tables bucket: {refusal[:160]}")
+        print(f"  compaction, vended credentials: {done.line()}")
         # a user the catalog grants nothing: one line, no data, from the API and the CLI
         n += 2
         denied = store.vended_catalog("nogrant", "s3://vault", NOGRANT_KEY, NOGRANT_SECRET)
@@ -600,6 +629,7 @@ def jdbc_maintenance(spark: Any, store: SeaweedFS, tmp: Path) -> tuple[int, list
 
     from mor import mor_sql
     from mor.maintenance import compact, convert_equality_deletes
+    from mor.planner.settings import applied
     from mor.writer.tables import TableWriter
 
     cat = SqlCatalog(
@@ -634,7 +664,12 @@ def jdbc_maintenance(spark: Any, store: SeaweedFS, tmp: Path) -> tuple[int, list
         converted = convert_equality_deletes(name, catalog=cat, spark=spark)
         if converted.snapshot is None or rows() != want:
             diffs.append(f"jdbc v{version}: after conversion ({converted.line()})")
-        done = compact(name, catalog=cat, spark=spark, delete_file_threshold=1, min_input_files=1)
+        # Spark's writer and its file commit protocol (the vended part has the tasks' pyarrow
+        # writer, which compaction_writer=auto takes for this table too)
+        with applied({"compaction_writer": "spark"}):
+            done = compact(
+                name, catalog=cat, spark=spark, delete_file_threshold=1, min_input_files=1
+            )
         if done.snapshot is None or rows() != want:
             diffs.append(f"jdbc v{version}: after compaction ({done.line()})")
         if version == 2:
@@ -807,6 +842,26 @@ ICEBERG_CONF = {
 }
 
 
+def vault_conf(store: SeaweedFS) -> dict[str, str]:
+    """Iceberg's REST catalog `vault` on a session with Iceberg's runtime and AWS bundle, as
+    a user of a vending catalog configures it: OAuth2 client credentials, the store's
+    endpoint, no storage key (its S3FileIO reads with what the catalog vends)."""
+    at = "spark.sql.catalog.vault"
+    return {
+        at: "org.apache.iceberg.spark.SparkCatalog",
+        f"{at}.type": "rest",
+        f"{at}.uri": store.rest_uri,
+        f"{at}.warehouse": "s3://vault",
+        f"{at}.credential": f"{KEY}:{SECRET}",
+        f"{at}.header.X-Iceberg-Access-Delegation": "vended-credentials",
+        f"{at}.s3.endpoint": store.endpoint,
+        f"{at}.s3.path-style-access": "true",
+        f"{at}.client.region": "us-east-1",
+        f"{at}.cache-enabled": "false",
+        "spark.jars.packages": iceberg_aws_coordinates(),
+    }
+
+
 def checks(
     spark: Any,
     store: SeaweedFS,
@@ -819,9 +874,9 @@ def checks(
     """Everything but writing histories, on `spark` (Spark Connect at `remote`): the
     histories (when some were written), the real tables, the REST catalog and the CLI, a
     conversion through the REST catalog, Spark's errors, vended credentials (`only`: that
-    part alone)."""
+    part alone, on a session without Iceberg's reader)."""
     if only == "vended":
-        return vended(spark, store, tmp, remote)
+        return vended(spark, store, tmp, remote, False)
     if only == "maintenance":
         return jdbc_maintenance(spark, store, tmp)
     n1, d1 = histories(spark, written, seeds) if written else (0, [])
@@ -829,7 +884,7 @@ def checks(
     n3, d3 = rest_catalog(spark, store, tmp, remote)
     n4, d4 = maintenance(spark, store)
     n5, d5 = errors(spark, store)
-    n6, d6 = vended(spark, store, tmp, remote)
+    n6, d6 = vended(spark, store, tmp, remote, bool(written))
     n7, d7 = jdbc_maintenance(spark, store, tmp)
     return n1 + n2 + n3 + n4 + n5 + n6 + n7, d1 + d2 + d3 + d4 + d5 + d6 + d7
 
@@ -848,6 +903,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     started = time.monotonic()
+    # Spark's Python tasks (compaction's writer) run this environment, as they do for a user
+    # whose environment is activated (a Connect server is given it by tests/spark_modes.py)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     tmp = Path(tempfile.mkdtemp(prefix="mor-on-s3-"))
     label = f"on S3 ({args.mode}, pyspark {pyspark.__version__})"
     server = None
@@ -887,7 +945,7 @@ def main(argv: list[str] | None = None) -> int:
                         "Iceberg's reader runs them)"
                     )
             else:
-                spark = iceberg_session("s3a://whs/wh", True, conf)
+                spark = iceberg_session("s3a://whs/wh", True, merged(conf, vault_conf(store)))
                 written, found = write_histories(spark, store, args.seeds, args.steps)
                 diffs += found
             if args.mode in ("classic", "plain"):
@@ -904,7 +962,10 @@ def main(argv: list[str] | None = None) -> int:
                 from tests.spark_modes import ConnectServer
 
                 server = ConnectServer(
-                    merged(conf, {**packages_conf(iceberg_coordinates()), **ICEBERG_CONF})
+                    merged(
+                        merged(conf, {**packages_conf(iceberg_coordinates()), **ICEBERG_CONF}),
+                        vault_conf(store),
+                    )
                 )
                 spark = SparkSession.builder.remote(server.url).getOrCreate()
                 print(f"  -- Spark Connect ({server.url}; Iceberg's reader and s3a on the server):")

@@ -49,6 +49,12 @@ def iceberg_coordinates() -> str:
     return f"org.apache.iceberg:{RUNTIMES[line]}:{ICEBERG}"
 
 
+def iceberg_aws_coordinates() -> str:
+    """Iceberg's AWS bundle (S3FileIO and the AWS SDK), which its REST catalog needs to read
+    tables with the credentials the catalog vends, as users add it beside the runtime."""
+    return f"org.apache.iceberg:iceberg-aws-bundle:{ICEBERG}"
+
+
 def s3a_coordinates() -> str:
     """hadoop-aws of the Hadoop this pyspark ships, as a session mor starts would add it."""
     from mor.physical.spark.s3a import hadoop_version, s3a_coordinates, spark_jars
@@ -91,6 +97,10 @@ def iceberg_session(
     """
     from pyspark.sql import SparkSession
 
+    import os
+    import sys
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # its Python tasks: this one's
     settings = merged(packages_conf(iceberg_coordinates()), conf or {})
     log_conf = ROOT / "physical" / "spark" / "log4j2.properties"
     builder = (
@@ -135,7 +145,7 @@ def main() -> int:
     started = time.monotonic()
     coords = [s3a_coordinates()]
     try:
-        coords.insert(0, iceberg_coordinates())
+        coords[:0] = [iceberg_coordinates(), iceberg_aws_coordinates()]
     except RuntimeUnavailable as e:
         print(f"(no Iceberg runtime: {e})")
     from pyspark.sql import SparkSession
