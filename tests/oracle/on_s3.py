@@ -570,6 +570,8 @@ def vended(
         by_iceberg("compacted")
         print(f"  vended credentials: {report.line()}")
         print(f"  compaction, vended credentials: {done.line()}")
+        n, found = _vended_v3(spark, cat, schema, n, iceberg)
+        diffs += found
         # a user the catalog grants nothing: one line, no data, from the API and the CLI
         n += 2
         denied = store.vended_catalog("nogrant", "s3://vault", NOGRANT_KEY, NOGRANT_SECRET)
@@ -613,6 +615,57 @@ def vended(
         if proc.returncode != 1 or len(lines) != 1 or proc.stdout.strip():
             diffs.append(f"vended: CLI without the grant: exit {proc.returncode}, {lines[-3:]}")
         print(f"  without the grant: {lines[-1] if lines else '(nothing on stderr)'}")
+    return n, diffs
+
+
+def _vended_v3(spark: Any, cat: Any, schema: Any, n: int, iceberg: bool) -> tuple[int, list[str]]:
+    """A v3 table behind the vending catalog (its server writes the v3 metadata): two appends,
+    an equality delete; converted to deletion vectors (a Puffin file written with the vended
+    credentials), then compacted (each row's lineage kept); mor's rows, and Iceberg's
+    reader's when `iceberg`, after each step."""
+    from mor import mor_sql
+    from mor.maintenance import compact, convert_equality_deletes
+    from mor.writer.tables import TableWriter
+
+    diffs: list[str] = []
+    c = f"ns.c{random.randrange(1 << 30)}"
+    w = TableWriter(cat, c, schema, properties={"format-version": "3"})
+    w.append(pa_table(list(range(0, 10))))
+    w.append(pa_table(list(range(10, 20))))
+    w.commit(deletes=[w.equality_delete_file([1], [{1: 4}, {1: 15}])])
+    want = Counter((str(i), f"s{i}") for i in range(20) if i not in (4, 15))
+    lineage = f"SELECT id, _row_id, _last_updated_sequence_number FROM {c}"
+
+    def check(what: str) -> None:
+        nonlocal n
+        n += 1
+        ours = _bag(mor_sql(f"SELECT id, s FROM {c}", catalog=cat, spark=spark).collect())
+        if ours != want:
+            diffs.append(f"vended v3 {c}: {what}: {sorted(ours ^ want)}")
+        if iceberg:
+            n += 1
+            theirs = _bag(spark.sql(f"SELECT id, s FROM vault.{c}").collect())
+            if theirs != ours:
+                diffs.append(f"vended v3 {c}: {what}: Iceberg's reader {sorted(theirs ^ ours)}")
+        rows = mor_sql(lineage, catalog=cat, spark=spark).collect()
+        got = {r[0]: (r[1], r[2]) for r in rows}
+        if what == "written":
+            lineages[what] = got
+        elif got != lineages["written"]:  # each row keeps its id and sequence number
+            diffs.append(f"vended v3 {c}: {what}: row lineage changed")
+
+    lineages: dict[str, dict] = {}
+    check("written")
+    converted = convert_equality_deletes(c, catalog=cat, spark=spark)
+    if not converted.written or not converted.written[0].path.endswith(".puffin"):
+        diffs.append(f"vended v3 {c}: conversion wrote {converted.line()}")
+    check("converted")
+    done = compact(c, catalog=cat, spark=spark, delete_file_threshold=1, min_input_files=1)
+    if done.snapshot is None:
+        diffs.append(f"vended v3 {c}: compaction: {done.line()}")
+    check("compacted")
+    print(f"  v3 behind the vending catalog: {converted.line()}")
+    print(f"  v3 behind the vending catalog: {done.line()}")
     return n, diffs
 
 

@@ -95,10 +95,10 @@ def iceberg_session(
     `conf`: more settings (`spark.jars.packages` entries are added to the runtime's), e.g.
     s3a's.
     """
-    from pyspark.sql import SparkSession
-
     import os
     import sys
+
+    from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # its Python tasks: this one's
     settings = merged(packages_conf(iceberg_coordinates()), conf or {})
