@@ -37,6 +37,7 @@ from mor.writer.files import (
     list_files,
     named_data_file,
     v3_field,
+    write_object,
     write_position_deletes,
 )
 from mor.writer.policy import (
@@ -442,8 +443,7 @@ def _vectors(
     data, placed = puffin([(p, merged[p]) for p in paths], "mor convert-equality-deletes")
     tbl = read.table
     path = f"{tbl.metadata.location.rstrip('/')}/data/mor-{uuid.uuid4()}-deletes.puffin"
-    with tbl.io.new_output(path).create(overwrite=False) as out:
-        out.write(data)
+    write_object(tbl.io, path, data)
     try:
         for p, (offset, length) in zip(paths, placed):
             change.added.append(

@@ -37,7 +37,7 @@ from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
-from mor.planner.errors import MorError
+from mor.planner.errors import DataFileError, MorError
 from mor.planner.nodes import LINEAGE_COLUMNS
 
 POSITION_DELETE_SCHEMA = Schema(
@@ -76,8 +76,7 @@ def write_delete_file(
         parquet_path_to_id_mapping(schema),
     )
     path = f"{table.metadata.location.rstrip('/')}/data/{prefix}-{uuid.uuid4()}-deletes.parquet"
-    with table.io.new_output(path).create(overwrite=False) as out:
-        out.write(data.to_pybytes())
+    write_object(table.io, path, data.to_pybytes())
     f = DataFile.from_args(
         content=content,
         file_path=path,
@@ -89,6 +88,24 @@ def write_delete_file(
     )
     f.spec_id = spec_id
     return f
+
+
+def write_object(io: FileIO, path: str, data: bytes) -> None:
+    """Write a new file mor made (a delete file, a Puffin file) at `path`; the store's refusal
+    as one line naming the file (a store may refuse some kinds of object: S3 Tables buckets
+    take Parquet, Avro and JSON, not `.puffin`)."""
+    try:
+        with io.new_output(path).create(overwrite=False) as out:
+            out.write(data)
+    except OSError as e:
+        reason = " ".join(str(e).split())
+        kind = path.rsplit(".", 1)[-1]
+        hint = (
+            f"; a store that refuses .{kind} objects (S3 Tables buckets do) cannot hold them"
+            if "ACCESS_DENIED" in reason or "AccessDenied" in reason or "403" in reason
+            else ""
+        )
+        raise DataFileError(f"cannot write {path}: {reason[:300]}{hint}") from None
 
 
 def position_rows(positions: dict[str, Iterable[int]]) -> pa.Table:
