@@ -709,7 +709,8 @@ def jdbc_maintenance(
     """convert-equality-deletes and compact of a v2 and a v3 table on S3 (a plain bucket: it
     takes Puffin files, and Spark's compaction job lists and renames there) through a SQL
     catalog (pyiceberg's, as the JDBC catalog shares it), the store given once in the AWS
-    environment. v2: conversion writes position delete files, compaction Spark's writer. v3
+    environment. v2: conversion writes position delete files (rebased over an append another
+    writer commits right before it), compaction Spark's writer. v3
     (upgraded from v2, its position delete file and equality deletes kept; its metadata file
     written with pydantic, as mor's commits write it: pyiceberg 0.12 writes no v3 metadata):
     conversion writes deletion vectors in a Puffin file, compaction the tasks' pyarrow writer
@@ -727,6 +728,7 @@ def jdbc_maintenance(
     from mor.maintenance import compact, convert_equality_deletes
     from mor.planner.settings import applied
     from mor.writer.tables import TableWriter
+    from tests.helpers import landing
 
     cat = SqlCatalog(
         "jdbc",
@@ -777,7 +779,25 @@ def jdbc_maintenance(
         if rows() != want:
             diffs.append(f"jdbc v{version}: before maintenance: {sorted(rows())}")
         by_iceberg("written")
-        converted = convert_equality_deletes(name, catalog=cat, spark=spark)
+        landed: list[int] = []
+        if version == 2:
+            # another writer appends right before the conversion's commit: rebased over
+            def append(attempt: int, w: TableWriter = w) -> None:
+                if attempt == 1:
+                    landed.append(w.append(pa_table(list(range(20, 25))))[0])
+
+            with landing(append):
+                converted = convert_equality_deletes(name, catalog=cat, spark=spark)
+            if len(landed) != 1 or converted.snapshot is None:
+                diffs.append(f"jdbc v2: no append landed beside the conversion: {landed}")
+            elif (
+                cat.load_table(name).snapshot_by_id(converted.snapshot).parent_snapshot_id
+                != landed[0]
+            ):
+                diffs.append("jdbc v2: the conversion was not rebased over the append")
+            want += Counter((str(i), f"s{i}") for i in range(20, 25))
+        else:
+            converted = convert_equality_deletes(name, catalog=cat, spark=spark)
         puffin = [f for f in converted.written if f.path.endswith(".puffin")]
         if converted.snapshot is None or rows() != want or bool(puffin) != (version == 3):
             diffs.append(f"jdbc v{version}: after conversion ({converted.line()})")
