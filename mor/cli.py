@@ -439,7 +439,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         where=args.where,
         branch=args.branch,
         dry_run=args.dry_run,
-        spark=lambda: spark_session(args),
+        spark=lambda: spark_session(args, s3a=_table_on_s3(args, args.table)),
         progress=progress.note,
     )
     return _maintenance_report(args, report, "positions")
@@ -459,7 +459,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
         delete_file_threshold=args.delete_file_threshold,
         min_input_files=args.min_input_files,
         dry_run=args.dry_run,
-        spark=lambda: spark_session(args),
+        spark=lambda: spark_session(args, s3a=_table_on_s3(args, args.table)),
         progress=progress.note,
     )
     return _maintenance_report(args, report, "rows")

@@ -822,6 +822,92 @@ def jdbc_maintenance(
     return n, diffs
 
 
+def kills(
+    spark: Any, store: SeaweedFS, tmp: Path, iceberg: bool, killing: bool = True
+) -> tuple[int, list[str]]:
+    """`mor compact` of a v2 table on S3 through the SQL catalog as a user runs it (a
+    .pyiceberg.yaml, the store in the AWS environment, a session the CLI starts, which gets
+    the s3a connector from mor): a whole run, then (`killing`) runs killed (SIGKILL) at
+    moments spread over one, each on a table of its own: the table is either unchanged or
+    compacted (one `replace` on the head read), and reads the same rows through mor and,
+    when `iceberg`, Iceberg's reader."""
+    import signal
+
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    from mor import mor_sql
+    from mor.writer.tables import TableWriter
+
+    props = {"uri": f"sqlite:///{tmp / 'kills.db'}", "warehouse": "s3://whs/kills"}
+    props |= {"s3.endpoint": store.endpoint, "s3.region": "us-east-1"}
+    cat = SqlCatalog("kills", **props)
+    home = tmp / "home-kills"
+    home.mkdir(exist_ok=True)
+    (home / ".pyiceberg.yaml").write_text(
+        "catalog:\n  kills:\n    type: sql\n" + "".join(f"    {k}: {v}\n" for k, v in props.items())
+    )
+    (home / "mor.toml").write_text("")
+    env = {**os.environ, "PYICEBERG_HOME": str(home), "MOR_CONFIG": str(home / "mor.toml")}
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "s", StringType(), required=False),
+    )
+    want = Counter((str(i), f"s{i}") for i in range(20) if i not in (0, 5, 3, 12))
+
+    def table(name: str) -> int:
+        w = TableWriter(cat, name, schema)
+        _, first = w.append(pa_table(list(range(0, 10))))
+        w.append(pa_table(list(range(10, 20))))
+        w.commit(deletes=[w.position_delete_file({first[0].file_path: [0, 5]}, first[0])])
+        return w.commit(deletes=[w.equality_delete_file([1], [{1: 3}, {1: 12}])])
+
+    def run(name: str) -> subprocess.Popen:
+        argv = ["compact", "--catalog", "kills", name, "--delete-file-threshold", "1"]
+        return subprocess.Popen(
+            [sys.executable, "-m", "mor.cli", *argv, "--min-input-files", "1"],
+            cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    diffs: list[str] = []
+    table("ns.whole")
+    started = time.monotonic()
+    out, err = run("ns.whole").communicate(timeout=600)
+    whole = time.monotonic() - started
+    if "committed on main" not in out:
+        diffs.append(f"kills: a whole mor compact: {out[-300:]} {err[-300:]}")
+    ours = _bag(mor_sql("SELECT id, s FROM ns.whole", catalog=cat, spark=spark).collect())
+    if ours != want:
+        diffs.append(f"kills: after a whole mor compact: {sorted(ours)}")
+    n = 1
+    for frac in (0.4, 0.8, 0.97) if killing else ():
+        name = f"ns.k{int(frac * 100)}"
+        head = table(name)
+        p = run(name)
+        time.sleep(whole * frac)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        t = cat.load_table(name)
+        snap = t.current_snapshot()
+        n += 1
+        kept = snap.snapshot_id == head or (
+            snap.parent_snapshot_id == head and snap.summary.operation.value == "replace"
+        )
+        ours = _bag(mor_sql(f"SELECT id, s FROM {name}", catalog=cat, spark=spark).collect())
+        if not kept or ours != want:
+            diffs.append(f"kills: killed at {frac:.0%}: head {snap.snapshot_id}, {sorted(ours)}")
+        if iceberg:
+            n += 1
+            at = t.metadata_location.replace("s3://", "s3a://", 1)
+            theirs = _bag(spark.read.format("iceberg").load(at).select("id", "s").collect())
+            if theirs != want:
+                diffs.append(f"kills: killed at {frac:.0%}: Iceberg's reader {sorted(theirs)}")
+        state = "unchanged" if snap.snapshot_id == head else "compacted"
+        print(f"  mor compact on S3 killed at {frac:.0%} of {whole:.0f} s: {state}, rows right")
+    return n, diffs
+
+
 def pa_table(ids: list[int]) -> Any:
     import pyarrow as pa
 
@@ -1023,6 +1109,8 @@ def checks(
         return vended(spark, store, tmp, remote, False)
     if only == "maintenance":
         return jdbc_maintenance(spark, store, tmp, False)
+    if only == "kills":
+        return kills(spark, store, tmp, False)
     n1, d1 = histories(spark, written, seeds) if written else (0, [])
     n2, d2 = realdata(spark, store)
     n3, d3 = rest_catalog(spark, store, tmp, remote)
@@ -1030,7 +1118,10 @@ def checks(
     n5, d5 = errors(spark, store)
     n6, d6 = vended(spark, store, tmp, remote, bool(written))
     n7, d7 = jdbc_maintenance(spark, store, tmp, bool(written))
-    return n1 + n2 + n3 + n4 + n5 + n6 + n7, d1 + d2 + d3 + d4 + d5 + d6 + d7
+    # `mor compact` from the CLI; killed runs on a classic session with histories only
+    # (`make soak`; the same commit path is killed on local tables in tests/test_compact.py)
+    n8, d8 = kills(spark, store, tmp, bool(written), bool(written)) if not remote else (0, [])
+    return n1 + n2 + n3 + n4 + n5 + n6 + n7 + n8, d1 + d2 + d3 + d4 + d5 + d6 + d7 + d8
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1042,7 +1133,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=10, help="operations per history")
     ap.add_argument(
         "--only",
-        choices=("vended", "maintenance"),
+        choices=("vended", "maintenance", "kills"),
         help="one part alone, on a session with s3a only (no histories, no Iceberg reader)",
     )
     args = ap.parse_args(argv)
