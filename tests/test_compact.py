@@ -57,7 +57,7 @@ def _data(table: Any) -> list[Any]:
 # writers (Spark's Parquet writer, pyarrow in the tasks: compaction_writer)
 @pytest.mark.connect
 @pytest.mark.parametrize("writer_kind", ["spark", "arrow"])
-@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
 @given(partitioned=st.booleans(), ops=st.lists(op, min_size=2, max_size=7))
 def test_every_snapshot_reads_as_before_and_as_the_reference(
     tmp_path_factory: Any, spark: Any, writer_kind: str, partitioned: bool, ops: list

@@ -31,6 +31,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 from test_semantics import PART_SPEC, SCHEMA, Reference, _history, op
 
 from helpers import landing
+from legs import soak_in
 from mor import MorError, mor_sql
 from mor.maintenance import convert_equality_deletes
 from mor.writer.conflicts import ConflictError
@@ -291,6 +292,9 @@ def _cli(
     )
 
 
+# in `make soak` (CI's time): the same producer's commit is killed in CI by
+# tests/test_compact.py's CLI kill test
+@soak_in("3.5")
 def test_cli_killed_at_any_moment_leaves_the_table_before_or_after(
     tmp_path: Path, spark: Any
 ) -> None:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from legs import soak_in
+from mor.planner.errors import MorError
 from mor.planner.settings import applied
 from mor.planner.sources import PathMap, Resolver, io_defaults, prefix_rewrite, with_region
 from tests.oracle import run_harness
@@ -355,3 +357,31 @@ def test_a_session_mor_started_without_s3a_refuses_a_query_that_needs_it(spark: 
         e.value
     )
     assert local_session() is spark  # nothing changed for queries that need no s3a
+
+
+@pytest.mark.parametrize(
+    ("command", "function"),
+    [("compact", "compact"), ("convert-equality-deletes", "convert_equality_deletes")],
+)
+def test_maintenance_from_the_cli_starts_spark_with_s3a_for_a_table_on_s3(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: str, function: str
+) -> None:
+    """The session `mor compact` and `mor convert-equality-deletes` start for a table on S3
+    gets the s3a connector, as `mor run`'s does (they started one without it, and failed on
+    every S3 table; `make soak` runs them on S3 in tests/oracle/on_s3.py's `kills`)."""
+    import mor.cli as cli
+    import mor.maintenance as maintenance
+
+    asked: list[bool] = []
+    monkeypatch.setattr(cli, "_table_on_s3", lambda args, table, catalog=None: table == "ns.s3")
+    monkeypatch.setattr(cli, "spark_session", lambda args, s3a=False: asked.append(s3a) or "s")
+
+    def started(table: str, *, spark: Any, **kw: Any) -> None:
+        assert spark() == "s"  # the command's session, made when its Spark work starts
+        raise MorError("stopped here")
+
+    monkeypatch.setattr(maintenance, function, started)
+    for table in ("ns.s3", "ns.local"):
+        assert cli.main([command, table]) == 1
+        assert capsys.readouterr().err.strip() == "mor: stopped here"
+    assert asked == [True, False]
