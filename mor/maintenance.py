@@ -777,14 +777,22 @@ def _write_groups(
     if store is None:
         write_compacted(session, plan, columns, cut, PathMap.of(None)(folder), codec, access)
         return _new_files(read, schema, groups, folder)
-    out = []
-    for w in write_arrow(session, plan, columns, cut, folder, store, codec):
-        first = groups[w.group].paths[0]
-        spec_id = read.tasks[first][0].spec_id
-        footer = (pq.read_metadata(io.BytesIO(w.footer)), w.size)
-        partition = read.data[first].partition
-        out.append(data_file_of(read.table, w.path, partition, spec_id, schema, footer))
-    return out
+    return [
+        _record(
+            read, schema, groups[w.group], w.path, (pq.read_metadata(io.BytesIO(w.footer)), w.size)
+        )
+        for w in write_arrow(session, plan, columns, cut, folder, store, codec)
+    ]
+
+
+def _record(
+    read: _Read, schema: Schema, group: RewriteGroup, path: str, footer: Any = None
+) -> DataFile:
+    """The manifest record of a new file of `group`: in the partition and spec of the
+    group's files, its metrics from `footer` (as its writer returned it) or read from it."""
+    first = group.paths[0]
+    spec_id = read.tasks[first][0].spec_id
+    return data_file_of(read.table, path, read.data[first].partition, spec_id, schema, footer)
 
 
 def _new_files(
@@ -803,9 +811,7 @@ def _new_files(
         m = re.search(rf"/{GROUP}=(\d+)/", path)
         if m is None or not name.endswith(".parquet") or name[0] in "._":
             continue
-        first = groups[int(m.group(1))].paths[0]
-        spec_id = read.tasks[first][0].spec_id
-        f = data_file_of(read.table, path, read.data[first].partition, spec_id, schema)
+        f = _record(read, schema, groups[int(m.group(1))], path)
         if f.record_count:
             out.append(f)
     return out
