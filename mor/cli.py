@@ -15,7 +15,7 @@ import json
 import os
 import sys
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mor import progress
 from mor.options import (
@@ -25,6 +25,7 @@ from mor.options import (
     SETTINGS,
     SPARK,
     WAREHOUSE,
+    EarlySession,
     UsageError,
     file_io,
     pairs,
@@ -34,7 +35,9 @@ from mor.options import (
 )
 from mor.output import format_rows, replace_atomically, write_text
 from mor.planner.errors import MorError, SqlSyntaxError
-from mor.planner.sql import Statement, check_is_query, split_statements
+
+if TYPE_CHECKING:  # the SQL parser is imported once a command reads SQL, after Spark starts
+    from mor.planner.sql import Statement
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -227,7 +230,19 @@ def _maintenance_commands(sub: Any) -> None:
     cp.add_argument("--format", choices=["table", "json"], default="table")
 
 
-def _statements(args: argparse.Namespace) -> list[Statement]:
+def _statements(args: argparse.Namespace, text: str | None = None) -> list[Statement]:
+    """The statements of the command's SQL (`text`: as `_sql_text` read it)."""
+    from mor.planner.sql import check_is_query, split_statements
+
+    stmts = split_statements(_sql_text(args) if text is None else text)
+    if not stmts:
+        raise SqlSyntaxError("empty statement: the input holds no SQL")
+    for s in stmts:
+        check_is_query(s.tree)
+    return stmts
+
+
+def _sql_text(args: argparse.Namespace) -> str:
     if args.sql is not None and args.file is not None:
         raise UsageError("give either a .sql file or -e SQL, not both")
     if args.sql is not None:
@@ -239,12 +254,7 @@ def _statements(args: argparse.Namespace) -> list[Statement]:
             text = f.read()
     else:
         raise UsageError("give a .sql file or -e SQL")
-    stmts = split_statements(text)
-    if not stmts:
-        raise SqlSyntaxError("empty statement: the input holds no SQL")
-    for s in stmts:
-        check_is_query(s.tree)
-    return stmts
+    return text
 
 
 def _version() -> str:
@@ -319,18 +329,23 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    stmts = _statements(args)
+    text = _sql_text(args)
     if args.format == "parquet" and not args.output:
         raise UsageError("--format parquet needs --output PATH")
     if args.limit is not None and args.limit < 0:
         raise UsageError(f"--limit needs a number of rows, 0 or more, not {args.limit}")
+    # Spark starts while the statements are parsed and planned, when the plan cannot change
+    # the session: the JVM's start takes seconds, parsing and planning a fraction of one
+    early = EarlySession(args) if EarlySession.wanted(args, text) else None
+    stmts = _statements(args, text)
     targets = _targets(args, len(stmts))  # checked before any query runs
     runs = _executions(args, stmts)
     progress.note("planning ...")
     for r in runs:  # all planned before any output
         r.planned  # noqa: B018
     progress.note("starting Spark ...")
-    spark = spark_session(args, s3a=any(r.reads_s3a for r in runs))
+    s3a = any(r.reads_s3a for r in runs)
+    spark = early.session(s3a) if early is not None else spark_session(args, s3a=s3a)
     progress.clear()
     results = []
     for r in runs:

@@ -7,7 +7,11 @@ Used by mor/cli.py and mor/shell.py; imports neither.
 from __future__ import annotations
 
 import argparse
+import contextvars
 import os
+import re
+import sys
+import threading
 from typing import Any
 
 from mor.planner.errors import MorError
@@ -112,6 +116,107 @@ def spark_session(args: argparse.Namespace, s3a: bool = False) -> Any:
             raise UsageError("give either --remote (Spark Connect) or --master, not both")
         return remote_session(remote, conf)
     return local_session(args.master, conf, s3a=s3a)
+
+
+_S3 = re.compile(r"(?i)\bs3[an]?://")
+
+
+def session_may_need_s3a(args: argparse.Namespace, sql: str) -> bool:
+    """Whether the command's queries might read s3a:// paths, known before planning (from
+    the options and the config file, without importing the planner): a path on S3 in the
+    SQL, a named catalog (it may keep its tables anywhere), a warehouse or a path map
+    pointing to S3. False says the embedded catalog over a local warehouse, which keeps its
+    tables there; a table registered there from S3 is still found after planning
+    (`EarlySession.session`)."""
+    from mor.planner.settings import user_config
+
+    config = user_config()
+    named = args.warehouse or os.environ.get("MOR_WAREHOUSE")
+    if _S3.search(sql) or getattr(args, "catalog", None) or (not named and config.catalog):
+        return True
+    places = [named or config.warehouse or "", *config.path_map.values(), *path_map(args).values()]
+    return any(_S3.match(p) for p in places)
+
+
+class EarlySession:
+    """The command's Spark session, started on a thread while its statements are planned
+    (`mor run`): a JVM takes seconds to start, planning a fraction of one, and neither needs
+    the other. Started only when the session cannot depend on the plan: on Spark Connect, or
+    when a local session would get no s3a connector whatever the plan reads (`s3a_packages`
+    off, hadoop-aws already in the session's jars) or the queries name nothing on S3
+    (`session_may_need_s3a`). If the plan reads s3a:// paths after all, the session started
+    without the connector is stopped with its JVM and a new one starts with it."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self._args = args
+        self._done: dict[str, Any] = {}
+        run = contextvars.copy_context().run  # the command's settings (--set) on the thread
+        self._thread = threading.Thread(
+            target=run, args=(self._start,), name="mor-early-session", daemon=True
+        )
+        self._thread.start()
+
+    @staticmethod
+    def wanted(args: argparse.Namespace, sql: str) -> bool:
+        """Whether to start early (the `early_session` setting)."""
+        from mor.planner.settings import current
+
+        mode = current().early_session
+        if mode == "off" or (mode == "auto" and (os.cpu_count() or 1) < 4):
+            return False
+        if "pyspark" in sys.modules:  # a session of this process is used as it is
+            from mor.physical.spark.session import active_session
+
+            if active_session() is not None:
+                return False
+        if mode == "always" or getattr(args, "remote", None) or os.environ.get("SPARK_REMOTE"):
+            return True
+        from mor.physical.spark.s3a import s3a_for
+
+        if s3a_for(pairs(args.conf, "--conf")).coordinates is None:
+            return True  # the session gets nothing for s3a either way
+        return not session_may_need_s3a(args, sql)
+
+    def _start(self) -> None:
+        try:
+            self._done["spark"] = spark_session(self._args, s3a=False)
+        except BaseException as e:  # noqa: BLE001 - raised on the main thread by session()
+            self._done["error"] = e
+
+    def session(self, s3a: bool) -> Any:
+        """The session, once started; `s3a`: the planned queries read s3a:// paths."""
+        self._thread.join()
+        if "error" in self._done:
+            raise self._done["error"]
+        spark = self._done["spark"]
+        from mor.physical.spark.session import check_s3a, is_connect, stop_started
+
+        if is_connect(spark):
+            return spark
+        _cancel_on_interrupt(spark)  # pyspark does this only for a context made on main
+        if s3a:
+            try:
+                check_s3a(spark, pairs(self._args.conf, "--conf"))
+            except MorError:  # started without the connector these queries need
+                stop_started()
+                return spark_session(self._args, s3a=True)
+        return spark
+
+
+def _cancel_on_interrupt(spark: Any) -> None:
+    """Ctrl-C cancels the session's jobs, then interrupts, as pyspark arranges for a
+    context created on the main thread."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    sc = spark.sparkContext
+
+    def interrupted(signum: int, frame: Any) -> None:
+        sc.cancelAllJobs()
+        raise KeyboardInterrupt()
+
+    signal.signal(signal.SIGINT, interrupted)
 
 
 def run_spark(fn: Any, plan: Any = None) -> Any:

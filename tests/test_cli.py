@@ -6,12 +6,15 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mor.cli import main
+from mor.planner.errors import ConfigError
 
 # the legs beyond pyspark 3.5 classic that run this file (markers: pyproject.toml)
 pytestmark = [pytest.mark.connect]
@@ -463,3 +466,108 @@ def test_spark_connect_needs_a_pyspark_4_client(capsys: pytest.CaptureFixture[st
         _one_line_error(code, 1, out, err, "sc://127.0.0.1:1", "nothing answers at 127.0.0.1:1")
         code, out, err = _run(capsys, "run", "--remote", "http://h:1", "-e", "SELECT 1")
         _one_line_error(code, 1, out, err, "not a Spark Connect URL: 'http://h:1'")
+
+
+def test_early_session_gives_the_same_rows_and_a_new_jvm_after_stop(
+    wh: Path, spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mor run` with its session started on a thread while it plans (`early_session=on`;
+    `auto` keeps it off on CI's 2 cores) prints what the session started after planning
+    prints, and nothing of the JVM's on stdout; `stop_started` ends that JVM, and the next
+    session mor starts runs on a new one (what the early start does when a plan turns out to
+    need the s3a connector)."""
+    sql = "SELECT region, count(*) AS n, sum(amount) AS s FROM demo.orders GROUP BY 1 ORDER BY 1"
+    code, want, err = _run(capsys, "run", "-e", sql, "--warehouse", str(wh), "--format", "csv")
+    assert code == 0, err
+    script = f"""
+import sys
+from mor.cli import main
+rc = main(["run", "-e", {sql!r}, "--warehouse", {str(wh)!r}, "--format", "csv",
+           "--set", "early_session=on"])
+assert rc == 0, rc
+from pyspark import SparkContext
+from mor.physical.spark import session
+first = SparkContext._gateway.proc
+assert session.STARTED is not None
+session.stop_started()
+assert first.wait(timeout=60) is not None and SparkContext._gateway is None
+again = session.local_session()
+assert SparkContext._gateway.proc.pid != first.pid
+print("again", again.range(3).count())
+"""
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_REMOTE"}  # a classic JVM here
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == want + "again 3\n"
+
+
+def test_early_session_restarts_spark_when_the_plan_needs_s3a(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The early session starts without the s3a connector; a plan that reads s3a:// paths
+    gets a new session with it (the one started is stopped first); one that does not keeps
+    it. No JVM: the session functions are stand-ins that record what they were asked."""
+    import argparse
+
+    import mor.options as options
+    import mor.physical.spark.session as session
+
+    calls: list[str] = []
+    monkeypatch.setattr(
+        options, "spark_session", lambda args, s3a=False: calls.append(f"start s3a={s3a}") or s3a
+    )
+    monkeypatch.setattr(session, "is_connect", lambda spark: False)
+    monkeypatch.setattr(options, "_cancel_on_interrupt", lambda spark: None)
+
+    def check(spark: Any, conf: Any = None) -> None:
+        if not spark:
+            raise ConfigError("no s3a connector")
+
+    monkeypatch.setattr(session, "check_s3a", check)
+    monkeypatch.setattr(session, "stop_started", lambda: calls.append("stop"))
+    args = argparse.Namespace(conf=[], remote=None, master=None)
+    assert options.EarlySession(args).session(s3a=False) is False
+    assert calls == ["start s3a=False"]
+    calls.clear()
+    assert options.EarlySession(args).session(s3a=True) is True
+    assert calls == ["start s3a=False", "stop", "start s3a=True"]
+
+
+def test_early_session_is_wanted_only_where_the_plan_cannot_change_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import argparse
+
+    from mor.options import EarlySession
+    from mor.planner.settings import applied
+
+    monkeypatch.setenv("MOR_CONFIG", str(tmp_path / "mor.toml"))
+    (tmp_path / "mor.toml").write_text("")
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    monkeypatch.delenv("MOR_WAREHOUSE", raising=False)
+    monkeypatch.setattr("mor.physical.spark.session.active_session", lambda: None)
+
+    def wanted(sql: str, mode: str = "on", **kw: Any) -> bool:
+        ns = {"conf": [], "remote": None, "catalog": None, "warehouse": None, "path_map": []}
+        with applied({"early_session": mode, "s3a_packages": "true"}):
+            return EarlySession.wanted(argparse.Namespace(**{**ns, **kw}), sql)
+
+    assert wanted("SELECT * FROM demo.orders")
+    assert not wanted("SELECT * FROM iceberg_scan('s3://b/t')")
+    assert not wanted("SELECT * FROM ns.t", catalog="prod")
+    assert not wanted("SELECT * FROM ns.t", warehouse="s3a://bucket/wh")
+    assert not wanted("SELECT * FROM ns.t", path_map=["/data=s3://b/data"])
+    assert wanted("SELECT * FROM iceberg_scan('s3://b/t')", mode="always")
+    assert wanted("SELECT * FROM iceberg_scan('s3://b/t')", remote="sc://localhost:15002")
+    assert not wanted("SELECT * FROM demo.orders", mode="off")
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert not wanted("SELECT * FROM demo.orders", mode="auto")
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    assert wanted("SELECT * FROM demo.orders", mode="auto")

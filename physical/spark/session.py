@@ -7,8 +7,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,22 +183,24 @@ def local_session(
     if connector is not None and connector.coordinates is not None:
         conf = with_packages(conf, connector.coordinates)
     log_conf = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
-    builder = (
-        SparkSession.builder.master(master)
-        .appName("mor")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
-        .config("spark.driver.memory", settings.driver_memory)
-        .config("spark.sql.session.timeZone", settings.timezone)
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{log_conf}")
-    )
+    options = {
+        "spark.master": master,
+        "spark.app.name": "mor",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.driver.memory": settings.driver_memory,
+        "spark.sql.session.timeZone": settings.timezone,
+        "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{log_conf}",
+        **conf,  # after mor's defaults: the user's settings win
+    }
     if master.startswith("local") and "spark.pyspark.python" not in conf:
         # Python tasks (compaction's pyarrow writer) run this interpreter, whose environment
         # has mor's dependencies, rather than whatever `python3` is first on the PATH (pyspark
         # takes the workers' Python from PYSPARK_PYTHON alone)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    for k, v in conf.items():  # after mor's defaults: the user's settings win
+    builder = SparkSession.builder
+    for k, v in options.items():
         builder = builder.config(k, v)
     packages = conf.get("spark.jars.packages", "").strip()
     # the JVM's own output never reaches this process's stdout (results go there): Ivy's
@@ -209,8 +210,8 @@ def local_session(
     quiet = settings.spark_log_level.upper() in ("OFF", "FATAL", "ERROR")
     log = _launcher_log() if quiet else None
     try:
-        with _child_output_to(log):
-            spark = builder.getOrCreate()
+        _launch_jvm(options, log)
+        spark = builder.getOrCreate()
     except Exception as e:  # noqa: BLE001 - the JVM did not start: say so in one line
         raise _start_failure(e, packages, log) from e
     spark.sparkContext.setLogLevel(settings.spark_log_level.upper())
@@ -253,23 +254,55 @@ def _alive(pid: int) -> bool:
     return True
 
 
-@contextmanager
-def _child_output_to(log: str | None) -> Iterator[None]:
-    """Processes started inside (Spark's JVM) write their standard output and error to `log`,
-    or with None both to this process's stderr; this process's own are back in place after."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
+def _launch_jvm(options: Mapping[str, str], log: str | None) -> None:
+    """Launch this process's JVM (Spark's driver) with `options` as pyspark would, its
+    standard output and error going to `log` (None: to this process's stderr). The JVM
+    alone is redirected, never this process's own output: a session may start on a thread
+    while the main thread plans and reports (the CLI's early start). Nothing is launched
+    when this process already has a JVM (an earlier session, or a `spark-submit` driver)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return
+    conf = SparkConf(loadDefaults=False)
+    conf.setAll(list(options.items()))
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) if log else os.dup(2)
     try:
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        yield
+        gateway = launch_gateway(conf, popen_kwargs={"stdout": fd, "stderr": fd})
     finally:
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for f in (fd, *saved):
-            os.close(f)
+        os.close(fd)
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def stop_started() -> None:
+    """Stop the session mor started in this process and its JVM, so that the next one
+    starts a new JVM (with other packages: the CLI's early start guessed wrong about s3a).
+    The JVM ends when its standard input closes, as pyspark's gateway server is made to."""
+    global STARTED
+    if STARTED is None:
+        return
+    from pyspark import SparkContext
+
+    STARTED.session.stop()
+    STARTED = None
+    with SparkContext._lock:
+        gateway = SparkContext._gateway
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+    if gateway is None:
+        return
+    proc = getattr(gateway, "proc", None)
+    try:
+        gateway.shutdown()
+    finally:
+        if proc is not None:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            try:
+                proc.wait(timeout=60)
+            except Exception:  # noqa: BLE001 - a JVM that will not end is ended
+                proc.kill()
 
 
 def _start_failure(e: BaseException, packages: str, log: str | None) -> MorError:

@@ -22,6 +22,11 @@ def _log_level(value: str) -> str | None:
 
 
 COMPACTION_WRITERS = ("auto", "spark", "arrow")
+EARLY_SESSIONS = ("auto", "on", "off", "always")
+
+
+def _early_session(value: str) -> str | None:
+    return None if value in EARLY_SESSIONS else f"one of {', '.join(EARLY_SESSIONS)}"
 
 
 def _compaction_writer(value: str) -> str | None:
@@ -116,6 +121,19 @@ PHYSICAL = declare(
         "tables on S3 with store settings mor knows, whose buckets may refuse folders and "
         "where a rename is a copy; spark otherwise)",
         check=_compaction_writer,
+    ),
+    Setting(
+        "early_session",
+        "MOR_EARLY_SESSION",
+        str,
+        "auto",
+        "when `mor run` starts its Spark session: on (on a thread while it parses and plans, "
+        "when the plan cannot change the session: Spark Connect, no s3a connector to add, or "
+        "nothing on S3 named by the SQL, the catalog, the warehouse or a path map), always "
+        "(so even when S3 is named: a session started without the s3a connector a plan needs "
+        "is stopped and started again with it), off (after planning), auto (on with 4 cores "
+        "or more: with 2, the JVM's start and planning share them and nothing was gained)",
+        check=_early_session,
     ),
     Setting(
         "master",
