@@ -8,23 +8,11 @@ query runs or is checked, so planning (`plan_query`, `metrics`, `explain(check=F
 JVM.
 """
 
+from typing import TYPE_CHECKING
+
 # the settings the layers above planner/ declare beside the code they steer (no pyspark)
 import mor.physical.spark.spark_settings  # noqa: F401
 import mor.rules.physical.rule_settings  # noqa: F401
-from mor.api import (
-    cache_figures,
-    changes,
-    clear_caches,
-    default_catalog,
-    explain,
-    health,
-    metrics,
-    mor_errors,
-    mor_sql,
-    plan_query,
-    table,
-)
-from mor.consume import ChangeBatch, stream_changes
 from mor.planner.errors import (
     ArgumentError,
     ColumnNotFoundError,
@@ -41,6 +29,57 @@ from mor.planner.errors import (
     UnsupportedError,
 )
 from mor.planner.settings import Settings
+
+if TYPE_CHECKING:
+    from mor.api import (
+        cache_figures,
+        changes,
+        clear_caches,
+        default_catalog,
+        explain,
+        health,
+        metrics,
+        mor_errors,
+        mor_sql,
+        plan_query,
+        table,
+    )
+    from mor.consume import ChangeBatch, stream_changes
+
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "cache_figures",
+            "changes",
+            "clear_caches",
+            "default_catalog",
+            "explain",
+            "health",
+            "metrics",
+            "mor_errors",
+            "mor_sql",
+            "plan_query",
+            "table",
+        ),
+        "mor.api",
+    ),
+    "ChangeBatch": "mor.consume",
+    "stream_changes": "mor.consume",
+}
+
+
+def __getattr__(name: str) -> object:
+    """The API is imported on first use (PEP 562): the CLI starts Spark's JVM before it
+    imports what planning needs (pyiceberg, sqlglot)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mor' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "mor_sql",
