@@ -159,10 +159,10 @@ class EarlySession:
     @staticmethod
     def wanted(args: argparse.Namespace, sql: str) -> bool:
         """Whether to start early (the `early_session` setting)."""
-        from mor.planner.settings import current
+        from mor.physical.spark.session import early_start
 
-        mode = current().early_session
-        if mode == "off" or (mode == "auto" and (os.cpu_count() or 1) < 4):
+        mode = early_start()
+        if mode is None:
             return False
         if "pyspark" in sys.modules:  # a session of this process is used as it is
             from mor.physical.spark.session import active_session
