@@ -495,7 +495,10 @@ again = session.local_session()
 assert SparkContext._gateway.proc.pid != first.pid
 print("again", again.range(3).count())
 """
-    env = {k: v for k, v in os.environ.items() if k != "SPARK_REMOTE"}  # a classic JVM here
+    # a classic JVM here, also on the Connect leg (whose client marks this process's
+    # environment as Connect's)
+    connect = ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE")
+    env = {k: v for k, v in os.environ.items() if k not in connect}
     done = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,
