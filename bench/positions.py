@@ -1,7 +1,7 @@
 """Where a read with position deletes spends its time over a plain Parquet read (issue 58).
 
-    .venv/bin/python bench/profile.py                          # 5M rows, 1% position deletes
-    .venv/spark41/bin/python bench/profile.py --queries group_agg select_star
+    .venv/bin/python bench/positions.py                          # 5M rows, 1% position deletes
+    .venv/spark41/bin/python bench/positions.py --queries group_agg select_star
 
 bench/run.py's table (Iceberg's Java writer, Spark SQL `DELETE` in merge-on-read mode: one
 position delete file per data file) is read as a ladder of plans over the same data files,
