@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from legs import soak_in
 from mor.cli import main
 from mor.planner.errors import ConfigError
 
@@ -468,6 +469,7 @@ def test_spark_connect_needs_a_pyspark_4_client(capsys: pytest.CaptureFixture[st
         _one_line_error(code, 1, out, err, "not a Spark Connect URL: 'http://h:1'")
 
 
+@soak_in("connect")  # a classic subprocess: the 3.5 leg runs it in CI
 def test_early_session_gives_the_same_rows_and_a_new_jvm_after_stop(
     wh: Path, spark: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -481,6 +483,7 @@ def test_early_session_gives_the_same_rows_and_a_new_jvm_after_stop(
     assert code == 0, err
     script = f"""
 import sys
+from legs import soak_in
 from mor.cli import main
 rc = main(["run", "-e", {sql!r}, "--warehouse", {str(wh)!r}, "--format", "csv",
            "--set", "early_session=on"])
