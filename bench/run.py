@@ -5,8 +5,9 @@
     .venv/bin/python bench/run.py --format-version 2 3 --eq 0   # position files vs vectors
 
 For every table and query: a first call of each (mor with its caches cleared: what the first
-query of a session costs; who goes first turns with each query), then, after `--warmup` untimed runs, the three runs alternate (ours,
-native, plain) `--reps` times (repeated queries: what later queries of a session cost);
+query of a session costs; who goes first turns with each query), then, after `--warmup`
+untimed runs, the three runs alternate (ours, native, plain) `--reps` times (repeated
+queries: what later queries of a session cost);
 results of ours and native are checked for equality (a fingerprint for SELECT *) before any time
 is reported. Prints medians and the ratios ours/native and ours/plain; `--json` saves them.
 Planning time (reading manifests) is part of "ours", as it is part of "native".
