@@ -483,7 +483,6 @@ def test_early_session_gives_the_same_rows_and_a_new_jvm_after_stop(
     assert code == 0, err
     script = f"""
 import sys
-from legs import soak_in
 from mor.cli import main
 rc = main(["run", "-e", {sql!r}, "--warehouse", {str(wh)!r}, "--format", "csv",
            "--set", "early_session=on"])
