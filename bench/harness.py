@@ -56,6 +56,17 @@ def bag(rows: Iterable[Any]) -> list[tuple]:
     return sorted(tuple(float(f"{x:.9g}") if isinstance(x, float) else x for x in r) for r in rows)
 
 
+def check_same(ours: Any, native: Any, query: str, what: str) -> None:
+    """Stop, printing no time, unless the DataFrames `ours()` and `native()` give the same
+    rows (a fingerprint for a written `SELECT *`, else the collected rows as a bag)."""
+    if query in WRITTEN:
+        same = fingerprint(ours()) == fingerprint(native())
+    else:
+        same = bag(ours().collect()) == bag(native().collect())
+    if not same:
+        raise SystemExit(f"RESULTS DIFFER for {what}: no time reported")
+
+
 def clear_caches() -> None:
     """Forget what mor keeps across queries of a process, as a new process would have it."""
     import mor

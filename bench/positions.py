@@ -23,17 +23,15 @@ build time apart. mor's and Iceberg's results are compared first.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository
 
-from bench.harness import action, bag, fingerprint, write_json  # noqa: E402
+from bench.harness import action, check_same, parser, write_json  # noqa: E402
 from bench.run import QUERIES  # noqa: E402
 from bench.tables import build, data_files, table_name  # noqa: E402
 from tests.oracle.runtime import iceberg_session  # noqa: E402
@@ -89,13 +87,10 @@ def ladder(spark: Any, location: Path, name: str, q: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__.splitlines()[0], reps=9)
     ap.add_argument("--rows", type=int, default=5_000_000)
     ap.add_argument("--pos", type=float, default=0.01)
     ap.add_argument("--queries", nargs="*", default=["group_agg", "select_star", "range"])
-    ap.add_argument("--reps", type=int, default=9)
-    ap.add_argument("--warehouse", default=str(Path(tempfile.gettempdir()) / "mor-bench"))
-    ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
     import pyspark
 
@@ -107,12 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     out = []
     for q in args.queries:
         rungs = ladder(spark, location, name, q)
-        if q == "select_star":
-            same = fingerprint(rungs["mor"]()) == fingerprint(rungs["native"]())
-        else:
-            same = bag(rungs["mor"]().collect()) == bag(rungs["native"]().collect())
-        if not same:
-            raise SystemExit(f"RESULTS DIFFER for {name} {q}: no time reported")
+        check_same(rungs["mor"], rungs["native"], q, f"{name} {q}")
         for _ in range(2):  # JIT and code generation, for every rung alike
             for make in rungs.values():
                 action(make(), q)

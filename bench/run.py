@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository
 
-from bench.harness import action, bag, clear_caches, fingerprint, write_json  # noqa: E402
+from bench.harness import action, check_same, clear_caches, write_json  # noqa: E402
 from bench.tables import build, data_files, table_name  # noqa: E402
 from tests.oracle.runtime import iceberg_session  # noqa: E402
 
@@ -78,12 +78,7 @@ def run_table(
             t0 = time.perf_counter()
             action(make(), q)
             first[label] = time.perf_counter() - t0
-        if q == "select_star":
-            same = fingerprint(ours()) == fingerprint(native())
-        else:
-            same = bag(ours().collect()) == bag(native().collect())
-        if not same:
-            raise SystemExit(f"RESULTS DIFFER for {name} {q}: no time reported")
+        check_same(ours, native, q, f"{name} {q}")
         times: dict[str, list[float]] = {"ours": [], "native": [], "plain": []}
         for _ in range(warmup):  # JIT and code-generation caches, for every peer alike
             for make in (ours, native, plain):

@@ -611,9 +611,14 @@ def _shown(value: object) -> str:
 
 def cmd_config(args: argparse.Namespace) -> int:
     """The config file and the settings in effect, each with where it comes from."""
-    from mor.api import default_catalog_name, warehouse_and_source
     from mor.planner.errors import shown
-    from mor.planner.settings import current, declared, user_config
+    from mor.planner.settings import (
+        current,
+        declared,
+        default_catalog_name,
+        user_config,
+        warehouse_and_source,
+    )
 
     cfg = user_config()
     where = "" if cfg.exists else " (not found: defaults apply)"

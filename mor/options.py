@@ -128,14 +128,13 @@ def session_may_need_s3a(args: argparse.Namespace, sql: str) -> bool:
     pointing to S3. False says the embedded catalog over a local warehouse, which keeps its
     tables there; a table registered there from S3 is still found after planning
     (`EarlySession.session`)."""
-    from mor.planner.settings import user_config
+    from mor.planner.settings import default_catalog_name, effective_path_map, user_config
 
-    config = user_config()
-    named = args.warehouse or os.environ.get("MOR_WAREHOUSE")
-    if _S3.search(sql) or getattr(args, "catalog", None) or (not named and config.catalog):
+    if _S3.search(sql) or getattr(args, "catalog", None) or default_catalog_name(args.warehouse):
         return True
-    places = [named or config.warehouse or "", *config.path_map.values(), *path_map(args).values()]
-    return any(_S3.match(p) for p in places)
+    # the warehouse as given (warehouse_dir makes a local path of it)
+    named = args.warehouse or os.environ.get("MOR_WAREHOUSE") or user_config().warehouse or ""
+    return any(_S3.match(p) for p in [named, *effective_path_map(path_map(args)).values()])
 
 
 class EarlySession:

@@ -377,3 +377,37 @@ def user_config() -> UserConfig:
         catalogs=_catalogs(path, raw.get("catalogs", {})),
         settings=settings,
     )
+
+
+# Where the user's configuration puts the embedded catalog, its tables and their files (the
+# API, the CLI and the CLI's early session read them alike; no planner import needed)
+
+
+def warehouse_and_source(warehouse: str | None = None) -> tuple[str, str]:
+    """The embedded catalog's warehouse and where it comes from: the argument (--warehouse),
+    else $MOR_WAREHOUSE, else `warehouse` in the config file, else ./warehouse."""
+    if warehouse:
+        return os.path.abspath(warehouse), "--warehouse / warehouse="
+    if os.environ.get("MOR_WAREHOUSE"):
+        return os.path.abspath(os.environ["MOR_WAREHOUSE"]), "$MOR_WAREHOUSE"
+    config = user_config()
+    if config.warehouse:
+        return config.warehouse, f"config file {config.path}"
+    return os.path.abspath("warehouse"), "default ./warehouse"
+
+
+def warehouse_dir(warehouse: str | None = None) -> str:
+    return warehouse_and_source(warehouse)[0]
+
+
+def default_catalog_name(warehouse: str | None = None) -> str | None:
+    """The config file's `catalog`, which applies only when no warehouse is named by argument
+    or $MOR_WAREHOUSE (the config file's own warehouse does not override it)."""
+    if warehouse or os.environ.get("MOR_WAREHOUSE"):
+        return None
+    return user_config().catalog
+
+
+def effective_path_map(path_map: dict[str, str] | None) -> dict[str, str]:
+    """The config file's `path-map`, with the caller's entries winning for the same prefix."""
+    return {**user_config().path_map, **(path_map or {})}
