@@ -46,7 +46,8 @@ def _label(node: Plan) -> str:
             eq = ""
             if node.branch:
                 eq = " eq_sets=[" + ", ".join(show_ids(s) for s in node.eq_sets) + "]"
-            return f"{node.table}{b}{eq}"
+            lim = f" limit={node.limit}" if node.limit is not None else ""
+            return f"{node.table}{b}{eq}{lim}"
         case EqDeleteScan():
             return f"{node.table} eq_set={show_ids(node.eq_set)}  rows={_n(node.rows())}"
         case AntiJoin():
@@ -178,6 +179,13 @@ def _pruning(scans: list[IcebergScan]) -> list[str]:
             )
         eq = " | ".join(f"{show_ids(ids)}: {tot} -> {kept}" for ids, tot, kept in p.eq_deletes)
         out.append(f"  eq deletes   {eq or 'none'}")
+        if p.limit is not None:
+            rows, kept, read = p.limit
+            out.append(
+                f"  limit        {rows} rows: {kept} data files kept, {read} of "
+                f"{p.manifests_data[0]} data manifests read (files sure to hold the rows, "
+                "without deletes first; the figures above count the manifests read)"
+            )
     return out
 
 

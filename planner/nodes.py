@@ -236,6 +236,9 @@ class Pruning:
     pos_deletes: tuple[int, int] = (0, 0)  # total live, kept (Parquet files)
     dvs: tuple[int, int] = (0, 0)  # deletion vectors: total live, kept
     eq_deletes: tuple[tuple[frozenset[int], int, int], ...] = ()  # id set, total, kept
+    # a row limit (IcebergScan.limit): (rows, data files kept, data manifests read); the
+    # figures above then count the manifests read
+    limit: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -331,6 +334,9 @@ class IcebergScan(Plan):
     meta: tuple[str, ...] = ()
     # metadata columns the query reads, as Iceberg's Spark reader names them (HIDDEN_COLUMNS)
     hidden: tuple[str, ...] = ()
+    # the live rows the query needs at most (a LIMIT over this scan alone: planner.pushdown);
+    # scan planning then keeps only files sure to hold that many
+    limit: int | None = None
 
     def __post_init__(self) -> None:
         for h in self.hidden:

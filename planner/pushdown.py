@@ -18,6 +18,16 @@ conjunct reaches a table only where it cannot remove a row that reaches the outp
 - never a table that is sampled (TABLESAMPLE) or pivoted;
 - only simple deterministic predicates (column op literal, IN list, IS [NOT] NULL, BETWEEN) whose
   literal Spark and Iceberg compare alike (`to_pred`); anything else stays Spark's alone.
+
+Row limits: a table reference needs at most n + m rows when it is the only source of a SELECT
+with `LIMIT n [OFFSET m]` (integer literals) that turns each row it reads into one output row:
+no join, LATERAL VIEW, grouping, DISTINCT, ordering, window, sample or pivot, and a projection
+built only of columns, literals, casts, field and element access and operators (a function
+could be an aggregate or a generator sqlglot does not know). A WHERE is allowed only when each
+of its conjuncts reaches the table (its filters are then the whole WHERE): the planner applies
+the limit only if every one is a predicate its partition values decide exactly. Which rows a
+LIMIT without ORDER BY returns is Spark's choice; any n + m rows of the table that pass the
+WHERE are a correct input.
 """
 
 from __future__ import annotations
@@ -47,6 +57,8 @@ class Analysis:
     filters: list[list[exp.Expression]]
     note: str = ""  # why no filter could be placed, when qualification failed
     hidden: list[tuple[str, ...]] = field(default_factory=list)  # metadata columns named
+    # rows the reference needs at most (a LIMIT over it alone, see the module's docstring)
+    limits: list[int | None] = field(default_factory=list)
 
 
 def needed_columns(tree: exp.Expression) -> set[str] | None:
@@ -75,6 +87,7 @@ def analyze(
         columns=[cols for _ in tables],
         filters=[[] for _ in tables],
         hidden=[tuple(h for h in HIDDEN_COLUMNS if h in named and h not in s) for s in schemas],
+        limits=[None for _ in tables],
     )
     if not tables:
         return out
@@ -149,6 +162,15 @@ class _Pusher:
                 routed[alias].append(c)
         for alias, c in on_pushed:
             routed[alias].append(c)
+        rows = rows_needed(sel)
+        if rows is not None and len(sources) == 1:
+            ((alias, only),) = sources.items()
+            if (
+                isinstance(only, exp.Table)
+                and only.name in self.names
+                and len(routed[alias]) == len(conjuncts)  # the whole WHERE reaches it
+            ):
+                self.out.limits[self.names[only.name]] = rows
         for alias, cs in routed.items():
             target = sources[alias]
             if isinstance(target, Scope):
@@ -156,6 +178,65 @@ class _Pusher:
                 self.incoming.setdefault(id(target), []).append(lst)
             elif isinstance(target, exp.Table) and target.name in self.names:
                 self.out.filters[self.names[target.name]].extend(_unqualified(c) for c in cs)
+
+
+# what a SELECT that passes its source's rows through one by one may hold besides its projection
+_ROW_BY_ROW_ARGS = {
+    "expressions",
+    "from",
+    "from_",
+    "where",
+    "limit",
+    "offset",
+    "hint",
+    "with",
+    "with_",
+}
+# what its projection may be built of: nothing that could aggregate, generate or drop rows
+_ROW_BY_ROW_NODES = (
+    exp.Column,
+    exp.Star,
+    exp.Identifier,
+    exp.Literal,
+    exp.Alias,
+    exp.Cast,
+    exp.TryCast,
+    exp.DataType,
+    exp.DataTypeParam,
+    exp.Dot,
+    exp.Paren,
+    exp.Null,
+    exp.Boolean,
+    exp.Bracket,
+    exp.Neg,
+    exp.Not,
+    exp.Binary,
+)
+
+
+def rows_needed(sel: exp.Select) -> int | None:
+    """The rows that pass its WHERE a SELECT needs of its sources at most: n + m for `LIMIT n
+    [OFFSET m]` over a source read row by row (the module's docstring), else None."""
+    limit = sel.args.get("limit")
+    if not isinstance(limit, exp.Limit):
+        return None
+    if any(v for k, v in sel.args.items() if k not in _ROW_BY_ROW_ARGS):
+        return None  # WHERE, joins, GROUP BY, DISTINCT, ORDER BY, windows, laterals, ...
+    n = _count(limit.expression)
+    offset = sel.args.get("offset")
+    m = _count(offset.expression) if isinstance(offset, exp.Offset) else 0
+    if n is None or m is None or limit.args.get("offset") is not None:
+        return None
+    for e in sel.expressions:
+        if any(not isinstance(node, _ROW_BY_ROW_NODES) for node in e.walk()):
+            return None
+    return n + m
+
+
+def _count(e: Any) -> int | None:
+    if isinstance(e, exp.Literal) and not e.is_string and re.fullmatch(r"\d+", e.this):
+        return int(e.this)
+    return None
 
 
 def _sources(scope: Scope) -> dict[str, Any]:

@@ -330,6 +330,7 @@ def _plan_key(
         schema.schema_id,
         tuple((f.col.name, f.field_id) for f in scan.fields),
         tuple(preds),
+        scan.limit,
         tuple(_cache_key(src, m) for m in manifests),
     )
     try:
@@ -377,20 +378,46 @@ def _plan_manifests(
             ).eval
         )
     need_metrics = has_eq or not isinstance(metrics_filt, AlwaysTrue)
-    for m, entries in _read_all(src, data_m, cache, need_metrics):
-        found.visit(m, entries)
-    return _match(
-        src,
-        snap,
-        found.data,
-        found.deletes,
-        found.n_data,
-        found.n_data_part,
-        kept_m,
-        n_data_m,
-        n_del_m,
-        found.n_del_total,
-    )
+
+    passes = _passes(src, preds, by_id)
+
+    def match(limit: int | None = None, read: int = 0) -> ScanFiles | None:
+        return _match(
+            src,
+            snap,
+            found.data,
+            found.deletes,
+            found.n_data,
+            found.n_data_part,
+            kept_m,
+            n_data_m,
+            n_del_m,
+            found.n_del_total,
+            (limit, read, passes) if limit is not None else None,
+        )
+
+    entries_read = _read_all(src, data_m, cache, need_metrics)
+    if scan.limit is None or not all(_decides(p, by_id, exact) for p in preds):
+        for m, entries in entries_read:
+            found.visit(m, entries)
+        return match()  # type: ignore[return-value] - without a limit it always matches
+    # a row limit: data manifests in order until the files read surely hold the rows; the
+    # files are matched to their deletes again only when twice as many were read since
+    read = tried = rows = 0
+    try:
+        for m, entries in entries_read:
+            before = len(found.data)
+            found.visit(m, entries)
+            read += 1
+            rows += sum(e.file.record_count for e in found.data[before:])
+            if rows >= scan.limit and len(found.data) >= 2 * tried:
+                tried = len(found.data)
+                planned = match(scan.limit, read)
+                if planned is not None:
+                    return planned
+    finally:
+        entries_read.close()  # the manifests not read yet: their fetches are cancelled
+    return match(scan.limit, read) or match()  # type: ignore[return-value]
 
 
 def _kept_manifests(
@@ -614,17 +641,27 @@ def _match(
     n_data_m: int,
     n_del_m: int,
     n_del_total: dict[str, Any],
-) -> ScanFiles:
+    limit: tuple[int, int, Callable[[Entry], bool]] | None = None,
+) -> ScanFiles | None:
     """The scan's files: each data file with the delete files that apply to it (by the
     spec's rules, and equality deletes whose key ranges miss the file's left out), every
     delete file used once, partitions numbered in the order first met, and the pruning
-    figures."""
+    figures. With `limit` (rows, data manifests read, whether a file's partition passes the
+    scan's predicates): only the files `_enough_rows` keeps, or None when those read cannot be
+    shown to hold that many rows."""
     specs = src.metadata.specs()
     unpartitioned = {i: _is_unpartitioned(spec) for i, spec in specs.items()}
     data.sort(key=lambda e: e.file.file_path)
     part_id, labels = _partition_ids(specs)
     per_file, used = _applying(src, data, deletes, unpartitioned)
-    del_ids, delete_tasks = _delete_tasks(src, used, unpartitioned, part_id, len(data))
+    n_matched = len(per_file)
+    if limit is not None:
+        enough = _enough_rows(per_file, limit[0], limit[2])
+        if enough is None:
+            return None
+        per_file = enough
+        used = {delete_key(d): d for _, pos, eqs in per_file for d in (*pos, *eqs)}
+    del_ids, delete_tasks = _delete_tasks(src, used, unpartitioned, part_id, len(per_file))
     # read once: attributes of pyiceberg's spec models are slow to read per file
     field_ids = {i: tuple(f.field_id for f in spec.fields) for i, spec in specs.items()}
     tasks = _data_tasks(src, per_file, del_ids, part_id, field_ids)
@@ -636,13 +673,14 @@ def _match(
     pruning = Pruning(
         manifests_data=(kept_m[ManifestContent.DATA], n_data_m),
         manifests_delete=(kept_m[ManifestContent.DELETES], n_del_m),
-        data_files=(n_data_total, n_data_part, len(data)),
+        data_files=(n_data_total, n_data_part, n_matched),
         pos_deletes=(
             n_del_total["position"],
             sum(1 for t in delete_tasks if t.kind == "position" and not t.is_dv),
         ),
         dvs=(n_del_total["dv"], sum(1 for t in delete_tasks if t.is_dv)),
         eq_deletes=tuple((s, eq_total[s], kept_eq.get(s, 0)) for s in sorted(eq_total, key=sorted)),
+        limit=(limit[0], len(tasks), limit[1]) if limit is not None else None,
     )
     return ScanFiles(
         snapshot_id=snap.snapshot_id,
@@ -653,6 +691,91 @@ def _match(
         pruning=pruning,
         partition_fields=partition_fields(src),
     )
+
+
+def _decides(p: Pred, by_id: dict[str, int], exact: set[int]) -> bool:
+    """Whether the partition values of a file decide `p` for each of its rows as Spark does: a
+    column every spec partitions by identity, tested by `=`, `IN` or `IS [NOT] NULL` (a NULL
+    partition value fails `=` and `IN` in both; pyiceberg's `!=` and ranges keep a NULL
+    partition, whose rows Spark's WHERE drops)."""
+    return p.op in ("=", "in", "isnull", "notnull") and by_id.get(p.column) in exact
+
+
+def _passes(src: TableSource, preds: list[Pred], by_id: dict[str, int]) -> Callable[[Entry], bool]:
+    """Whether every row of a data file passes `preds` (each one `_decides`), told by its
+    partition values alone; False when unsure (a value of another type than the literal's: a
+    date partition holds days, the literal is text), which only keeps fewer files sure."""
+    if not preds:
+        return lambda _e: True
+    specs = src.metadata.specs()
+    slots = {
+        i: {f.source_id: k for k, f in enumerate(spec.fields) if str(f.transform) == "identity"}
+        for i, spec in specs.items()
+    }
+
+    def passes(e: Entry) -> bool:
+        where = slots.get(e.spec_id, {})
+        for p in preds:
+            k = where.get(by_id.get(p.column, -1))
+            if k is None or k >= len(e.part):
+                return False
+            v = e.part[k]
+            if p.op == "isnull":
+                ok = v is None
+            elif p.op == "notnull":
+                ok = v is not None
+            elif p.op in ("=", "in"):
+                ok = v is not None and any(type(v) is type(x) and v == x for x in p.values)
+            else:
+                ok = False
+            if not ok:
+                return False
+        return True
+
+    return passes
+
+
+def _enough_rows(
+    per_file: list[tuple[Entry, list[Entry], list[Entry]]],
+    rows: int,
+    passes: Callable[[Entry], bool] = lambda _e: True,
+) -> list[tuple[Entry, list[Entry], list[Entry]]] | None:
+    """The fewest files, cheapest to read first, sure to hold `rows` live rows that pass the
+    scan's predicates between them, in their order; None when these files cannot be shown to
+    hold that many.
+
+    A file whose partition values do not show that all its rows pass holds none that are
+    sure. Otherwise a file without deletes holds its recorded rows; one with position deletes
+    only, its recorded rows less every position its delete files hold (a delete file that names
+    other files too counts in full; a deletion vector's count is its cardinality); one with an
+    equality delete, none that are sure (which rows its keys match is known only by reading).
+    Files without deletes come first (no position machinery to read them), then those with
+    position deletes by the rows they surely hold."""
+    if rows <= 0:
+        return []
+
+    def sure(item: tuple[Entry, list[Entry], list[Entry]]) -> int:
+        e, pos, eqs = item
+        if eqs or not passes(e):
+            return 0
+        return e.file.record_count - sum(d.file.record_count for d in pos)
+
+    order = [i for i, x in enumerate(per_file) if not x[1] and not x[2]]
+    order += sorted(
+        (i for i, x in enumerate(per_file) if x[1] and not x[2]),
+        key=lambda i: -sure(per_file[i]),
+    )
+    chosen, total = [], 0
+    for i in order:
+        if total >= rows:
+            break
+        n = sure(per_file[i])
+        if n > 0:
+            chosen.append(i)
+            total += n
+    if total < rows:
+        return None
+    return [per_file[i] for i in sorted(chosen)]
 
 
 def _partition_ids(

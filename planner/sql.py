@@ -211,7 +211,7 @@ def _bind(stmt: Statement, resolver: Resolver) -> SparkQuery:
                     "also expands * (mor binds each table as a view, and a view cannot hide a "
                     "column from *): list the columns you need instead of *"
                 )
-            scan = _scan(r, analysis.columns[k], analysis.filters[k])
+            scan = _scan(r, analysis.columns[k], analysis.filters[k], analysis.limits[k])
             scans.append(replace(scan, hidden=hidden) if hidden else scan)
             k += 1
         edits += _edits(stmt, r, i)
@@ -458,7 +458,9 @@ def _after_sample(stmt: Statement, end: int) -> int:
     return end
 
 
-def _scan(r: _Ref, columns: set[str] | None, filters: list[exp.Expression]) -> IcebergScan:
+def _scan(
+    r: _Ref, columns: set[str] | None, filters: list[exp.Expression], limit: int | None = None
+) -> IcebergScan:
     seen: dict[str, str] = {}
     for f in r.schema.top_level():
         other = seen.setdefault(f.name.lower(), f.name)
@@ -481,6 +483,7 @@ def _scan(r: _Ref, columns: set[str] | None, filters: list[exp.Expression]) -> I
                 default=default_sql(f, r.label),
             )
         )
+    pushed, converted = _pushed(r, fields, filters)
     return IcebergScan(
         table=r.label,
         source_key=r.source.key,
@@ -488,13 +491,18 @@ def _scan(r: _Ref, columns: set[str] | None, filters: list[exp.Expression]) -> I
         snapshot_id=r.snapshot_id,
         schema_id=r.schema.schema_id,
         fields=tuple(fields),
-        pushed=_pushed(r, fields, filters),
+        pushed=pushed,
+        # under a WHERE, the limit holds only if each of its conjuncts is a predicate planning
+        # may find decided by partition values (planner.scan_planning checks which are)
+        limit=limit if converted == len(filters) else None,
     )
 
 
-def _pushed(r: _Ref, fields: list[ReadField], filters: list[exp.Expression]) -> tuple[Expr, ...]:
+def _pushed(
+    r: _Ref, fields: list[ReadField], filters: list[exp.Expression]
+) -> tuple[tuple[Expr, ...], int]:
     """The filters that become simple predicates over a column this scan reads, renamed to the
-    scan's column names."""
+    scan's column names; and how many of `filters` did."""
     by_lower = {f.col.name.lower(): f.col.name for f in fields}
     types = {
         f.name.lower(): str(f.field_type)
@@ -502,10 +510,12 @@ def _pushed(r: _Ref, fields: list[ReadField], filters: list[exp.Expression]) -> 
         if f.name.lower() in by_lower
     }
     out: list[Expr] = []
+    converted = 0
     for c in filters:
         pred = to_pred(c, types)
         if pred is None:
             continue
+        converted += 1
         names = {n.name.lower() for n in c.find_all(exp.Column)}
         e = Expr(
             tree=_renamed(c, lambda n: exp.to_identifier(by_lower[n], quoted=True)),
@@ -515,7 +525,7 @@ def _pushed(r: _Ref, fields: list[ReadField], filters: list[exp.Expression]) -> 
         )
         if e not in out:
             out.append(e)
-    return tuple(out)
+    return tuple(out), converted
 
 
 def _renamed(c: exp.Expression, ident: Callable[[str], exp.Identifier]) -> exp.Expression:

@@ -254,3 +254,49 @@ def _projected(schema: object, spec: object, expr: object) -> object:
     from pyiceberg.expressions.visitors import inclusive_projection
 
     return inclusive_projection(schema, spec, True)(expr)  # type: ignore[arg-type]
+
+
+def limits(sql: str) -> list[int | None]:
+    tree = sqlglot.parse_one(sql, read="spark")
+    tables = sorted(iceberg_tables(tree), key=lambda t: t.parts[0].meta["start"])
+    return analyze(tree, tables, [SCHEMA] * len(tables)).limits
+
+
+@pytest.mark.parametrize(
+    "sql,want",
+    [
+        ("SELECT * FROM a.t LIMIT 100", [100]),
+        # OFFSET skips rows that must still be read; a projection row by row keeps the count
+        ("SELECT id, v + 1 AS w, CAST(v AS STRING), d FROM a.t LIMIT 5 OFFSET 10", [15]),
+        ("SELECT /*+ REPARTITION(2) */ id FROM a.t LIMIT 9", [9]),
+        ("SELECT * FROM a.t LIMIT 0", [0]),
+        # the LIMIT of a derived table or CTE, whatever reads it afterwards
+        ("SELECT * FROM (SELECT * FROM a.t LIMIT 7) x WHERE id = 5", [7]),
+        ("WITH c AS (SELECT id FROM a.t LIMIT 4) SELECT * FROM c JOIN c d ON c.id = d.id", [4]),
+        ("SELECT * FROM a.u WHERE id IN (SELECT id FROM a.t LIMIT 3)", [None, 3]),
+        # a WHERE wholly on the table: planning decides whether partition values settle it
+        ("SELECT * FROM a.t WHERE p = 'x' AND v > 1 LIMIT 3", [3]),
+        # anything that may drop, merge or reorder rows before the LIMIT needs them all
+        ("SELECT * FROM a.t WHERE rand() < 0.5 LIMIT 3", [None]),
+        ("SELECT * FROM a.t WHERE id IN (SELECT id FROM a.u) LIMIT 3", [None, None]),
+        ("SELECT count(*) FROM a.t LIMIT 1", [None]),
+        ("SELECT p, count(*) FROM a.t GROUP BY p LIMIT 1", [None]),
+        ("SELECT DISTINCT id FROM a.t LIMIT 2", [None]),
+        ("SELECT id FROM a.t ORDER BY id LIMIT 3", [None]),
+        ("SELECT id FROM a.t SORT BY id LIMIT 3", [None]),
+        ("SELECT id, row_number() OVER (ORDER BY v) FROM a.t LIMIT 3", [None]),
+        ("SELECT explode(array(id)) FROM a.t LIMIT 3", [None]),
+        ("SELECT id FROM a.t LATERAL VIEW explode(array(v)) e AS x LIMIT 3", [None]),
+        ("SELECT * FROM a.t TABLESAMPLE (10 PERCENT) LIMIT 3", [None]),
+        ("SELECT * FROM a.t, a.u LIMIT 1", [None, None]),
+        ("SELECT * FROM a.t l JOIN a.u r ON l.id = r.id LIMIT 1", [None, None]),
+        ("SELECT id FROM a.t UNION ALL SELECT id FROM a.u LIMIT 3", [None, None]),
+        # a function could be an aggregate or a generator sqlglot does not know (a UDF)
+        ("SELECT upper(p) FROM a.t LIMIT 2", [None]),
+        ("SELECT my_udaf(v) FROM a.t LIMIT 2", [None]),
+        ("SELECT (SELECT max(id) FROM a.u) FROM a.t LIMIT 3", [None, None]),
+        ("SELECT id FROM a.t LIMIT 1 + 1", [None]),
+    ],
+)
+def test_a_limit_reaches_a_table_only_over_it_alone_row_by_row(sql: str, want: object) -> None:
+    assert limits(sql) == want
