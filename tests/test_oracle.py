@@ -17,11 +17,12 @@ from legs import soak_in
 from tests.oracle import run_harness
 
 ROOT = Path(__file__).resolve().parent.parent
-# the CI's seeds: a v3 history partitioned by bucket and a v2 one partitioned by identity and
-# upgraded to v3 midway (position delete files, then deletion vectors); `make soak` runs 200
-# (until 2026-11-28 the 3.5 leg ran seeds 1-5 and 4.1 ran 1, 4 and 5: the suite outgrew CI's 90
-# minutes)
-SEEDS = os.environ.get("MOR_ORACLE_SEEDS", "5,12")
+# the CI's seed: a v2 history partitioned by identity and upgraded to v3 midway (position delete
+# files, then deletion vectors); `make soak` runs 200 (until 2026-11-28 the 3.5 leg ran seeds
+# 1-5 and 4.1 ran 1, 4 and 5: the suite outgrew CI's 90 minutes; until 2026-11-29 evening seed 5
+# too, a v3 history partitioned by bucket: a v3 Java-written history stays in CI on 4.1's S3
+# run, seed 6, for CI's 40 minutes)
+SEEDS = os.environ.get("MOR_ORACLE_SEEDS", "12")
 MATRIX = ROOT / ".venv" / "mor-matrix"
 
 
@@ -29,7 +30,7 @@ MATRIX = ROOT / ".venv" / "mor-matrix"
 @soak_in("4.1")
 def test_random_histories_match_iceberg_reader() -> None:
     """Random histories written by Iceberg's Java writer and Spark SQL, every snapshot read by
-    mor and Iceberg's reader: on 3.5 two (v3, and v2 upgraded to v3), with the consumer that
+    mor and Iceberg's reader: on 3.5 one (v2 upgraded to v3), with the consumer that
     polls each history while it is written (mor against mor; Spark Connect runs
     tests/test_consume.py); on Spark 4.1 the v3 one, without the consumer (in `make soak`
     since 2026-11-28, for CI's 90 minutes). make soak runs hundreds."""

@@ -22,6 +22,7 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
+from legs import soak_in
 from mor import mor_sql
 from mor.planner.state import caches
 from mor.writer.tables import TableWriter
@@ -131,6 +132,9 @@ op = st.one_of(
 )
 
 
+# on 4.3 classic in `make soak` (since 2026-11-29, for CI's time): Spark 4's answers over random
+# histories stay in CI through the Connect leg's suites, and the regressions below run here
+@soak_in("4.3")
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     partitioned=st.booleans(), ops=st.lists(op, min_size=2, max_size=7), limit=st.integers(0, 12)

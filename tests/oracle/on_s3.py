@@ -132,8 +132,9 @@ def histories(spark: Any, written: list[Any], seeds: list[int]) -> tuple[int, li
     return n, diffs
 
 
-def realdata(spark: Any, store: SeaweedFS) -> tuple[int, list[str]]:
-    """Each real table uploaded under s3://whs/realdata/<folder>, every snapshot by path."""
+def realdata(spark: Any, store: SeaweedFS, every: bool = True) -> tuple[int, list[str]]:
+    """Each real table uploaded under s3://whs/realdata/<folder>, every snapshot by path (its
+    current one alone unless `every`)."""
     from mor import mor_sql
     from mor.planner.errors import MetadataError
 
@@ -150,6 +151,8 @@ def realdata(spark: Any, store: SeaweedFS) -> tuple[int, list[str]]:
         pm = {t["prefix_in_files"]: where}
         at = f"iceberg_scan('s3://whs/realdata/{t['metadata']}')"
         for snap in expected[name]["snapshots"]:
+            if not every and snap["snapshot_id"] != t["current_snapshot_id"]:
+                continue
             n += 1
             sql = f"SELECT * FROM {at} VERSION AS OF {snap['snapshot_id']}"
             try:
@@ -168,7 +171,8 @@ def realdata(spark: Any, store: SeaweedFS) -> tuple[int, list[str]]:
                 ok = _bag(rows) == Counter(tuple(r) for r in snap["rows_by_field_id"])
             if not ok or len(rows) != snap["row_count"]:
                 diffs.append(f"realdata {name} @ {snap['snapshot_id']}: {len(rows)} rows differ")
-    print(f"  real tables: {len(tables)} tables, {n} snapshots by path on s3://")
+    which = "snapshots" if every else "current snapshots"
+    print(f"  real tables: {len(tables)} tables, {n} {which} by path on s3://")
     return n, diffs
 
 
@@ -1107,19 +1111,27 @@ def checks(
     seeds: list[int],
     remote: str | None,
     only: str | None = None,
+    every_snapshot: bool = True,
 ) -> tuple[int, list[str]]:
     """Everything but writing histories, on `spark` (Spark Connect at `remote`): the
     histories (when some were written), the real tables, the REST catalog and the CLI, a
     conversion through the REST catalog, Spark's errors, vended credentials (`only`: that
-    part alone, on a session without Iceberg's reader)."""
+    part alone, on a session without Iceberg's reader; `reads`: the real tables, the REST
+    catalog with the CLI's own sessions, and the errors); the real tables' current snapshots
+    alone unless `every_snapshot`."""
     if only == "vended":
         return vended(spark, store, tmp, remote, False)
     if only == "maintenance":
         return jdbc_maintenance(spark, store, tmp, False)
     if only == "kills":
         return kills(spark, store, tmp, False)
+    if only == "reads":
+        n2, d2 = realdata(spark, store, every_snapshot)
+        n3, d3 = rest_catalog(spark, store, tmp, remote, every=False)
+        n5, d5 = errors(spark, store)
+        return n2 + n3 + n5, d2 + d3 + d5
     n1, d1 = histories(spark, written, seeds) if written else (0, [])
-    n2, d2 = realdata(spark, store)
+    n2, d2 = realdata(spark, store, every_snapshot)
     # the CLI's sessions that add nothing to what the others check (another catalog name,
     # analysis without s3a, s3a_packages off) with histories only: a JVM each, left to
     # `make soak`'s classic mode on 3.5's plain run in CI
@@ -1144,8 +1156,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=10, help="operations per history")
     ap.add_argument(
         "--only",
-        choices=("vended", "maintenance", "kills"),
+        choices=("vended", "maintenance", "kills", "reads"),
         help="one part alone, on a session with s3a only (no histories, no Iceberg reader)",
+    )
+    ap.add_argument(
+        "--current",
+        action="store_true",
+        help="the real tables' current snapshots only (every snapshot is read locally on 3.5)",
     )
     args = ap.parse_args(argv)
     started = time.monotonic()
@@ -1199,7 +1216,9 @@ def main(argv: list[str] | None = None) -> int:
                 # through Connect below (classic sessions on S3 are checked on the 3.5 leg,
                 # and by `make soak` on the newest pyspark and here with --mode classic)
                 print(f"  -- a classic session (pyspark {pyspark.__version__}):")
-                got = checks(spark, store, tmp, written, args.seeds, None, args.only)
+                got = checks(
+                    spark, store, tmp, written, args.seeds, None, args.only, not args.current
+                )
                 n, diffs = n + got[0], diffs + got[1]
             if args.mode in ("connect", "both"):
                 spark.stop()  # a process holds a classic session or a Connect one, not both
@@ -1215,7 +1234,9 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 spark = SparkSession.builder.remote(server.url).getOrCreate()
                 print(f"  -- Spark Connect ({server.url}; Iceberg's reader and s3a on the server):")
-                got = checks(spark, store, tmp, written, args.seeds, server.url, args.only)
+                got = checks(
+                    spark, store, tmp, written, args.seeds, server.url, args.only, not args.current
+                )
                 n, diffs = n + got[0], diffs + got[1]
             spark.stop()
     except (StoreUnavailable, RuntimeUnavailable) as e:
