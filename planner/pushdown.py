@@ -221,7 +221,7 @@ def rows_needed(sel: exp.Select) -> int | None:
     if not isinstance(limit, exp.Limit):
         return None
     if any(v for k, v in sel.args.items() if k not in _ROW_BY_ROW_ARGS):
-        return None  # WHERE, joins, GROUP BY, DISTINCT, ORDER BY, windows, laterals, ...
+        return None  # joins, GROUP BY, DISTINCT, ORDER BY, windows, laterals, ...
     n = _count(limit.expression)
     offset = sel.args.get("offset")
     m = _count(offset.expression) if isinstance(offset, exp.Offset) else 0
