@@ -172,11 +172,19 @@ def _nan_shielded(c: Column, t: T.DataType) -> Column:
 def uuid_string(c: Column) -> Column:
     """16 uuid bytes as the canonical string Iceberg's Spark reader gives (lower-case hex,
     8-4-4-4-12); NULL stays NULL. The canonical strings order as the bytes do (unsigned), as
-    Iceberg's bounds compare uuids."""
-    h = F.lower(F.hex(c))
-    parts = [F.substring(h, start, n) for start, n in ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))]
+    Iceberg's bounds compare uuids.
+
+    The bytes are cut before they are hex-encoded: a substring of a binary value is a byte
+    copy, where one of a string counts characters. Grouping 5M uuids took 2.9 s this way
+    against 5.4 s cutting the hex string (a hex of the whole value alone: 1.7 s)."""
+    parts = [
+        F.hex(F.substring(c, start, n)) for start, n in ((1, 4), (5, 2), (7, 2), (9, 2), (11, 6))
+    ]
     dash = F.lit("-")
-    return F.concat(parts[0], dash, parts[1], dash, parts[2], dash, parts[3], dash, parts[4])
+    # concat, not concat_ws: NULL stays NULL (concat_ws skips NULLs: an empty string)
+    return F.lower(
+        F.concat(parts[0], dash, parts[1], dash, parts[2], dash, parts[3], dash, parts[4])
+    )
 
 
 def _as_declared(
