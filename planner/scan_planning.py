@@ -698,7 +698,10 @@ def _decides(p: Pred, by_id: dict[str, int], exact: set[int]) -> bool:
     column every spec partitions by identity, tested by `=`, `IN` or `IS [NOT] NULL` (a NULL
     partition value fails `=` and `IN` in both; pyiceberg's `!=` and ranges keep a NULL
     partition, whose rows Spark's WHERE drops)."""
-    return p.op in ("=", "in", "isnull", "notnull") and by_id.get(p.column) in exact
+    return p.op in _DECIDED_OPS and by_id.get(p.column) in exact
+
+
+_DECIDED_OPS = ("=", "in", "isnull", "notnull")  # what `_decides` and `_passes` test
 
 
 def _passes(src: TableSource, preds: list[Pred], by_id: dict[str, int]) -> Callable[[Entry], bool]:
@@ -738,7 +741,7 @@ def _passes(src: TableSource, preds: list[Pred], by_id: dict[str, int]) -> Calla
 def _enough_rows(
     per_file: list[tuple[Entry, list[Entry], list[Entry]]],
     rows: int,
-    passes: Callable[[Entry], bool] = lambda _e: True,
+    passes: Callable[[Entry], bool],
 ) -> list[tuple[Entry, list[Entry], list[Entry]]] | None:
     """The fewest files, cheapest to read first, sure to hold `rows` live rows that pass the
     scan's predicates between them, in their order; None when these files cannot be shown to
@@ -760,19 +763,18 @@ def _enough_rows(
             return 0
         return e.file.record_count - sum(d.file.record_count for d in pos)
 
+    sures = [sure(x) for x in per_file]  # once per file: `passes` reads partition values
     order = [i for i, x in enumerate(per_file) if not x[1] and not x[2]]
     order += sorted(
-        (i for i, x in enumerate(per_file) if x[1] and not x[2]),
-        key=lambda i: -sure(per_file[i]),
+        (i for i, x in enumerate(per_file) if x[1] and not x[2]), key=lambda i: -sures[i]
     )
     chosen, total = [], 0
     for i in order:
         if total >= rows:
             break
-        n = sure(per_file[i])
-        if n > 0:
+        if sures[i] > 0:
             chosen.append(i)
-            total += n
+            total += sures[i]
     if total < rows:
         return None
     return [per_file[i] for i in sorted(chosen)]
