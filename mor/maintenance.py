@@ -26,18 +26,30 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
-from mor.planner.errors import InternalError, MorError, TableNotFoundError, UnsupportedError
+from mor.commits import (
+    DeleteKey,
+    FileOut,
+    HeadRead,
+    SparkArg,
+    commit_change,
+    delete_files_of,
+    delete_key_of,
+    file_out,
+    read_head,
+    session_of,
+    undo_written,
+    write_vectors,
+)
+from mor.planner.errors import InternalError, MorError, UnsupportedError
 from mor.writer.files import (
     content_size,
     data_file_of,
     delete_files,
-    dv_file,
     list_files,
     named_data_file,
     v3_field,
-    write_object,
     write_position_deletes,
 )
 from mor.writer.policy import (
@@ -49,7 +61,7 @@ from mor.writer.policy import (
     Thresholds,
     choose_rewrites,
 )
-from mor.writer.producer import Change, SnapshotProducer
+from mor.writer.producer import Change
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -57,28 +69,9 @@ if TYPE_CHECKING:
     from pyiceberg.io import FileIO
     from pyiceberg.manifest import DataFile
     from pyiceberg.schema import Schema
-    from pyiceberg.table import Table
-    from pyiceberg.table.snapshots import Snapshot
     from pyspark.sql import SparkSession
 
     from mor.planner.manifests import EntryFile
-    from mor.planner.nodes import DataTask, DeleteTask, IcebergScan, Plan
-    from mor.planner.state import ProcessCaches
-
-# a live delete file of a snapshot, as its manifests record it: by path, a deletion vector by
-# (Puffin path, blob offset), several vectors sharing one Puffin file
-DeleteKey = str | tuple[str, int]
-# what a command runs Spark with: a session, a function making one (called only when there is
-# something for Spark to do), or None (mor's own local session)
-SparkArg: TypeAlias = "SparkSession | Callable[[], SparkSession] | None"
-
-
-@dataclass
-class FileOut:
-    path: str
-    rows: int
-    bytes: int
-    data_file: str = ""  # a deletion vector's: the data file it applies to
 
 
 @dataclass
@@ -140,155 +133,6 @@ class ConvertReport:
         )
 
 
-@dataclass
-class _Read:
-    """A maintenance command's read of one snapshot: the table, the head of the branch it
-    reads, mor's plan of `SELECT *` at that snapshot (the equality-delete rewrite applied),
-    its data files' tasks (by recorded path, with their scans) and the snapshot's live files
-    as its manifests record them (read by planner's manifest reader)."""
-
-    catalog: Catalog
-    table: Table
-    name: str
-    branch: str
-    head: Snapshot
-    cache: ProcessCaches  # the command's own: later plans reuse its manifests
-    plan: Plan
-    tasks: dict[str, tuple[DataTask, IcebergScan]]
-    data: dict[str, EntryFile]  # live data files by path
-    deletes: dict[DeleteKey, tuple[EntryFile, int]]  # with its data sequence number
-
-    @property
-    def sql(self) -> str:
-        return f"SELECT * FROM {self.name} VERSION AS OF {self.head.snapshot_id}"
-
-    def kept_by(self, where: str | None, schema: Schema) -> set[str] | None:
-        """The data files a `--where` filter keeps (None: no filter)."""
-        if where is None:
-            return None
-        return _kept_by(where, f"{self.sql} WHERE {where}", self, schema)
-
-    def needed(self, rewritten: set[str], kinds: tuple[str, ...]) -> set[DeleteKey]:
-        """The keys of the delete files (of `kinds`: "pos", "eq") some data file outside
-        `rewritten` still needs."""
-        return {
-            _key(s.deletes_by_id()[i])
-            for p, (t, s) in self.tasks.items()
-            if p not in rewritten
-            for i in (*(t.pos_deletes if "pos" in kinds else ()), *t.eq_deletes)
-        }
-
-
-def _read(
-    catalog: Catalog | str | None,
-    warehouse: str | None,
-    name: str,
-    branch: str,
-    why: str,
-    empty: str = "",
-    check: Callable[[Table], None] = lambda tbl: None,
-) -> _Read:
-    """Plan the head of `branch` of `name` (a table of format version 2 or 3; `why`: what
-    the command writes, in the refusal of another version; `empty`: what to say of a table
-    without a snapshot; `check(table)`: refuses what the command cannot write, first)."""
-    from mor.api import plan_query, resolve_catalog
-    from mor.planner.nodes import IcebergScan
-    from mor.planner.state import ProcessCaches
-
-    cat = resolve_catalog(catalog, warehouse)
-    try:
-        tbl = cat.load_table(name)
-    except Exception as e:  # noqa: BLE001 - NoSuchTableError and kin: one line
-        raise TableNotFoundError(f"{name}: {e}") from e
-    version = tbl.metadata.format_version
-    if version not in (2, 3):
-        raise UnsupportedError(f"{name}: format version {version}; {why}")
-    check(tbl)
-    head = tbl.metadata.snapshot_by_name(branch)
-    if head is None:
-        if empty and branch == "main" and not tbl.metadata.snapshots:
-            raise MorError(f"{name}: the table has no snapshot yet; {empty}")
-        raise MorError(f"{name}: no branch {branch!r}")
-    cache = ProcessCaches()
-    sql = f"SELECT * FROM {name} VERSION AS OF {head.snapshot_id}"
-    plan = plan_query(sql, catalog=cat, cache=cache).optimized
-    scans = [n for n in plan.walk() if isinstance(n, IcebergScan) and n.files is not None]
-    tasks = {t.path: (t, s) for s in scans for t in s.data_files()}
-    data, deletes = _live(cat, name, tbl, head, cache)
-    if set(data) != set(tasks):
-        raise InternalError(f"{name}: the plan of snapshot {head.snapshot_id} misses data files")
-    return _Read(cat, tbl, name, branch, head, cache, plan, tasks, data, deletes)
-
-
-def _live(
-    cat: Catalog, name: str, tbl: Table, head: Snapshot, cache: ProcessCaches
-) -> tuple[dict[str, EntryFile], dict[DeleteKey, tuple[EntryFile, int]]]:
-    """The live data files of `head` by path, and its live delete files (dangling ones too)
-    with their data sequence numbers, by path (a deletion vector: by its Puffin file and
-    offset, several sharing one file), through planner's manifest reader (pyiceberg 0.12
-    reads `referenced_data_file` and `content_offset` away) and the command's caches, where
-    planning the head left the manifests it decoded (none is fetched twice)."""
-    from pyiceberg.manifest import DataFileContent
-
-    from mor.api import effective_path_map
-    from mor.planner.scan_planning import live_entries
-    from mor.planner.sources import PathMap, Resolver
-
-    src = Resolver(cat, PathMap.of(effective_path_map(None)), None).loaded(name, name, tbl)
-    data: dict[str, EntryFile] = {}
-    deletes: dict[DeleteKey, tuple[EntryFile, int]] = {}
-    for entry in live_entries(src, head, cache):
-        f = entry.file
-        if f.content == DataFileContent.DATA:
-            data[f.file_path] = f
-            continue
-        at = f.content_offset
-        deletes[f.file_path if at is None else (f.file_path, at)] = (f, entry.seq)
-    return data, deletes
-
-
-def _session(spark: SparkArg) -> SparkSession:
-    """`spark`: a session, a function making one, or None (mor's local one); only called
-    when there is something for Spark to do."""
-    from mor.physical import local_session, prepare_session
-
-    if spark is None:
-        return local_session()
-    return spark() if callable(spark) else prepare_session(spark)
-
-
-def _kept_by(where: str, sql: str, read: _Read, schema: Schema) -> set[str]:
-    """The recorded paths of the data files a `--where` filter keeps (by their partition
-    values and column bounds). Every conjunct must be a comparison mor evaluates on file
-    metadata: a filter it could not apply would silently convert every file."""
-    import sqlglot
-    from sqlglot import exp
-
-    from mor.api import plan_query
-    from mor.planner.errors import SqlSyntaxError
-    from mor.planner.nodes import IcebergScan
-    from mor.planner.sql import DIALECT
-
-    try:
-        tree = sqlglot.parse_one(where, dialect=DIALECT)
-    except sqlglot.errors.ParseError as e:
-        raise SqlSyntaxError(f"--where {where}: {str(e).splitlines()[0]}") from None
-    names = {f.name.lower() for f in schema.fields}
-    for col in tree.find_all(exp.Column):
-        if col.name.lower() not in names:
-            raise MorError(f"--where {where}: {read.name} has no column {col.name}")
-    conjuncts = list(tree.flatten()) if isinstance(tree, exp.And) else [tree]
-    plan = plan_query(sql, catalog=read.catalog, cache=read.cache).optimized
-    scans = [n for n in plan.walk() if isinstance(n, IcebergScan)]
-    applied = [e for e in scans[0].pushed if e.pred is not None] if scans else []
-    if len(applied) < len(conjuncts):
-        raise MorError(
-            f"--where {where}: only comparisons of the table's columns with literals (=, <, "
-            "IN, IS NULL, ... joined by AND) select data files by their metadata"
-        )
-    return {t.path for n in scans for t in n.data_files()}
-
-
 def convert_equality_deletes(
     table: str,
     *,
@@ -310,24 +154,24 @@ def convert_equality_deletes(
     started = time.perf_counter()
     note = progress or (lambda text: None)
     why = "convert-equality-deletes writes position delete files (v2) or deletion vectors (v3)"
-    read = _read(catalog, warehouse, table, branch, why)
+    read = read_head(catalog, warehouse, table, branch, why)
     report = ConvertReport(table, branch, read.head.snapshot_id, dry_run)
     note(f"planning {table} at snapshot {read.head.snapshot_id}")
     chosen = {p for p, (t, _) in read.tasks.items() if t.eq_deletes}
     kept = read.kept_by(where, read.table.schema())
     if kept is not None:
         chosen &= kept
-    eq_files = _of_kind(read, "eq")
+    eq_files = delete_files_of(read, "eq")
     needed = read.needed(chosen, ("eq",))
     removed = {p for p in eq_files if isinstance(p, str) and p not in needed}  # by path
     report.kept = len(eq_files) - len(removed)
-    report.removed = [_removed(eq_files[p][0]) for p in sorted(removed)]
+    report.removed = [file_out(eq_files[p][0]) for p in sorted(removed)]
     report.data_files = len(chosen)
     report.data_rows = sum(read.tasks[p][0].record_count for p in chosen)
     found: dict[str, pa.Array] = {}
     if chosen:
         note(f"resolving the equality deletes of {len(chosen)} data files")
-        found = deleted_positions(_session(spark), only_files(read.plan, chosen))
+        found = deleted_positions(session_of(spark), only_files(read.plan, chosen))
     for p in found:
         if p not in chosen:
             raise InternalError(f"{table}: resolved {p}, which is no live data file")
@@ -341,21 +185,8 @@ def convert_equality_deletes(
     return report
 
 
-def _of_kind(read: _Read, kind: str) -> dict[DeleteKey, tuple[EntryFile, int]]:
-    """The live delete files of the read: "eq" equality deletes, "pos" position delete
-    files (Parquet: deletion vectors are not among them)."""
-    from pyiceberg.manifest import DataFileContent, FileFormat
-
-    content = DataFileContent.EQUALITY_DELETES if kind == "eq" else DataFileContent.POSITION_DELETES
-    return {
-        k: v
-        for k, v in read.deletes.items()
-        if v[0].content == content and v[0].file_format != FileFormat.PUFFIN
-    }
-
-
 def _convert(
-    read: _Read,
+    read: HeadRead,
     report: ConvertReport,
     found: dict[str, pa.Array],
     chosen: set[str],
@@ -377,10 +208,10 @@ def _convert(
     )
     if report.vectors:
         note(f"writing {sum(1 for v in found.values() if len(v))} deletion vectors")
-        pos_files = {k: f for k, (f, _) in _of_kind(read, "pos").items()}
-        _vectors(read, found, pos_files, change)
+        pos_files = {k: f for k, (f, _) in delete_files_of(read, "pos").items()}
+        write_vectors(read, found, pos_files, change)
         report.replaced = len(change.removed_dvs)
-        report.merged = [_removed(pos_files[p]) for p in sorted(change.removed - removed)]
+        report.merged = [file_out(pos_files[p]) for p in sorted(change.removed - removed)]
     else:
         note(f"writing {len(found)} position delete files")
         try:
@@ -390,7 +221,7 @@ def _convert(
                         write_position_deletes(read.table, read.data[path], positions)
                     )
         except BaseException as e:
-            _undo(read.table.io, [f.file_path for f in change.added], e)
+            undo_written(read.table.io, [f.file_path for f in change.added], e)
             raise
     report.written = [
         FileOut(
@@ -399,111 +230,7 @@ def _convert(
         for f in change.added
     ]
     note("committing")
-    _committed(report, read, change)
-
-
-def _committed(report: ConvertReport | CompactReport, read: _Read, change: Change) -> None:
-    """Commit `change` on the read's head through the one snapshot producer."""
-    done = SnapshotProducer(read.catalog, read.name, read.branch).commit(change, read.head)
-    report.snapshot = done.snapshot.snapshot_id
-    report.attempts = done.attempts
-    report.rebased_over = done.rebased_over
-
-
-def _undo(io: FileIO, paths: list[str], error: BaseException) -> None:
-    """Delete the files this command wrote before a commit could take them over (`error`
-    stopped it); a MorError names those the store refused to delete, so that they can be
-    removed by hand (the commit's own clean-up does the same)."""
-    left = delete_files(io, paths)
-    if left and isinstance(error, MorError):
-        raise type(error)(
-            f"{error}; files it wrote could not be removed: {', '.join(left)}"
-        ) from error
-
-
-def _vectors(
-    read: _Read, found: dict[str, pa.Array], pos_files: dict[DeleteKey, EntryFile], change: Change
-) -> None:
-    """v3: one deletion vector per data file with positions in `found` (what its equality
-    deletes remove), merged with every position its current deletion vector and position
-    delete files delete, all in one new Puffin file under `<location>/data/`; the vectors
-    they replace go to `change.removed_dvs`, the position delete files (`pos_files`, by
-    path) that name that data file alone to `change.removed` (their positions are in the
-    vector now, as the spec asks of a writer adding one; a file naming several data files
-    stays), and the new vectors to `change.added`, with the summary's counts. The Puffin
-    file is deleted again when anything fails before the commit takes it over."""
-    import uuid
-
-    from mor.physical.deletes.dv import puffin
-
-    paths = sorted(p for p, v in found.items() if len(v))
-    if not paths:
-        return
-    merged, old = _merged_positions(read, paths, found, pos_files, change)
-    data, placed = puffin([(p, merged[p]) for p in paths], "mor convert-equality-deletes")
-    tbl = read.table
-    path = f"{tbl.metadata.location.rstrip('/')}/data/mor-{uuid.uuid4()}-deletes.puffin"
-    write_object(tbl.io, path, data)
-    try:
-        for p, (offset, length) in zip(paths, placed):
-            change.added.append(
-                dv_file(read.data[p], path, len(data), offset, length, len(merged[p]))
-            )
-    except BaseException as e:
-        _undo(tbl.io, [path], e)
-        raise
-    change.summary.update(
-        {
-            "added-dvs": str(len(paths)),
-            "removed-dvs": str(len(change.removed_dvs)),
-            "removed-position-delete-files": str(old[2]),
-            "removed-position-deletes": str(old[0]),
-            "removed-files-size": str(int(change.summary["removed-files-size"]) + old[1]),
-        }
-    )
-
-
-def _merged_positions(
-    read: _Read,
-    paths: list[str],
-    found: dict[str, pa.Array],
-    pos_files: dict[DeleteKey, EntryFile],
-    change: Change,
-) -> tuple[dict[str, list[int]], tuple[int, int, int]]:
-    """Per data file of `paths`: its new positions merged with those its current deletes
-    delete (the vectors and file-scoped position delete files they replace go to `change`),
-    and (rows, bytes, position delete files) of what they replace."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from mor.physical.deletes.delete_files import read_positions
-    from mor.planner.state import ProcessCaches
-
-    by_scan: dict[int, tuple[IcebergScan, list[DataTask]]] = {}
-    for p in paths:
-        t, s = read.tasks[p]
-        by_scan.setdefault(id(s), (s, []))[1].append(t)
-    merged: dict[str, list[int]] = {}
-    old_rows = old_bytes = merged_files = 0
-    for s, ts in by_scan.values():
-        deletes = s.deletes_by_id()
-        current = read_positions(ts, deletes, read.name, s.io, ProcessCaches())
-        for t in ts:
-            parts = [found[t.path].cast(pa.int64())]
-            if t.file_id in current:
-                parts.append(current[t.file_id])
-            merged[t.path] = pc.unique(pa.concat_arrays(parts)).sort().to_pylist()
-            for d in (deletes[i] for i in t.pos_deletes):
-                if d.dv is not None:
-                    change.removed_dvs.add((d.path, d.dv.offset))
-                    old_rows += d.record_count
-                    old_bytes += d.dv.length
-                elif d.path in pos_files and named_data_file(pos_files[d.path]) == t.path:
-                    change.removed.add(d.path)
-                    merged_files += 1
-                    old_rows += d.record_count
-                    old_bytes += d.size_bytes
-    return merged, (old_rows, old_bytes, merged_files)
+    commit_change(report, read, change)
 
 
 # column types Spark's Parquet writer writes as Iceberg's readers expect (with field ids):
@@ -635,7 +362,7 @@ def compact(
         )
     except ValueError as e:
         raise MorError(str(e)) from None
-    read = _read(
+    read = read_head(
         catalog,
         warehouse,
         table,
@@ -661,26 +388,26 @@ def compact(
     report.data_rows = sum(read.data[p].record_count for p in rewritten)
     report.data_bytes = sum(read.data[p].file_size_in_bytes for p in rewritten)
     report.estimated_files = sum(g.files for g in groups)
-    report.removed = [_removed(read.deletes[k][0]) for k in sorted(removed, key=str)]
+    report.removed = [file_out(read.deletes[k][0]) for k in sorted(removed, key=str)]
     if not dry_run and (rewritten or removed):
         _rewrite(read, report, schema, groups, removed, spark, note)
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _schema_of(read: _Read) -> Schema:
+def _schema_of(read: HeadRead) -> Schema:
     """The schema mor reads the head with (planner/schemas.schema_at: a branch head other
     than the current snapshot is read with its own), the one the new files are written in;
     refused when Spark's writer cannot write it as Iceberg reads it."""
     tbl, head = read.table, read.head
-    schema = tbl.schema()  # checked by _read
+    schema = tbl.schema()  # checked by read_head
     if head.snapshot_id != tbl.metadata.current_snapshot_id and head.schema_id is not None:
         schema = next((s for s in tbl.metadata.schemas if s.schema_id == head.schema_id), schema)
         _writable(schema, read.name)
     return schema
 
 
-def _candidates(read: _Read, kept: set[str] | None) -> list[Candidate]:
+def _candidates(read: HeadRead, kept: set[str] | None) -> list[Candidate]:
     """The live data files the policy weighs (those `kept` by a `--where`): their sizes, the
     delete files that apply to each and the rows its file-scoped deletes remove."""
     out = []
@@ -691,7 +418,7 @@ def _candidates(read: _Read, kept: set[str] | None) -> list[Candidate]:
         known = sum(
             by_id[i].record_count
             for i in t.pos_deletes
-            if named_data_file(read.deletes[_key(by_id[i])][0]) == path
+            if named_data_file(read.deletes[delete_key_of(by_id[i])][0]) == path
         )
         out.append(
             Candidate(
@@ -707,7 +434,7 @@ def _candidates(read: _Read, kept: set[str] | None) -> list[Candidate]:
 
 
 def _rewrite(
-    read: _Read,
+    read: HeadRead,
     report: CompactReport,
     schema: Schema,
     groups: list[RewriteGroup],
@@ -727,11 +454,11 @@ def _rewrite(
     try:
         if rewritten:
             note(f"rewriting {len(rewritten)} data files of {len(groups)} partitions")
-            added = _write_groups(read, schema, groups, folder, _session(spark))
+            added = _write_groups(read, schema, groups, folder, session_of(spark))
         report.written = [FileOut(f.file_path, f.record_count, f.file_size_in_bytes) for f in added]
         change = _compaction(read, report, rewritten, removed, added)
         note("committing")
-        _committed(report, read, change)
+        commit_change(report, read, change)
     except BaseException:
         _clear(tbl.io, folder)
         raise
@@ -741,7 +468,7 @@ def _rewrite(
 
 
 def _write_groups(
-    read: _Read, schema: Schema, groups: list[RewriteGroup], folder: str, session: SparkSession
+    read: HeadRead, schema: Schema, groups: list[RewriteGroup], folder: str, session: SparkSession
 ) -> list[DataFile]:
     """One Spark job writing each group's live rows (planned by mor at the read's snapshot,
     every delete applied) under `folder`, one sub-folder per group; the manifest records of
@@ -786,7 +513,7 @@ def _write_groups(
 
 
 def _record(
-    read: _Read, schema: Schema, group: RewriteGroup, path: str, footer: Any = None
+    read: HeadRead, schema: Schema, group: RewriteGroup, path: str, footer: Any = None
 ) -> DataFile:
     """The manifest record of a new file of `group`: in the partition and spec of the
     group's files, its metrics from `footer` (as its writer returned it) or read from it."""
@@ -796,7 +523,7 @@ def _record(
 
 
 def _new_files(
-    read: _Read, schema: Schema, groups: list[RewriteGroup], folder: str
+    read: HeadRead, schema: Schema, groups: list[RewriteGroup], folder: str
 ) -> list[DataFile]:
     """The manifest records of the Parquet files Spark's writer wrote under `folder`, each
     in the partition and spec of its group's files (Spark writes an empty file where no row
@@ -818,7 +545,7 @@ def _new_files(
 
 
 def _compaction(
-    read: _Read,
+    read: HeadRead,
     report: CompactReport,
     rewritten: set[str],
     removed: set[DeleteKey],
@@ -849,20 +576,6 @@ def _compaction(
             "mor.operation": "compact",
         },
     )
-
-
-def _key(d: DeleteTask) -> DeleteKey:
-    """A delete file of a plan (DeleteTask) as the snapshot's files are keyed: by path, a
-    deletion vector by (Puffin path, offset)."""
-    return (d.path, d.dv.offset) if d.dv is not None else d.path
-
-
-def _removed(f: EntryFile) -> FileOut:
-    """A removed delete file of the head's manifests (a deletion vector: its blob's bytes and
-    the data file it names, as the conversion reports the ones it replaces)."""
-    if f.content_offset is None:
-        return FileOut(f.file_path, f.record_count, f.file_size_in_bytes)
-    return FileOut(f.file_path, f.record_count, f.content_size_in_bytes, f.referenced_data_file)
 
 
 def _clear(io: FileIO, folder: str, keep: frozenset[str] = frozenset()) -> None:
