@@ -966,3 +966,34 @@ def _null_free(f: EntryFile) -> frozenset[int]:
     """Equality field ids that the entry's metrics record as never NULL (count 0)."""
     counts = f.null_value_counts or {}
     return frozenset(i for i in (f.equality_ids or ()) if counts.get(i) == 0)
+
+
+def may_hold(
+    src: TableSource, schema: Schema, scan: IcebergScan
+) -> Callable[[EntryFile], bool] | None:
+    """Whether a file (data or delete, of any spec of `src`) may hold rows the scan's pushed
+    predicates keep, by its partition values and column metrics: a row-level write's conflict
+    detection filter (Iceberg's `conflictDetectionFilter`), for files committed after its
+    read. None when no predicate was pushed: every file may."""
+    preds = pushed_preds(scan.pushed)
+    names = {f.col.name: schema.find_column_name(f.field_id) or "" for f in scan.fields}
+    filt = _bindable(row_filter(preds, names), schema)
+    if isinstance(filt, AlwaysTrue):
+        return None
+    metrics = _InclusiveMetricsEvaluator(
+        schema, filt, case_sensitive=True, include_empty_files=True
+    ).eval
+    by_spec: dict[int, Callable[[EntryFile], bool]] = {}
+
+    def may(f: EntryFile) -> bool:
+        try:
+            if f.spec_id not in by_spec:
+                known = f.spec_id in src.metadata.specs()
+                by_spec[f.spec_id] = (
+                    _evaluators(src, schema, f.spec_id, filt)[1] if known else lambda _f: True
+                )
+            return by_spec[f.spec_id](f) and metrics(f)
+        except Exception:  # noqa: BLE001 - unsure: the file may hold such rows
+            return True
+
+    return may

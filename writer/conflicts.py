@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.table.snapshots import Operation, Snapshot
 
 from mor.planner.errors import MorError
 from mor.planner.manifests import ADDED, DELETED, read_manifest, read_manifest_list
@@ -50,7 +50,10 @@ def check(table: Table, news: Sequence[Snapshot], change: Change, identifier: st
     data file it was computed for or a delete file it removes, adds a delete file that
     applies to one of its data files (positions or a deletion vector naming it, or any delete
     in its partition that names no file), or adds a data file that a removed equality
-    delete would reach (a data sequence number at or below `reach_seq`). A change that
+    delete would reach (a data sequence number at or below `reach_seq`). A row-level write
+    (`delete`) also conflicts, as Iceberg's `RowDelta` with its conflict detection filter,
+    with added equality deletes that may hold its rows (`conflict_filter`), and under
+    serializable isolation with added data files that may. A change that
     removes nothing and was computed for no data file (an append) conflicts with nothing."""
     if not (change.data or change.removed or change.removed_data or change.removed_dvs):
         return
@@ -82,7 +85,14 @@ def _conflict(status: int, seq: int | None, f: Any, change: Change) -> str:
         return _removed(f, change)
     if status != ADDED:
         return ""
+    may = change.conflict_filter
     if f.content == DataFileContent.DATA:
+        if change.operation == Operation.DELETE and change.isolation == "serializable":
+            if may is None or may(f):
+                return (
+                    f"added data file {f.file_path}, which may hold rows this statement's "
+                    "condition matches (serializable isolation)"
+                )
         if change.removed and seq is not None and seq <= change.reach_seq:
             return (
                 f"added data file {f.file_path} with data sequence number {seq}, which an "
@@ -98,6 +108,12 @@ def _conflict(status: int, seq: int | None, f: Any, change: Change) -> str:
             )
         if named is None or named in change.data:
             return f"added position deletes {f.file_path} to a data file this operation rewrites"
+    if (
+        f.content == DataFileContent.EQUALITY_DELETES
+        and change.operation == Operation.DELETE
+        and (may is None or may(f))
+    ):
+        return f"added equality deletes {f.file_path}, which may delete rows this statement deletes"
     return ""
 
 

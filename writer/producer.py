@@ -35,7 +35,7 @@ import gzip
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,7 +79,9 @@ class Change:
     files, committed with data sequence number `data_seq` (None: the new snapshot's);
     `removed_data`: paths of the live data files they replace. `removed_dvs`: deletion
     vectors to remove (v3), each by its Puffin file and blob offset. `operation`: `replace`
-    (no row changes: `data_seq` is required with new data files), `append` or `overwrite`."""
+    (no row changes: `data_seq` is required with new data files), `append`, `overwrite` or
+    `delete` (a row-level write: `conflict_filter` and `isolation` say what it conflicts
+    with, as Iceberg's `RowDelta` validations)."""
 
     added: list[DataFile] = field(default_factory=list)
     removed: set[str] = field(default_factory=set)
@@ -91,6 +93,10 @@ class Change:
     data_seq: int | None = None
     removed_dvs: set[tuple[str, int]] = field(default_factory=set)  # (Puffin path, offset)
     operation: Operation = Operation.REPLACE
+    # a row-level write (DELETE): which files committed meanwhile may hold rows its condition
+    # matches (None: any file may), and the table's isolation level for it
+    conflict_filter: Callable[[Any], bool] | None = None
+    isolation: str = "serializable"
 
     def __post_init__(self) -> None:
         if self.operation == Operation.REPLACE and self.added_data and self.data_seq is None:
@@ -348,15 +354,20 @@ def summary(head: Snapshot | None, change: Change) -> Summary:
 
 
 def _row_delta_summary(head: Snapshot | None, change: Change) -> Summary:
-    """An `append` or `overwrite` adding data and delete files: the added counts, and the
-    totals after (from the head's, or from zero on a table's first snapshot)."""
+    """An `append`, `overwrite` or `delete` adding data and delete files (deletion vectors
+    counted as `added-dvs`, as Iceberg does) and, for a v3 row-level write, removing the
+    vectors and file-scoped position delete files its new vectors replace (their counts in
+    `change.summary`): what was added and removed, and the totals after (from the head's, or
+    from zero on a table's first snapshot)."""
     files = [*change.added_data, *change.added]
     pos = [f for f in change.added if f.content == DataFileContent.POSITION_DELETES]
     eq = [f for f in change.added if f.content == DataFileContent.EQUALITY_DELETES]
+    dvs = [f for f in pos if f.file_format == FileFormat.PUFFIN]
     added = {
         "added-data-files": len(change.added_data),
         "added-delete-files": len(change.added),
-        "added-position-delete-files": len(pos),
+        "added-position-delete-files": len(pos) - len(dvs),
+        "added-dvs": len(dvs),
         "added-equality-delete-files": len(eq),
         "added-records": sum(f.record_count for f in change.added_data),
         "added-position-deletes": sum(f.record_count for f in pos),
@@ -364,21 +375,29 @@ def _row_delta_summary(head: Snapshot | None, change: Change) -> Summary:
         "added-files-size": sum(content_size(f) for f in files),
     }
     props = {k: str(v) for k, v in added.items() if v}
+    props.update({k: v for k, v in change.summary.items() if v != "0"})
+
+    def of(key: str) -> int:
+        return int(change.summary.get(key, "0"))
+
+    removed_files = of("removed-dvs") + of("removed-position-delete-files")
+    if removed_files:
+        props["removed-delete-files"] = str(removed_files)
     props["changed-partition-count"] = str(len({(f.spec_id, str(f.partition)) for f in files}))
     before = head.summary if head is not None and head.summary is not None else None
-    for total, plus in (
-        ("total-data-files", "added-data-files"),
-        ("total-delete-files", "added-delete-files"),
-        ("total-records", "added-records"),
-        ("total-files-size", "added-files-size"),
-        ("total-position-deletes", "added-position-deletes"),
-        ("total-equality-deletes", "added-equality-deletes"),
+    for total, plus, minus in (
+        ("total-data-files", added["added-data-files"], 0),
+        ("total-delete-files", added["added-delete-files"], removed_files),
+        ("total-records", added["added-records"], 0),
+        ("total-files-size", added["added-files-size"], of("removed-files-size")),
+        ("total-position-deletes", added["added-position-deletes"], of("removed-position-deletes")),
+        ("total-equality-deletes", added["added-equality-deletes"], 0),
     ):
         try:
             start = int(before.get(total) or 0) if before is not None else 0
         except ValueError:
             continue
-        props[total] = str(start + added[plus])
+        props[total] = str(start + plus - minus)
     return Summary(change.operation, **props)
 
 
