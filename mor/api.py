@@ -257,11 +257,28 @@ def mor_sql(
 
     Spark analyses the query before this returns: an unknown function or column is a MorError
     naming it, with its line and column in `sql`. `settings`: tuning settings for this call,
-    e.g. `{"position_bitmap_bytes": 0}`, over the environment's (docs/configuration.md)."""
+    e.g. `{"position_bitmap_bytes": 0}`, over the environment's (docs/configuration.md).
+
+    `DELETE FROM t [WHERE ...]` runs at once, as one merge-on-read commit on the table's main
+    branch (mor/dml.py), and returns a one-row DataFrame: `num_affected_rows` and the
+    `snapshot_id` committed (NULL when no row matched)."""
+    from mor.dml import is_row_write
     from mor.execution import QueryExecution
 
+    stmt = one_statement(sql)
+
+    if is_row_write(stmt.tree):
+        from mor.dml import delete_rows
+        from mor.physical import local_session
+
+        with applied(settings):
+            session = spark if spark is not None else local_session()
+            report = delete_rows(stmt, catalog=catalog, spark=session)
+        return session.createDataFrame(
+            [(report.rows, report.snapshot)], "num_affected_rows bigint, snapshot_id bigint"
+        )
     return QueryExecution(
-        sql,
+        stmt,
         catalog=catalog,
         path_map=path_map,
         io_properties=io_properties,
@@ -322,10 +339,15 @@ def explain(
     DataFrame operations in order. `analyze` adds the merge-on-read metrics and, running counts
     on Spark, the rows each kind of delete removed.
     """
+    from mor.dml import explained, is_row_write
     from mor.execution import QueryExecution
 
+    stmt = one_statement(sql) if isinstance(sql, str) else sql
+    head = ""
+    if is_row_write(stmt.tree):  # DELETE: the plan of the rows it deletes
+        stmt, head = explained(stmt)
     run = QueryExecution(
-        sql,
+        stmt,
         catalog=catalog,
         path_map=path_map,
         io_properties=io_properties,
@@ -333,7 +355,7 @@ def explain(
         settings=settings,
         spark=spark,
     )
-    return run.explain(verbose=verbose, physical=physical, analyze=analyze, check=check)
+    return head + run.explain(verbose=verbose, physical=physical, analyze=analyze, check=check)
 
 
 def clear_caches() -> None:

@@ -83,6 +83,14 @@ def _query_commands(sub: Any) -> None:
         help="replace an existing --output (never done without it)",
     )
     run.add_argument("--limit", type=int, help="print at most N rows of each result")
+    run.add_argument(
+        "--branch", default="main", help="the branch DELETE statements commit to (default main)"
+    )
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="DELETE statements report the rows they would delete and commit nothing",
+    )
     ex = statements(
         sub.add_parser(
             "explain", parents=query, help="print the query plan and its merge-on-read scans"
@@ -230,16 +238,80 @@ def _maintenance_commands(sub: Any) -> None:
     cp.add_argument("--format", choices=["table", "json"], default="table")
 
 
-def _statements(args: argparse.Namespace, text: str | None = None) -> list[Statement]:
-    """The statements of the command's SQL (`text`: as `_sql_text` read it)."""
+def _statements(
+    args: argparse.Namespace, text: str | None = None, writes: bool = False
+) -> list[Statement]:
+    """The statements of the command's SQL (`text`: as `_sql_text` read it); `writes`: DELETE
+    statements are allowed too."""
     from mor.planner.sql import check_is_query, split_statements
 
     stmts = split_statements(_sql_text(args) if text is None else text)
     if not stmts:
         raise SqlSyntaxError("empty statement: the input holds no SQL")
     for s in stmts:
-        check_is_query(s.tree)
+        if not (writes and is_row_write(s.tree)):
+            check_is_query(s.tree)
     return stmts
+
+
+def _run_with_writes(args: argparse.Namespace, stmts: list[Statement]) -> int:
+    """`mor run` of statements among which DELETEs: each runs in turn (a query sees what
+    the statements before it committed); a DELETE prints one line of what it did (a JSON
+    object with --format json), a query its rows."""
+    import json
+
+    from mor.dml import delete_rows, target_name
+    from mor.execution import QueryExecution
+
+    if args.format == "parquet" or args.output:
+        raise UsageError(
+            "--output and --format parquet write query results: run DELETE statements apart"
+        )
+    cat = _catalog(args)
+    on_s3 = any(_table_on_s3(args, target_name(s), cat) for s in stmts if is_row_write(s.tree))
+    sessions: list[Any] = []
+
+    def session() -> Any:
+        if not sessions:
+            progress.note("starting Spark ...")
+            sessions.append(spark_session(args, s3a=on_s3))
+        return sessions[0]
+
+    for i, s in enumerate(stmts, start=1):
+        if is_row_write(s.tree):
+            report = delete_rows(
+                s,
+                catalog=cat,
+                warehouse=args.warehouse,
+                branch=args.branch,
+                dry_run=args.dry_run,
+                spark=session,
+                progress=progress.note,
+            )
+            progress.clear()
+            out = json.dumps(report.as_dict()) if args.format == "json" else report.line()
+            sys.stdout.write(out + "\n")
+            continue
+        run = QueryExecution(
+            s,
+            catalog=cat,
+            path_map=path_map(args),
+            io_properties=file_io(args),
+            warehouse=args.warehouse,
+        )
+        df = run.use(session()).dataframe
+        if args.limit is not None:
+            df = df.limit(args.limit)
+        with progress.spark_stages(session(), f"statement {i}/{len(stmts)}"):
+            cols, rows = run_spark(lambda df=df: (df.columns, df.collect()), run.plan)
+        sys.stdout.write(format_rows(cols, rows, args.format))
+    return 0
+
+
+def is_row_write(tree: Any) -> bool:
+    from mor.dml import is_row_write as row_write
+
+    return row_write(tree)
 
 
 def _sql_text(args: argparse.Namespace) -> str:
@@ -308,7 +380,14 @@ def _executions(args: argparse.Namespace, stmts: list[Statement] | None = None) 
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    runs = _executions(args)
+    from mor.dml import explained
+
+    stmts, heads = [], []
+    for s in _statements(args, writes=True):  # a DELETE: the plan of the rows it deletes
+        s, head = explained(s) if is_row_write(s.tree) else (s, "")
+        stmts.append(s)
+        heads.append(head)
+    runs = _executions(args, stmts)
     if args.analyze or not args.no_check:
         # one session for every statement, with s3a when ANALYZE's counts read s3a:// paths
         s3a = args.analyze and any(r.reads_s3a for r in runs)
@@ -316,13 +395,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
         for r in runs:
             r.use(spark)
     texts = [
-        r.explain(
+        head
+        + r.explain(
             verbose=args.verbose,
             physical=args.physical,
             analyze=args.analyze,
             check=not args.no_check,
         )
-        for r in runs
+        for r, head in zip(runs, heads)
     ]
     sys.stdout.write("\n".join(texts))
     return 0
@@ -337,7 +417,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Spark starts while the statements are parsed and planned, when the plan cannot change
     # the session: the JVM's start takes seconds, parsing and planning a fraction of one
     early = EarlySession(args) if EarlySession.wanted(args, text) else None
-    stmts = _statements(args, text)
+    stmts = _statements(args, text, writes=True)
+    if any(is_row_write(s.tree) for s in stmts):
+        return _run_with_writes(args, stmts)
     targets = _targets(args, len(stmts))  # checked before any query runs
     runs = _executions(args, stmts)
     progress.note("planning ...")

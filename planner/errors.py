@@ -18,7 +18,7 @@ class SqlSyntaxError(MorError):
 
 
 class NotAQueryError(MorError):
-    """The statement would write, or is not a SELECT: the product only reads."""
+    """The statement is neither a query nor a row-level write mor commits (DELETE)."""
 
 
 class TableNotFoundError(MorError):

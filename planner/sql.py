@@ -145,7 +145,9 @@ def check_is_query(stmt: exp.Expression) -> None:
     kind = stmt.key.upper()
     if isinstance(stmt, exp.Command):
         kind = str(stmt.this).upper()
-    raise NotAQueryError(f"{kind} statements are not supported: mor only reads tables (SELECT)")
+    raise NotAQueryError(
+        f"{kind} statements are not supported: mor runs queries (SELECT) and DELETE FROM"
+    )
 
 
 def one_statement(sql: str) -> Statement:

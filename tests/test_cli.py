@@ -69,9 +69,9 @@ BAD_QUERIES = [
         1,
         ["DATATYPE_MISMATCH", "line 2, column 24"],
     ),
-    ("DELETE FROM demo.orders WHERE order_id = 1", 1, ["DELETE", "only reads"]),
-    ("INSERT INTO demo.orders VALUES (1, 'EU', 'x', 2)", 1, ["INSERT", "only reads"]),
-    ("DROP TABLE demo.orders", 1, ["DROP", "only reads"]),
+    ("UPDATE demo.orders SET qty = 1", 1, ["UPDATE", "not supported"]),
+    ("INSERT INTO demo.orders VALUES (1, 'EU', 'x', 2)", 1, ["INSERT", "not supported"]),
+    ("DROP TABLE demo.orders", 1, ["DROP", "not supported"]),
     ("-- nothing here\n;", 1, ["empty statement"]),
     ("SELECT * FROM demo.orders VERSION AS OF 42", 1, ["no snapshot 42"]),
 ]

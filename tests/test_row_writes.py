@@ -1,0 +1,339 @@
+"""DELETE FROM as a merge-on-read commit (mor/dml.py), against a naive evaluation of the spec
+rules and of SQL's three-valued logic.
+
+The histories are those of tests/test_semantics.py (random appends, position deletes and
+equality deletes of one or two columns, NULL keys, partitioned or not), as v2 or upgraded to
+v3. Two random DELETEs then run through `mor_sql`: after each, mor reads exactly the rows the
+reference keeps (every row the condition is TRUE for gone, a row it is NULL for kept, rows
+deleted before not counted again), pyiceberg reads the same where it can (no equality
+delete), and the snapshot is a `delete` with the counts Iceberg's writer puts there.
+Concurrency: a commit landing between the read and the commit is rebased over or stops the
+statement, as Iceberg's `RowDelta` validations and the table's isolation level say, leaving
+nothing behind. The CLI: `mor run` with DELETE, `--dry-run`, errors as one line.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+from test_maintenance import _as_v3
+from test_semantics import PART_SPEC, SCHEMA, Reference, _history, op
+
+from helpers import landing
+from legs import soak_in
+from mor import MorError, mor_sql
+from mor.dml import delete_rows
+from mor.writer.conflicts import ConflictError
+from mor.writer.tables import TableWriter
+
+ROOT = Path(__file__).resolve().parent.parent
+# Spark 4.1 and Spark Connect too: the rows to delete are found by a query on the user's
+# session, whichever it is (the CLI's own sessions are the same on every leg: soak there)
+pytestmark = [pytest.mark.spark41, pytest.mark.connect]
+
+Row = dict[str, Any]
+
+
+def _eq(a: Any, b: Any) -> bool | None:
+    return None if a is None or b is None else a == b
+
+
+def _and(a: bool | None, b: bool | None) -> bool | None:
+    if a is False or b is False:
+        return False
+    return None if a is None or b is None else True
+
+
+def _or(a: bool | None, b: bool | None) -> bool | None:
+    if a is True or b is True:
+        return True
+    return None if a is None or b is None else False
+
+
+def _lt(a: Any, b: Any) -> bool | None:
+    return None if a is None or b is None else a < b
+
+
+# (SQL condition over t.h, its value for a row under SQL's three-valued logic); `k` drawn
+CONDITIONS: list[Callable[[int], tuple[str, Callable[[Row, list[Row]], bool | None]]]] = [
+    lambda k: (f"v = {k}", lambda r, _: _eq(r["v"], k)),
+    lambda k: (f"v <> {k}", lambda r, _: None if r["v"] is None else r["v"] != k),
+    lambda k: ("id IS NULL", lambda r, _: r["id"] is None),
+    lambda k: (
+        f"p = 'a' AND id > {k}",
+        lambda r, _: _and(_eq(r["p"], "a"), _lt(k, r["id"])),
+    ),
+    lambda k: (
+        f"id IN ({k}, {k + 2}) OR v IS NULL",
+        lambda r, _: _or(_or(_eq(r["id"], k), _eq(r["id"], k + 2)), r["v"] is None),
+    ),
+    lambda k: (f"v <=> {k % 2}", lambda r, _: r["v"] == k % 2),
+    lambda k: ("true", lambda r, _: True),
+    lambda k: (
+        # a subquery over the table itself, read at the same snapshot
+        f"id IN (SELECT id FROM t.h WHERE v = {k % 4})",
+        lambda r, live: _in(r["id"], [x["id"] for x in live if x["v"] == k % 4]),
+    ),
+]
+
+
+def _in(x: Any, values: list[Any]) -> bool | None:
+    if x is None:
+        return None if values else False
+    if x in values:
+        return True
+    return None if None in values else False
+
+
+def _live_rows(ref: Reference) -> list[Row]:
+    """The reference's live rows, with their file and position."""
+    live = ref.live()
+    out = []
+    for r in ref.rows:
+        key = (r["id"], r["p"], r["v"])
+        if live[key] and _is_live(ref, r):
+            out.append(r)
+    return out
+
+
+def _is_live(ref: Reference, r: Row) -> bool:
+    names = {1: "id", 2: "p", 3: "v"}
+    if any(f == r["file"] and p == r["pos"] and r["seq"] <= s for f, p, s in ref.pos):
+        return False
+    return not any(
+        r["seq"] < s
+        and (part is None or part == r["p"])
+        and all(r[names[i]] == key[i] for i in ids)
+        for ids, key, part, s in ref.eq
+    )
+
+
+def _read(cat: Any, spark: Any, name: str = "t.h") -> Counter:
+    rows = mor_sql(f"SELECT id, p, v FROM {name}", catalog=cat, spark=spark).collect()
+    return Counter(tuple(r) for r in rows)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    partitioned=st.booleans(),
+    v3=st.booleans(),
+    ops=st.lists(op, min_size=1, max_size=5),
+    conds=st.lists(
+        st.tuples(st.integers(0, len(CONDITIONS) - 1), st.integers(0, 4)), min_size=2, max_size=2
+    ),
+)
+def test_delete_matches_the_naive_reference(
+    tmp_path_factory: Any, spark: Any, partitioned: bool, v3: bool, ops: list, conds: list
+) -> None:
+    from mor.api import default_catalog
+
+    cat = default_catalog(str(tmp_path_factory.mktemp("wh")))
+    writer = TableWriter(
+        cat, "t.w", SCHEMA, PART_SPEC if partitioned else UNPARTITIONED_PARTITION_SPEC
+    )
+    ops = [("append", [(1, "a", 1), (None, "b", 2), (2, "a", None), (3, "b", 0)])] + ops
+    ops = [
+        (o[0], o[1], [tuple(dict(zip((1, 3), k))[i] for i in o[1]) for k in o[2]], o[3], o[4])
+        if o[0] == "eq"
+        else o
+        for o in ops
+    ]
+    ref = Reference(partitioned)
+    _history(writer, ref, ops)
+    if v3:
+        _as_v3(cat, writer, "t.h")
+    else:
+        cat.register_table("t.h", writer.refresh().metadata_location)
+    for i, k in conds:
+        sql, truth = CONDITIONS[i](k)
+        live = _live_rows(ref)
+        gone = [r for r in live if truth(r, live) is True]
+        (res,) = mor_sql(f"DELETE FROM t.h WHERE {sql}", catalog=cat, spark=spark).collect()
+        assert res.num_affected_rows == len(gone), sql
+        table = cat.load_table("t.h")
+        head = table.current_snapshot()
+        if gone:
+            assert res.snapshot_id == head.snapshot_id
+            assert head.summary.operation.value == "delete"
+            props = head.summary.additional_properties
+            added = int(props["added-position-deletes"])
+            removed = int(props.get("removed-position-deletes", "0"))
+            # v2: the new rows alone; v3: each file's whole vector, replacing the old one
+            assert added - removed == len(gone) if v3 else added == len(gone)
+            assert table.metadata.format_version == (3 if v3 else 2)
+        else:
+            assert res.snapshot_id is None
+        ref.pos += [(r["file"], r["pos"], head.sequence_number) for r in gone]
+        assert _read(cat, spark) == ref.live(), sql
+        if not ref.eq and not v3:  # pyiceberg refuses equality deletes (and reads no v3)
+            got = Counter((r["id"], r["p"], r["v"]) for r in table.scan().to_arrow().to_pylist())
+            assert got == ref.live()
+
+
+def _three_files(cat: Any, name: str = "c.t") -> TableWriter:
+    """ids 0-4 in partition a (one file), 10-14 in b (one file), p identity-partitioned."""
+    w = TableWriter(cat, name, SCHEMA, PART_SPEC)
+    for p, lo in (("a", 0), ("b", 10)):
+        ids = list(range(lo, lo + 5))
+        w.append(
+            pa.table(
+                {
+                    "id": pa.array(ids, pa.int64()),
+                    "p": [p] * 5,
+                    "v": pa.array([i % 3 for i in ids], pa.int64()),
+                }
+            )
+        )
+    return w
+
+
+def _ids(cat: Any, spark: Any, name: str = "c.t") -> list[int]:
+    return sorted(
+        r[0] for r in mor_sql(f"SELECT id FROM {name}", catalog=cat, spark=spark).collect()
+    )
+
+
+def _mor_files(w: TableWriter) -> list[str]:
+    root = w.refresh().metadata.location.removeprefix("file://")
+    return [f for _, _, fs in os.walk(root) for f in fs if f.startswith("mor-")]
+
+
+def test_a_concurrent_append_conflicts_under_serializable_and_is_rebased_under_snapshot(
+    catalog: Any, spark: Any
+) -> None:
+    w = _three_files(catalog)
+
+    def append(p: str, ident: int) -> Callable[[int], None]:
+        def land(attempt: int) -> None:
+            if attempt == 1:
+                w.append(
+                    pa.table(
+                        {
+                            "id": pa.array([ident], pa.int64()),
+                            "p": [p],
+                            "v": pa.array([0], pa.int64()),
+                        }
+                    )
+                )
+
+        return land
+
+    # serializable (the default): a new file of partition a may hold rows `p = 'a'` matches
+    before = _mor_files(w)
+    with landing(append("a", 5)), pytest.raises(ConflictError, match="serializable"):
+        delete_rows("DELETE FROM c.t WHERE p = 'a' AND v = 0", catalog=catalog, spark=spark)
+    assert _mor_files(w) == before  # nothing left behind
+    assert _ids(catalog, spark) == [0, 1, 2, 3, 4, 5, 10, 11, 12, 13, 14]
+    # a file of partition b cannot: rebased over
+    with landing(append("b", 15)):
+        r = delete_rows("DELETE FROM c.t WHERE p = 'a' AND v = 0", catalog=catalog, spark=spark)
+    # ids 0, 3 and 5 (the append that conflicted landed)
+    assert r.rows == 3 and r.attempts == 2 and len(r.rebased_over) == 1
+    assert _ids(catalog, spark) == [1, 2, 4, 10, 11, 12, 13, 14, 15]
+    # snapshot isolation: a file that may hold such rows is rebased over too, its row kept
+    with w.refresh().transaction() as tx:
+        tx.set_properties({"write.delete.isolation-level": "snapshot"})
+    with landing(append("a", 6)):
+        r = delete_rows("DELETE FROM c.t WHERE p = 'a' AND v = 1", catalog=catalog, spark=spark)
+    assert r.rows == 2 and r.isolation == "snapshot" and r.attempts == 2  # ids 1, 4
+    assert _ids(catalog, spark) == [2, 6, 10, 11, 12, 13, 14, 15]
+
+
+def test_a_concurrent_delete_on_the_same_file_stops_it_leaving_nothing(
+    catalog: Any, spark: Any
+) -> None:
+    w = _three_files(catalog)
+    with w.refresh().transaction() as tx:
+        tx.set_properties({"write.delete.isolation-level": "snapshot"})
+    files = {t.file.partition[0]: t.file for t in w.refresh().scan().plan_files()}
+
+    def delete(attempt: int) -> None:
+        if attempt == 1:
+            f = files["a"]
+            w.commit(deletes=[w.position_delete_file({f.file_path: [4]}, f)])
+
+    before = _mor_files(w)
+    with landing(delete), pytest.raises(ConflictError, match="position deletes"):
+        delete_rows("DELETE FROM c.t WHERE id < 2", catalog=catalog, spark=spark)
+    assert _mor_files(w) == before
+    assert _ids(catalog, spark) == [0, 1, 2, 3, 10, 11, 12, 13, 14]  # the other commit's alone
+
+    # an equality delete that may hold the statement's rows conflicts at any isolation level
+    def eq(attempt: int) -> None:
+        if attempt == 1:
+            f = files["b"]
+            w.commit(deletes=[w.equality_delete_file([1], [{1: 11}], f.partition, f.spec_id)])
+
+    with landing(eq), pytest.raises(ConflictError, match="equality deletes"):
+        delete_rows("DELETE FROM c.t WHERE p = 'b' AND id >= 11", catalog=catalog, spark=spark)
+    assert _ids(catalog, spark) == [0, 1, 2, 3, 10, 12, 13, 14]
+    # one whose keys its condition cannot match (by the file's bounds) is rebased over
+    with landing(eq):
+        r = delete_rows("DELETE FROM c.t WHERE p = 'b' AND id > 12", catalog=catalog, spark=spark)
+    assert r.rows == 2 and r.attempts == 2
+    assert _ids(catalog, spark) == [0, 1, 2, 3, 10, 12]
+
+
+def test_refusals_and_errors_are_one_line(catalog: Any, spark: Any) -> None:
+    _three_files(catalog)
+    for sql, why in (
+        ("UPDATE c.t SET v = 1", "UPDATE statements are not supported"),
+        ("DELETE FROM c.t VERSION AS OF 1 WHERE id = 1", "a snapshot cannot be changed"),
+        ("DELETE FROM c.nosuch WHERE id = 1", "c.nosuch"),
+        ("DELETE FROM c.t WHERE id = 1 LIMIT 1", "no LIMIT"),
+    ):
+        with pytest.raises(MorError, match=why) as e:
+            mor_sql(sql, catalog=catalog, spark=spark)
+        assert "\n" not in str(e.value)
+    # an unknown column names its line and column in the user's statement
+    with pytest.raises(MorError, match=r"line 2, column 9") as e:
+        mor_sql("DELETE FROM c.t\n  WHERE nosuch = 1", catalog=catalog, spark=spark)
+    assert "VERSION AS OF" not in str(e.value)
+    with pytest.raises(MorError, match=r"line 1, column 23"):
+        mor_sql("DELETE FROM c.t WHERE nosuch = 1", catalog=catalog, spark=spark)
+    assert _ids(catalog, spark) == [0, 1, 2, 3, 4, 10, 11, 12, 13, 14]
+
+
+def _cli(wh: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MOR_WAREHOUSE": str(wh)}
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "mor"), "run", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@soak_in("4.1", "connect")
+def test_cli_runs_delete_then_queries_with_dry_run_first(tmp_path: Path, spark: Any) -> None:
+    from mor.api import default_catalog
+
+    wh = tmp_path / "wh"
+    cat = default_catalog(str(wh))
+    w = _three_files(cat)
+    head = w.refresh().current_snapshot().snapshot_id
+    sql = "DELETE FROM c.t WHERE v = 0; SELECT count(*) AS n FROM c.t"
+    dry = _cli(wh, "--dry-run", "-e", sql)
+    assert dry.returncode == 0, dry.stderr
+    assert "would delete 3 rows of 2 data files" in dry.stdout
+    assert cat.load_table("c.t").current_snapshot().snapshot_id == head
+    done = _cli(wh, "-e", sql)
+    assert done.returncode == 0, done.stderr
+    assert "deleted 3 rows of 2 data files; wrote 2 position delete files" in done.stdout
+    assert "| 7 |" in done.stdout.splitlines()  # the count after it, in its table
+    assert _ids(cat, spark) == [1, 2, 4, 10, 11, 13, 14]
+    bad = _cli(wh, "-e", "DELETE FROM c.t WHERE nosuch = 1")
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert "nosuch" in bad.stderr and "line 1, column 23" in bad.stderr
