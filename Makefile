@@ -144,7 +144,7 @@ clean:
 # The long runs (docs/testing.md says what each holds that make test does not): Java-written
 # histories against Iceberg's own reader (HISTORIES=200 by default), Flink and Trino pipelines
 # through the JDBC catalog (tests/oracle/pipelines.py), the maintenance harness on more seeds
-# (v2, v3 and upgraded to v3), tables of 2000 data files, three histories on S3 (classic and
+# (v2, v3 and upgraded to v3), DELETE against Iceberg's writer on more seeds (3.5 and 4.1), tables of 2000 data files, three histories on S3 (classic and
 # Spark Connect, on Spark 4.1), TPC-DS's 99 queries against Iceberg's reader on 3.5 and replayed
 # on the newest pyspark; then every leg's tests marked `soak`, and the cluster tests on a
 # standalone master and worker
@@ -156,6 +156,8 @@ soak: java
 	$(BIN)/python -m tests.oracle.maintenance --seeds 1,2,3,4,5,6,7,8,9,10,11,12
 	$(BIN)/python -m tests.oracle.maintenance --seeds 13,14,15,16,17,18,19,20 --version 3
 	$(BIN)/python -m tests.oracle.maintenance --seeds 5,6,7,8,9,10,11,12 --version '2->3'
+	$(BIN)/python -m tests.oracle.row_writes --seeds 1,3,4,5,6,7,8,9,10,11,14,15,16 --statements 8
+	$(S41)/python -m tests.oracle.row_writes --seeds 2,12,13,20,21,22 --statements 8
 	$(BIN)/python -m tests.oracle.many_files --files 2000
 	$(S41)/python -m tests.oracle.on_s3 --mode both --seeds 3 4 6
 	$(S41)/python -m tests.oracle.on_s3 --mode classic --seeds 3 4 6

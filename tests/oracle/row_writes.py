@@ -1,0 +1,269 @@
+"""DELETE committed by mor against the same DELETE committed by Iceberg's own Spark writer.
+
+    .venv/bin/python -m tests.oracle.row_writes --seeds 1,2,3 --version 2,3,2->3 --statements 6
+
+Iceberg's Java writer makes random histories (tests/oracle/histories.py: equality deletes
+through RowDelta, Spark's DELETE/UPDATE/MERGE, compactions, schema and partition changes,
+partition-scoped position delete files, v2, v3 and v2 upgraded to v3). Each history's head is
+registered twice in a JDBC catalog on PostgreSQL (tests/pgcatalog.py) that Iceberg's Spark
+catalog and pyiceberg's SqlCatalog share: `<h>_mor` and `<h>_ice`, one table's files and
+metadata, two branches of its life from there. Then random DELETE statements (the histories'
+own conditions, NULLs included, keys scattered over the files, and a subquery over the table)
+run on both: through mor (`mor.dml.delete_rows`, pyiceberg's catalog, no Iceberg class
+involved) on `_mor`, through Iceberg's Spark SQL DELETE (merge-on-read mode) on `_ice`. After
+each:
+
+- Iceberg's reader reads both tables the same (on v3 with each row's `_row_id` and
+  `_last_updated_sequence_number`, the latter as "after the registration" for rows written
+  since: Iceberg's writer commits a DELETE that matches nothing, mor does not, so the two
+  tables' later sequence numbers differ); mor reads `_mor` the same; pyiceberg too where it can
+  (v2, no equality delete);
+- mor's count of deleted rows is what left Iceberg's copy;
+- Iceberg's metadata tables parse mor's snapshot (`snapshots`: a `delete`, `entries`,
+  `position_deletes`: Iceberg reads mor's delete files and vectors);
+- every second statement, a Java commit lands between mor's read and its commit, on `_mor`
+  (an INSERT of a row the condition may match: serializable isolation stops mor, or a DELETE
+  of rows of the same files: stopped, or elsewhere: rebased over); the copy gets the Java
+  commit, then Iceberg's DELETE only when mor's committed;
+- every third statement, Iceberg's writer commits the next DELETE on top of mor's snapshot
+  (on both tables), and both read the same again.
+
+Prints "row writes: N comparisons, M differences"; exits 1 on any difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from typing import Any
+
+from tests.helpers import landing
+from tests.oracle.pipelines import _bag, _diff
+from tests.pgcatalog import CATALOG
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", default="1,2,3")
+    ap.add_argument("--steps", type=int, default=8, help="Java steps of each history")
+    ap.add_argument("--statements", type=int, default=6, help="DELETE statements per history")
+    ap.add_argument(
+        "--version",
+        default="any",
+        help="format version of the histories: 2, 3, 2->3 or 'any' (by seed); or one per seed",
+    )
+    args = ap.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    versions = args.version.split(",")
+    if len(versions) == 1:
+        versions *= len(seeds)
+    if len(versions) != len(seeds):
+        ap.error(f"--version: {len(versions)} versions for {len(seeds)} seeds")
+
+    from tests.oracle.runtime import RuntimeUnavailable, iceberg_session
+    from tests.pgcatalog import Postgres, PostgresUnavailable
+
+    tmp = tempfile.mkdtemp(prefix="mor-row-writes-")
+    warehouse = f"file://{tmp}/wh"
+    try:
+        with Postgres() as pg:
+            os.environ.update(pg.environment(warehouse))
+            try:
+                spark = iceberg_session(
+                    f"file://{tmp}/java", small_data=True, conf=pg.spark_conf(warehouse)
+                )
+            except RuntimeUnavailable as e:
+                print(f"cannot run the oracle here: {e}")
+                return 2
+            vs = [None if v == "any" else v for v in versions]
+            return _run(spark, pg, warehouse, f"file://{tmp}/java", seeds, vs, args)
+    except PostgresUnavailable as e:
+        print(f"cannot run the row-writes harness here: {e}")
+        return 2
+    finally:
+        if os.environ.get("MOR_HARNESS_KEEP"):
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(
+    spark: Any,
+    pg: Any,
+    warehouse: str,
+    java_wh: str,
+    seeds: list[int],
+    versions: list[str | None],
+    args: argparse.Namespace,
+) -> int:
+    from pyiceberg.catalog import load_catalog
+
+    from mor import mor_sql
+    from mor.dml import delete_rows
+    from mor.writer.conflicts import ConflictError
+    from tests.oracle.histories import Writer
+
+    cat = load_catalog(CATALOG, **pg.pyiceberg_properties(warehouse))
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {CATALOG}.rw")
+    n, diffs, lines = 0, [], []
+    counts: Counter = Counter()
+    started = time.monotonic()
+
+    def same(what: str, got: Counter, want: Counter) -> None:
+        nonlocal n
+        n += 1
+        if got != want:
+            diffs.append(f"{what}: {_diff(got, want)}")
+
+    for seed, version in zip(seeds, versions):
+        w = Writer(spark, java_wh, seed, version=version)
+        h = w.run(args.steps)
+        if h.coverage["drop equality column"]:
+            # Iceberg's writer cannot plan a DELETE after it (tests/oracle/histories.py)
+            counts["histories skipped: an equality column dropped"] += 1
+            continue
+        meta = w.table().operations().current().metadataFileLocation()
+        ours, theirs = f"rw.{h.name}_mor", f"rw.{h.name}_ice"
+        for name in (ours, theirs):
+            call = f"table => '{name}', metadata_file => '{meta}'"
+            spark.sql(f"CALL {CATALOG}.system.register_table({call})")
+        j_ours, j_theirs = f"{CATALOG}.{ours}", f"{CATALOG}.{theirs}"
+        registered = cat.load_table(ours).metadata
+        v3 = registered.format_version == 3
+        # a row's lineage: its id, and the sequence number it was last updated at when that is
+        # before the registration (the two tables' later sequence numbers differ with their
+        # commits: Iceberg commits a DELETE that matches nothing, mor does not)
+        lineage = (
+            ", _row_id, CASE WHEN _last_updated_sequence_number > "
+            f"{registered.last_sequence_number} THEN -1 ELSE _last_updated_sequence_number END"
+            if v3
+            else ""
+        )
+        fields = spark.table(j_ours).schema.fields
+        key = next((f.name for f in fields if f.dataType.simpleString() == "bigint"), "id")
+
+        def iceberg(table: str) -> Counter:
+            spark.sql(f"REFRESH TABLE {table}")
+            return _bag(spark.sql(f"SELECT *{lineage} FROM {table}").collect())
+
+        def count(table: str) -> int:
+            spark.sql(f"REFRESH TABLE {table}")
+            return spark.sql(f"SELECT count(*) FROM {table}").first()[0]
+
+        same(f"seed {seed}: the two registrations", iceberg(j_ours), iceberg(j_theirs))
+        deleted = 0
+        for i in range(args.statements):
+            if i % 4 == 3:  # a subquery over the table itself
+                pred = f"{key} IN (SELECT {key} FROM {ours} WHERE {key} % 3 = {i % 3})"
+            elif i % 4 == 1:  # keys scattered over the files
+                pred = f"{key} % {w.rng.randint(2, 4)} = {w.rng.randint(0, 1)}"
+            else:  # the histories' own conditions (NULLs, strings, doubles, renamed columns)
+                pred = w._pred()
+            java_pred = pred.replace(f"FROM {ours} ", f"FROM {j_theirs} ")
+            landed: list[str] = []
+
+            def land(attempt: int, i: int = i) -> None:
+                if attempt != 1 or i % 2 == 0:
+                    return
+                if i % 4 == 1:  # a row any condition may match (NULLs but its key)
+                    values = ", ".join(
+                        f"{10**6 + i}"
+                        if f.name == key
+                        else f"CAST(NULL AS {f.dataType.simpleString()})"
+                        for f in fields
+                    )
+                    landed.append(f"INSERT INTO {{t}} VALUES ({values})")
+                else:
+                    landed.append(f"DELETE FROM {{t}} WHERE {key} % 7 = {i % 7}")
+                spark.sql(landed[-1].format(t=j_ours))
+
+            before = count(j_theirs)
+            stopped = False
+            try:
+                with landing(land):
+                    report = delete_rows(
+                        f"DELETE FROM {ours} WHERE {pred}", catalog=cat, spark=spark
+                    )
+            except ConflictError as e:
+                stopped = True
+                counts["stopped by a Java commit landing meanwhile"] += 1
+                lines.append(f"  seed {seed} statement {i}: stopped: {str(e)[:120]}")
+            for statement in landed:
+                spark.sql(statement.format(t=j_theirs))
+                counts[f"a Java {statement.split()[0]} landed meanwhile"] += 1
+            if not stopped:
+                mid = count(j_theirs)
+                spark.sql(f"DELETE FROM {j_theirs} WHERE {java_pred}")
+                gone = mid - count(j_theirs)
+                n += 1
+                if report.rows != gone:
+                    diffs.append(
+                        f"seed {seed} `{pred}`: mor deleted {report.rows} rows, Iceberg {gone}"
+                    )
+                deleted += report.rows
+                counts[
+                    "statements committed" if report.snapshot else "statements matching nothing"
+                ] += 1
+                if landed and report.snapshot:
+                    counts["rebased over a Java commit"] += 1
+                if report.snapshot is not None:
+                    ops = spark.sql(
+                        f"SELECT operation FROM {j_ours}.snapshots ORDER BY committed_at"
+                    ).collect()
+                    n += 1
+                    if ops[-1][0] != "delete":
+                        diffs.append(f"seed {seed}: Iceberg reads mor's operation as {ops[-1][0]}")
+                    spark.sql(f"SELECT * FROM {j_ours}.entries").collect()
+                    spark.sql(f"SELECT * FROM {j_ours}.position_deletes").collect()
+            del before
+            want = iceberg(j_theirs)
+            same(
+                f"seed {seed} `{pred}`: Iceberg's reader, mor's table vs Iceberg's",
+                iceberg(j_ours),
+                want,
+            )
+            got = _bag(mor_sql(f"SELECT * FROM {ours}", catalog=cat, spark=spark).collect())
+            plain = _bag(spark.sql(f"SELECT * FROM {j_theirs}").collect())
+            same(f"seed {seed} `{pred}`: mor's read of its table", got, plain)
+            table = cat.load_table(ours)
+            eq = spark.sql(f"SELECT count(*) FROM {j_ours}.delete_files WHERE content = 2").first()[
+                0
+            ]
+            if not v3 and eq == 0:
+                py = _bag(tuple(r.values()) for r in table.scan().to_arrow().to_pylist())
+                same(f"seed {seed} `{pred}`: pyiceberg's read of mor's table", py, plain)
+                counts["read by pyiceberg"] += 1
+            if i % 3 == 2:  # Iceberg's writer on top of mor's snapshot, on both
+                on_top = w._pred()
+                for t in (j_ours, j_theirs):
+                    spark.sql(f"DELETE FROM {t} WHERE {on_top}")
+                same(
+                    f"seed {seed}: a Java DELETE `{on_top}` on top of mor's",
+                    iceberg(j_ours),
+                    iceberg(j_theirs),
+                )
+                counts["Java DELETEs on top of mor's snapshots"] += 1
+        counts[f"histories v{'3' if v3 else '2'}"] += 1
+        lines.append(
+            f"  seed {seed}: {h.layout}, v{3 if v3 else 2}, {len(h.snapshots)} Java snapshots, "
+            f"{deleted} rows deleted by mor"
+        )
+
+    print(f"row-writes harness, {len(seeds)} Java histories, {time.monotonic() - started:.0f}s:")
+    for line in lines:
+        print(line)
+    for k, v in sorted(counts.items()):
+        print(f"  {k}: {v}")
+    for d in diffs[:20]:
+        print(f"DIFFERENCE {d}")
+    print(f"row writes: {n} comparisons, {len(diffs)} differences")
+    return 1 if diffs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
