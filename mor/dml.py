@@ -241,28 +241,32 @@ def _positions(
 
     from mor.api import mor_errors
     from mor.execution import QueryExecution
-    from mor.planner.nodes import IcebergScan
     from mor.planner.scan_planning import may_hold
 
     text, where_col = _rows_query(stmt, target, where_at, read.head.snapshot_id)
     run = QueryExecution(text, catalog=read.catalog, cache=read.cache, spark=None)
     with _positions_of(stmt, where_at, where_col):
-        scans = [
-            n
-            for n in run.plan.walk()
-            if isinstance(n, IcebergScan) and {"_file", "_pos"} <= set(n.hidden)
-        ]
+        # the target's scan: one as bound, one per branch of the equality-delete rewrite after
+        bound = [n for n in run.planned.logical.walk() if _is_target(n)]
+        branches = [n for n in run.plan.walk() if _is_target(n)]
         run.use(session_of(spark))
-        df = run.dataframe
-        per_file = df.groupBy("_file").agg(F.collect_list("_pos").alias("p"))
-        with mor_errors(df):
-            got = per_file.collect()
-    may = None
-    if len(scans) == 1:
-        src = scans[0]
-        may = may_hold(_source(read), read.table.schema(), src)
+        df = run.dataframe  # Spark analyses the statement: its errors, even with no file left
+        got = []
+        if any(n.files is None or n.files.data for n in branches):
+            per_file = df.groupBy("_file").agg(F.collect_list("_pos").alias("p"))
+            with mor_errors(df):
+                got = per_file.collect()
+    may = may_hold(_source(read), read.table.schema(), bound[0]) if len(bound) == 1 else None
     found = {r["_file"]: pa.array(sorted(r["p"]), pa.int64()) for r in got}
     return found, may
+
+
+def _is_target(node: Any) -> bool:
+    """A scan reading `_file` and `_pos`: the rows query's target (a subquery reading them
+    too makes two, and the conflict filter the most cautious)."""
+    from mor.planner.nodes import IcebergScan
+
+    return isinstance(node, IcebergScan) and {"_file", "_pos"} <= set(node.hidden)
 
 
 def _rows_query(
