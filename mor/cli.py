@@ -236,6 +236,27 @@ def _maintenance_commands(sub: Any) -> None:
         "--dry-run", action="store_true", help="report what would be read, written and removed"
     )
     cp.add_argument("--format", choices=["table", "json"], default="table")
+    op = sub.add_parser(
+        "orphans",
+        parents=[DEBUG, CATALOG],
+        help="list the files mor wrote into a table that no snapshot references (what a "
+        "killed write command leaves); --delete removes them",
+    )
+    op.add_argument("table", help="ns.table in the catalog")
+    op.add_argument(
+        "--delete",
+        action="store_true",
+        help="delete those older than --older-than (never a file mor did not write)",
+    )
+    op.add_argument(
+        "--older-than",
+        type=float,
+        default=72.0,
+        metavar="HOURS",
+        help="only files written this many hours ago or more are deleted (default 72: a "
+        "write command running now has files no snapshot references yet)",
+    )
+    op.add_argument("--format", choices=["table", "json"], default="table")
 
 
 def _statements(
@@ -542,6 +563,29 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return _maintenance_report(args, report, "positions")
 
 
+def cmd_orphans(args: argparse.Namespace) -> int:
+    import json
+
+    from mor.orphans import orphan_files
+
+    report = orphan_files(
+        args.table,
+        catalog=args.catalog,
+        warehouse=args.warehouse,
+        older_than_hours=args.older_than,
+        delete=args.delete,
+    )
+    if args.format == "json":
+        sys.stdout.write(json.dumps(report.as_dict(), indent=1) + "\n")
+        return 1 if report.left else 0
+    removed = set(report.removed)
+    for o in report.orphans:
+        what = "removed" if o.path in removed else "orphan "
+        sys.stdout.write(f"{what} {o.path} ({o.bytes} bytes, written {o.hours:.1f} h ago)\n")
+    sys.stdout.write(report.line() + "\n")
+    return 1 if report.left else 0
+
+
 def cmd_compact(args: argparse.Namespace) -> int:
     from mor.maintenance import compact
 
@@ -789,6 +833,7 @@ def main(argv: list[str] | None = None) -> int:
             "health": cmd_health,
             "convert-equality-deletes": cmd_convert,
             "compact": cmd_compact,
+            "orphans": cmd_orphans,
             "changes": cmd_changes,
             "shell": cmd_shell,
             "config": cmd_config,

@@ -414,3 +414,9 @@ def test_cli_killed_at_any_moment_leaves_the_table_before_or_after(
     done = _cli(wh, "-e", "DELETE FROM c.t WHERE v = 0")
     assert done.returncode == 0, done.stderr
     assert _ids(cat, spark) == after
+    # what the killed attempts wrote is listed as orphans, and removed without a change
+    from mor.orphans import orphan_files
+
+    gone = orphan_files("c.t", catalog=cat, older_than_hours=0, delete=True)
+    assert not gone.left and gone.removed == [o.path for o in gone.orphans]
+    assert _ids(cat, spark) == after and not orphan_files("c.t", catalog=cat).orphans

@@ -259,6 +259,14 @@ def list_files(io: Any, location: str) -> list[str]:
     """Every file below `location` (a folder), named as `location` names it: through the
     table's FileIO (pyiceberg's PyArrowFileIO, the one that lists), so an object store's
     credentials and endpoint are those the catalog gave."""
+    return sorted(p for p, _, _ in listed_files(io, location))
+
+
+def listed_files(io: Any, location: str) -> list[tuple[str, int, float]]:
+    """`list_files` with each file's size in bytes and its age in seconds (by the store's
+    modification time)."""
+    import time
+
     from pyarrow.fs import FileSelector, FileType
 
     fs_of = getattr(io, "fs_by_scheme", None)
@@ -271,4 +279,13 @@ def list_files(io: Any, location: str) -> list[str]:
     fs = fs_of(scheme, netloc)
     infos = fs.get_file_info(FileSelector(path, recursive=True, allow_not_found=True))
     root, prefix = path.rstrip("/"), location.rstrip("/")
-    return sorted(prefix + i.path[len(root) :] for i in infos if i.type == FileType.File)
+    now = time.time()
+    return [
+        (
+            prefix + i.path[len(root) :],
+            i.size or 0,
+            now - i.mtime.timestamp() if i.mtime is not None else 0.0,
+        )
+        for i in infos
+        if i.type == FileType.File
+    ]

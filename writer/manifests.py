@@ -244,7 +244,7 @@ def manifest_list(
 ) -> str:
     path = (
         f"{table.metadata.location.rstrip('/')}/metadata/"
-        f"snap-{snapshot_id}-{len(written)}-{uuid.uuid4()}.avro"
+        f"snap-{snapshot_id}-{len(written)}-mor-{uuid.uuid4()}.avro"
     )
     written.append(path)
     with write_manifest_list(
@@ -451,7 +451,7 @@ def v3_manifest_list(
             next_row += (r["existing_rows_count"] or 0) + (r["added_rows_count"] or 0)
     path = (
         f"{table.metadata.location.rstrip('/')}/metadata/"
-        f"snap-{snapshot_id}-{len(written)}-{uuid.uuid4()}.avro"
+        f"snap-{snapshot_id}-{len(written)}-mor-{uuid.uuid4()}.avro"
     )
     written.append(path)
     meta = {
