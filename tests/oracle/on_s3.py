@@ -580,6 +580,20 @@ def vended(
         by_iceberg("compacted")
         print(f"  vended credentials: {report.line()}")
         print(f"  compaction, vended credentials: {done.line()}")
+        # DELETE through the vending catalog: its position delete file written with the
+        # table's credentials, committed through the catalog, read by mor, pyiceberg and
+        # Iceberg's reader
+        n += 1
+        _expire_token(cat)
+        gone = mor_sql(f"DELETE FROM {a} WHERE id % 4 = 1", catalog=cat, spark=spark).collect()
+        live_a = [i for i in live_a if i % 4 != 1]
+        want = Counter((str(i), f"s{i}") for i in live_a)
+        table = cat.load_table(a)
+        py = _bag([tuple(r.values()) for r in table.scan().to_arrow().to_pylist()])
+        if gone[0][0] != 4 or whole() != want or py != want:
+            diffs.append(f"vended {a}: after DELETE ({gone}): pyiceberg {sorted(py)}")
+        by_iceberg("deleted")
+        print(f"  DELETE, vended credentials: {gone[0][0]} rows, snapshot {gone[0][1]}")
         if iceberg:  # v3 where Iceberg's reader reads it too (4.1 through Connect, soak)
             n, found = _vended_v3(spark, cat, schema, n, iceberg)
             diffs += found
@@ -614,8 +628,14 @@ def vended(
             return _mor_cli(argv, env, tmp)
 
         n += 1
-        ok = cli_as(KEY, SECRET, f"SELECT count(*), sum(id) FROM {a}")
+        # a DELETE and then a query, as a new user runs them
+        ok = cli_as(
+            KEY, SECRET, f"DELETE FROM {a} WHERE id = 19; SELECT count(*), sum(id) FROM {a}"
+        )
+        live_a = [i for i in live_a if i != 19]
         want_line = f"{len(live_a)},{sum(live_a)}"
+        if "deleted 1 rows of 1 data files" not in ok.stdout:
+            diffs.append(f"vended: mor run's DELETE: {ok.stdout[-300:]} {ok.stderr[-300:]}")
         if ok.returncode != 0 or want_line not in ok.stdout:
             diffs.append(
                 f"vended: mor run: exit {ok.returncode}: {ok.stdout[-200:]} {ok.stderr[-400:]}"
