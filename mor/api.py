@@ -259,21 +259,22 @@ def mor_sql(
     naming it, with its line and column in `sql`. `settings`: tuning settings for this call,
     e.g. `{"position_bitmap_bytes": 0}`, over the environment's (docs/configuration.md).
 
-    `DELETE FROM t [WHERE ...]` runs at once, as one merge-on-read commit on the table's main
-    branch (mor/dml.py), and returns a one-row DataFrame: `num_affected_rows` and the
-    `snapshot_id` committed (NULL when no row matched)."""
+    `DELETE FROM t [WHERE ...]` and `UPDATE t SET ... [WHERE ...]` run at once, each as one
+    merge-on-read commit on the table's main branch (`ns.t.branch_<name>`: that branch;
+    mor/dml.py), and return a one-row DataFrame: `num_affected_rows` and the `snapshot_id`
+    committed (NULL when no row matched)."""
     from mor.dml import is_row_write
     from mor.execution import QueryExecution
 
     stmt = one_statement(sql)
 
     if is_row_write(stmt.tree):
-        from mor.dml import delete_rows
+        from mor.dml import run_row_write
         from mor.physical import local_session
 
         with applied(settings):
             session = spark if spark is not None else local_session()
-            report = delete_rows(stmt, catalog=catalog, spark=session)
+            report = run_row_write(stmt, catalog=catalog, spark=session)
         return session.createDataFrame(
             [(report.rows, report.snapshot)], "num_affected_rows bigint, snapshot_id bigint"
         )
@@ -345,7 +346,7 @@ def explain(
     stmt = one_statement(sql) if isinstance(sql, str) else sql
     head = ""
     if is_row_write(stmt.tree):  # DELETE: the plan of the rows it deletes
-        stmt, head = explained(stmt)
+        stmt, head = explained(stmt, resolve_catalog(catalog, warehouse))
     run = QueryExecution(
         stmt,
         catalog=catalog,

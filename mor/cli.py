@@ -281,15 +281,15 @@ def _run_with_writes(args: argparse.Namespace, stmts: list[Statement]) -> int:
     object with --format json), a query its rows."""
     import json
 
-    from mor.dml import delete_rows, target_name
+    from mor.dml import run_row_write, target_name
     from mor.execution import QueryExecution
 
     if args.format == "parquet" or args.output:
         raise UsageError(
             "--output and --format parquet write query results: run DELETE statements apart"
         )
-    cat = _catalog(args)
-    on_s3 = any(_table_on_s3(args, target_name(s), cat) for s in stmts if is_row_write(s.tree))
+    cat = _write_catalog(args)
+    on_s3 = any(_table_on_s3(args, target_name(s, cat), cat) for s in stmts if is_row_write(s.tree))
     sessions: list[Any] = []
 
     def session() -> Any:
@@ -300,7 +300,7 @@ def _run_with_writes(args: argparse.Namespace, stmts: list[Statement]) -> int:
 
     for i, s in enumerate(stmts, start=1):
         if is_row_write(s.tree):
-            report = delete_rows(
+            report = run_row_write(
                 s,
                 catalog=cat,
                 warehouse=args.warehouse,
@@ -387,6 +387,13 @@ def _catalog(args: argparse.Namespace) -> Any:
     return resolve_catalog(args.catalog, args.warehouse) if args.catalog else None
 
 
+def _write_catalog(args: argparse.Namespace) -> Any:
+    """The catalog a DELETE commits through: the named one, or the embedded one."""
+    from mor.api import resolve_catalog
+
+    return resolve_catalog(args.catalog, args.warehouse)
+
+
 def _executions(args: argparse.Namespace, stmts: list[Statement] | None = None) -> list[Any]:
     """One execution per statement of the command's SQL, over the command's catalog."""
     from mor.execution import QueryExecution
@@ -405,7 +412,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     stmts, heads = [], []
     for s in _statements(args, writes=True):  # a DELETE: the plan of the rows it deletes
-        s, head = explained(s) if is_row_write(s.tree) else (s, "")
+        s, head = explained(s, _write_catalog(args)) if is_row_write(s.tree) else (s, "")
         stmts.append(s)
         heads.append(head)
     runs = _executions(args, stmts)

@@ -78,6 +78,7 @@ class RowWriteReport:
     vectors: bool = False  # v3: deletion vectors (in one Puffin file)
     replaced: int = 0  # v3: deletion vectors the new ones replace
     merged: list[FileOut] = field(default_factory=list)  # v3: position delete files merged
+    data_written: list[FileOut] = field(default_factory=list)  # UPDATE: the rows written again
     snapshot: int | None = None  # committed
     attempts: int = 0
     rebased_over: list[int] = field(default_factory=list)
@@ -99,14 +100,21 @@ class RowWriteReport:
                     what += f" and {len(self.merged)} position delete files"
             what += ")"
         rows = f"{self.rows} rows of {self.data_files} data files"
+        verb = "deleted" if self.statement == "DELETE" else "updated"
+        if self.statement != "DELETE" and not self.dry_run:
+            what += (
+                f" and {len(self.data_written)} data files ("
+                f"{sum(f.rows for f in self.data_written)} rows, "
+                f"{sum(f.bytes for f in self.data_written)} bytes)"
+            )
         if self.dry_run:
             head = (
                 f"{self.table}: dry run on snapshot {self.base_snapshot}, nothing written; "
-                f"would delete {rows}, writing {what}"
+                f"would {verb[:-1]} {rows}, writing {what}"
             )
         elif self.snapshot is not None:
             head = (
-                f"{self.table}: deleted {rows}; wrote {what}; snapshot {self.snapshot} "
+                f"{self.table}: {verb} {rows}; wrote {what}; snapshot {self.snapshot} "
                 f"committed on {self.branch}"
             )
             if self.rebased_over:
@@ -122,7 +130,35 @@ def is_row_write(tree: exp.Expression) -> bool:
     """Whether a parsed statement is one of the row-level writes mor commits."""
     from sqlglot import exp
 
-    return isinstance(tree, exp.Delete)
+    return isinstance(tree, (exp.Delete, exp.Update))
+
+
+def run_row_write(
+    sql: str | Statement,
+    *,
+    catalog: Catalog | str | None = None,
+    warehouse: str | None = None,
+    branch: str = "main",
+    dry_run: bool = False,
+    spark: SparkArg = None,
+    progress: Callable[[str], None] | None = None,
+) -> RowWriteReport:
+    """Run a DELETE or an UPDATE statement (`delete_rows`, `update_rows`)."""
+    from sqlglot import exp
+
+    from mor.planner.sql import one_statement
+
+    stmt = one_statement(sql) if isinstance(sql, str) else sql
+    run = update_rows if isinstance(stmt.tree, exp.Update) else delete_rows
+    return run(
+        stmt,
+        catalog=catalog,
+        warehouse=warehouse,
+        branch=branch,
+        dry_run=dry_run,
+        spark=spark,
+        progress=progress,
+    )
 
 
 def delete_rows(
@@ -138,12 +174,15 @@ def delete_rows(
     """Run `DELETE FROM <table> [WHERE <condition>]` (Spark SQL) as one merge-on-read commit
     on `branch` of the table in `catalog`. `spark`: a session, or a function making one (the
     rows to delete are found by Spark). `progress(text)`: called at each phase."""
+    from mor.api import resolve_catalog
     from mor.planner.sql import one_statement
 
     started = time.perf_counter()
     note = progress or (lambda text: None)
     stmt = one_statement(sql) if isinstance(sql, str) else sql
     target, where_at = _target(stmt)
+    catalog = resolve_catalog(catalog, warehouse)
+    target, branch = _branch_of(target, branch, catalog)
     name = _table_name(target)
     why = "DELETE writes position delete files (v2) or deletion vectors (v3)"
     try:
@@ -180,24 +219,27 @@ def _target(stmt: Statement) -> tuple[exp.Table, int | None]:
     from mor.planner.sql import DIALECT
 
     tree = stmt.tree
-    if not isinstance(tree, exp.Delete):
+    if not isinstance(tree, (exp.Delete, exp.Update)):
         kind = tree.key.upper()
-        raise NotAQueryError(f"{kind} statements are not supported: mor writes DELETE FROM")
+        raise NotAQueryError(f"{kind} statements are not supported: mor writes DELETE and UPDATE")
+    verb = "DELETE FROM" if isinstance(tree, exp.Delete) else "UPDATE"
     for arg, clause in (
         ("using", "USING"),
         ("returning", "RETURNING"),
         ("order", "ORDER BY"),
         ("limit", "LIMIT"),
         ("tables", "several tables"),
+        ("from", "FROM"),
+        ("from_", "FROM"),
     ):
         if tree.args.get(arg):
-            raise UnsupportedError(f"DELETE with {clause}: Spark SQL's DELETE FROM has no {clause}")
+            raise UnsupportedError(f"{verb} with {clause}: Spark SQL's {verb} has no {clause}")
     target = tree.this
     if not isinstance(target, exp.Table) or not target.name:
-        raise UnsupportedError("DELETE FROM needs a table name")
+        raise UnsupportedError(f"{verb} needs a table name")
     if target.args.get("version") is not None:
         raise UnsupportedError(
-            f"DELETE FROM {_table_name(target)} VERSION AS OF: a snapshot cannot be changed; "
+            f"{verb} {_table_name(target)} VERSION AS OF: a snapshot cannot be changed; "
             "use --branch"
         )
     if tree.args.get("where") is None:
@@ -210,24 +252,51 @@ def _target(stmt: Statement) -> tuple[exp.Table, int | None]:
             depth -= 1
         elif t.token_type == TokenType.WHERE and depth == 0:
             return target, t.start
-    raise InternalError(f"DELETE: no WHERE keyword found in {stmt.text!r}")
+    raise InternalError(f"{verb}: no WHERE keyword found in {stmt.text!r}")
 
 
-def target_name(stmt: Statement) -> str:
-    """The table a DELETE statement names."""
-    return _table_name(_target(stmt)[0])
+def _branch_of(target: exp.Table, branch: str, catalog: Catalog) -> tuple[exp.Table, str]:
+    """Spark's name of a table's branch, `ns.t.branch_<name>` (when no table has that name):
+    the table and the branch; else `target` and `branch` as given. A branch named both ways
+    must be the same."""
+    from sqlglot import exp
+
+    parts = target.parts
+    last = parts[-1].name
+    if (
+        len(parts) < 3
+        or not last.startswith("branch_")
+        or catalog.table_exists(_table_name(target))
+    ):
+        return target, branch
+    named = last.removeprefix("branch_")
+    if branch not in ("main", named):
+        raise MorError(
+            f"DELETE FROM {_table_name(target)}: branch {named!r} in the name, "
+            f"{branch!r} given as --branch"
+        )
+    table = exp.Table(
+        this=parts[-2].copy(),
+        db=parts[-3].copy(),
+        catalog=parts[-4].copy() if len(parts) > 3 else None,
+        alias=target.args.get("alias"),
+    )
+    return table, named
+
+
+def target_name(stmt: Statement, catalog: Catalog) -> str:
+    """The table a DELETE statement deletes from (`ns.t.branch_b`: `ns.t`)."""
+    return _table_name(_branch_of(_target(stmt)[0], "main", catalog)[0])
 
 
 def _table_name(t: exp.Table) -> str:
     return ".".join(p.name for p in t.parts)
 
 
-def _isolation(props: dict[str, str], name: str) -> str:
-    level = props.get(ISOLATION, "serializable").strip().lower()
+def _isolation(props: dict[str, str], name: str, key: str = ISOLATION) -> str:
+    level = props.get(key, "serializable").strip().lower()
     if level not in ISOLATION_LEVELS:
-        raise MorError(
-            f"{name}: {ISOLATION}={props[ISOLATION]!r}; Iceberg knows serializable and snapshot"
-        )
+        raise MorError(f"{name}: {key}={props[key]!r}; Iceberg knows serializable and snapshot")
     return level
 
 
@@ -270,35 +339,54 @@ def _is_target(node: Any) -> bool:
 
 
 def _rows_query(
-    stmt: Statement, target: exp.Table, where_at: int | None, snapshot_id: int | None
+    stmt: Statement,
+    target: exp.Table,
+    where_at: int | None,
+    version: int | str | None,
+    columns: str = "_file, _pos",
 ) -> tuple[str, int]:
-    """`SELECT _file, _pos FROM <table> [VERSION AS OF <snapshot_id>] [AS alias]` and the
-    statement's text from its WHERE on; and the column its WHERE starts at in that text."""
+    """`SELECT <columns> FROM <table> [VERSION AS OF <version>] [AS alias]` (a snapshot id,
+    or a branch's name) and the statement's text from its WHERE on; and the column its WHERE
+    starts at in that text."""
     from sqlglot import exp
 
     pinned = target.copy()
     pinned.set("alias", None)
-    if snapshot_id is not None:
-        pinned.set(
-            "version",
-            exp.Version(this="VERSION", kind="AS OF", expression=exp.Literal.number(snapshot_id)),
+    if version is not None:
+        value = (
+            exp.Literal.number(version) if isinstance(version, int) else exp.Literal.string(version)
         )
+        pinned.set("version", exp.Version(this="VERSION", kind="AS OF", expression=value))
     alias = target.args.get("alias")
-    prefix = f"SELECT _file, _pos FROM {pinned.sql(dialect='spark')}"
+    prefix = f"SELECT {columns} FROM {pinned.sql(dialect='spark')}"
     if alias is not None:
         prefix += f" AS {alias.sql(dialect='spark')}"
     text = prefix if where_at is None else f"{prefix} {stmt.text[where_at:]}"
     return text, len(prefix) + 2
 
 
-def explained(stmt: Statement) -> tuple[Statement, str]:
+def explained(stmt: Statement, catalog: Catalog) -> tuple[Statement, str]:
     """What EXPLAIN prints for a DELETE: the plan of the query whose rows it deletes (at the
-    current snapshot), under a line saying so."""
+    head of the branch), under a line saying so."""
+    from sqlglot import exp
+
     from mor.planner.sql import one_statement
 
     target, where_at = _target(stmt)
-    text, _ = _rows_query(stmt, target, where_at, None)
-    head = f"DELETE FROM {_table_name(target)}: deletes the rows (_file, _pos) of this query\n"
+    target, branch = _branch_of(target, "main", catalog)
+    version = None if branch == "main" else branch
+    on = "" if branch == "main" else f" (branch {branch})"
+    if isinstance(stmt.tree, exp.Update):
+        table = catalog.load_table(_table_name(target))
+        columns = _updated_columns(stmt.tree, table.schema(), table.metadata.format_version)
+        text, _ = _rows_query(stmt, target, where_at, version, columns)
+        head = (
+            f"UPDATE {_table_name(target)}{on}: deletes the rows (_file, _pos) of this query "
+            "and writes its other columns as new rows\n"
+        )
+        return one_statement(text), head
+    text, _ = _rows_query(stmt, target, where_at, version)
+    head = f"DELETE FROM {_table_name(target)}{on}: deletes the rows (_file, _pos) of this query\n"
     return one_statement(text), head
 
 
@@ -351,19 +439,27 @@ def _write_and_commit(
     found: dict[str, pa.Array],
     may: Callable[[Any], bool] | None,
     note: Callable[[str], None],
+    new_data: list[Any] | None = None,
 ) -> None:
+    """The positions as delete files (v2) or merged vectors (v3), and an UPDATE's new data
+    files, committed as one row delta (`delete`, or `overwrite` with data files)."""
     from pyiceberg.table.snapshots import Operation
 
     change = Change(
         data=set(found),
-        operation=Operation.DELETE,
+        added_data=list(new_data or ()),
+        operation=Operation.OVERWRITE if new_data else Operation.DELETE,
         conflict_filter=may,
         isolation=report.isolation,
+        row_level=True,
     )
+    report.data_written = [
+        FileOut(f.file_path, f.record_count, f.file_size_in_bytes) for f in new_data or ()
+    ]
     if report.vectors:
         note(f"writing {len(found)} deletion vectors")
         pos_files = {k: f for k, (f, _) in delete_files_of(read, "pos").items()}
-        write_vectors(read, found, pos_files, change, by="mor DELETE")
+        write_vectors(read, found, pos_files, change, by=f"mor {report.statement}")
         report.replaced = len(change.removed_dvs)
         report.merged = [file_out(pos_files[p]) for p in sorted(change.removed)]
         # the Puffin file's counts in the summary are a replace's: a row delta counts its own
@@ -389,3 +485,301 @@ def _write_and_commit(
     ]
     note("committing")
     commit_change(report, read, change)
+
+
+UPDATE_ISOLATION = "write.update.isolation-level"
+# Spark types a SET value may have besides the column's own: what widens without loss or
+# surprise (an int literal for a bigint column, NULL for any); anything else must be CAST in
+# the statement (a cast mor added could turn 'abc' into NULL or wrap an overflow silently)
+_WIDENS = {
+    "bigint": ("tinyint", "smallint", "int"),
+    "int": ("tinyint", "smallint"),
+    "smallint": ("tinyint",),
+    "double": ("float", "tinyint", "smallint", "int"),
+    "float": ("tinyint", "smallint"),
+}
+
+
+def update_rows(
+    sql: str | Statement,
+    *,
+    catalog: Catalog | str | None = None,
+    warehouse: str | None = None,
+    branch: str = "main",
+    dry_run: bool = False,
+    spark: SparkArg = None,
+    progress: Callable[[str], None] | None = None,
+) -> RowWriteReport:
+    """Run `UPDATE <table> SET <column> = <expression>, ... [WHERE <condition>]` (Spark SQL) as
+    one merge-on-read commit on `branch`, as Iceberg's Spark writer does: the rows it changes
+    are deleted by position (as DELETE deletes them) and written again, with their new values,
+    as new data files in the table's current partition spec and sort order; on v3 each keeps
+    its `_row_id` (its `_last_updated_sequence_number` becomes the commit's)."""
+    from mor.api import resolve_catalog
+    from mor.planner.sql import one_statement
+
+    started = time.perf_counter()
+    note = progress or (lambda text: None)
+    stmt = one_statement(sql) if isinstance(sql, str) else sql
+    target, where_at = _target(stmt)
+    catalog = resolve_catalog(catalog, warehouse)
+    target, branch = _branch_of(target, branch, catalog)
+    name = _table_name(target)
+    why = "UPDATE writes position deletes (v2) or deletion vectors (v3) and data files"
+    try:
+        read = read_head(catalog, warehouse, name, branch, why, empty="nothing to update")
+    except MorError as e:
+        if "has no snapshot yet" not in str(e):
+            raise
+        return RowWriteReport("UPDATE", name, branch, None, dry_run)
+    md = read.table.metadata
+    schema = read.table.schema()
+    _updatable(schema, name)
+    columns = _updated_columns(stmt.tree, schema, md.format_version)
+    isolation = _isolation(md.properties, name, UPDATE_ISOLATION)
+    report = RowWriteReport("UPDATE", name, branch, read.head.snapshot_id, dry_run, isolation)
+    report.vectors = md.format_version == 3
+    note(f"finding the rows to update in {name} at snapshot {read.head.snapshot_id}")
+    rows, may = _matched_rows(stmt, target, where_at, read, spark, columns)
+    found = _positions_of_rows(rows)
+    for p in found:
+        if p not in read.data:
+            raise InternalError(f"{name}: rows to update in {p}, which is no live data file")
+    report.rows = rows.num_rows
+    report.data_files = len(found)
+    if dry_run:
+        report.written = [FileOut("", len(v), 0, p) for p, v in sorted(found.items())]
+    elif found:
+        note(f"writing {rows.num_rows} updated rows")
+        new = _write_rows(read, rows.drop_columns(["_file", "_pos"]))
+        try:
+            _write_and_commit(read, report, found, may, note, new)
+        except BaseException as e:
+            if report.snapshot is None:
+                undo_written(read.table.io, [f.file_path for f in new], e)
+            raise
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _updatable(schema: Any, name: str) -> None:
+    """Refuse, by column, a type UPDATE does not write back yet."""
+    from pyiceberg.types import DecimalType, ListType, MapType, StructType
+
+    plain = {
+        "boolean", "int", "long", "float", "double", "date", "timestamp", "timestamptz",
+        "string", "binary",
+    }  # fmt: skip
+
+    def check(path: str, t: Any) -> None:
+        if isinstance(t, StructType):
+            for f in t.fields:
+                check(f"{path}.{f.name}", f.field_type)
+        elif isinstance(t, (ListType, MapType)) or not (
+            isinstance(t, DecimalType) or str(t) in plain
+        ):
+            raise UnsupportedError(
+                f"{name}: column {path} is of type {t}, which UPDATE does not write yet"
+            )
+
+    for f in schema.fields:
+        check(f.name, f.field_type)
+
+
+def _updated_columns(tree: exp.Update, schema: Any, version: int) -> str:
+    """The rows query's columns for an UPDATE: every column of the table in order, those it
+    sets as their new value cast to the column's type (and, as `_mor_set_<i>`, the value as
+    the statement computes it: its type is checked before anything is written), then
+    `_file`, `_pos` and on v3 `_row_id`."""
+    from sqlglot import exp
+
+    from mor.physical.scan.types import spark_type
+    from mor.planner.errors import ColumnNotFoundError
+
+    by_name = {f.name.lower(): f for f in schema.fields}
+    sets: dict[str, tuple[int, str]] = {}
+    for i, e in enumerate(tree.expressions):
+        if not isinstance(e, exp.EQ) or not isinstance(e.this, exp.Column):
+            raise UnsupportedError(f"UPDATE ... SET {e.sql(dialect='spark')}: needs column = value")
+        field = by_name.get(e.this.name.lower())
+        if field is None:
+            raise ColumnNotFoundError(
+                f"UPDATE ... SET {e.this.sql(dialect='spark')}: no such column; the columns "
+                f"are {', '.join(f.name for f in schema.fields)}"
+            )
+        if field.name in sets:
+            raise UnsupportedError(f"UPDATE ... SET {field.name} twice")
+        sets[field.name] = (i, e.expression.sql(dialect="spark"))
+    out = []
+    for f in schema.fields:
+        quoted = "`" + f.name.replace("`", "``") + "`"
+        if f.name in sets:
+            i, value = sets[f.name]
+            kind = spark_type(f.field_type.model_dump_json(), f.name).simpleString()
+            out.append(f"CAST(({value}) AS {kind}) AS {quoted}, ({value}) AS _mor_set_{i}")
+        else:
+            out.append(quoted)
+    out += ["_file", "_pos"] + (["_row_id"] if version >= 3 else [])
+    return ", ".join(out)
+
+
+def _matched_rows(
+    stmt: Statement,
+    target: exp.Table,
+    where_at: int | None,
+    read: HeadRead,
+    spark: SparkArg,
+    columns: str,
+) -> tuple[pa.Table, Callable[[Any], bool] | None]:
+    """The rows an UPDATE changes, with their new values, `_file` and `_pos` (and `_row_id`),
+    collected as Arrow; and the conflict detection filter of the condition."""
+    import pyarrow as pa
+
+    from mor.api import mor_errors
+    from mor.execution import QueryExecution
+    from mor.planner.scan_planning import may_hold
+
+    text, where_col = _rows_query(stmt, target, where_at, read.head.snapshot_id, columns)
+    run = QueryExecution(text, catalog=read.catalog, cache=read.cache, spark=None)
+    with _positions_of(stmt, where_at, where_col):
+        bound = [n for n in run.planned.logical.walk() if _is_target(n)]
+        branches = [n for n in run.plan.walk() if _is_target(n)]
+        run.use(session_of(spark))
+        df = run.dataframe
+    _check_set_types(df, stmt)
+    df = df.drop(*[c for c in df.columns if c.startswith("_mor_set_")])
+    tables = []
+    if any(n.files is None or n.files.data for n in branches):
+        with mor_errors(df):
+            got = df.mapInArrow(_as_ipc, "ipc binary").collect()
+        tables = [pa.ipc.open_stream(r["ipc"]).read_all() for r in got]
+    may = may_hold(_source(read), read.table.schema(), bound[0]) if len(bound) == 1 else None
+    rows = pa.concat_tables(tables) if tables else pa.table({"_file": pa.array([], pa.string())})
+    return rows, may
+
+
+def _as_ipc(batches: Any) -> Any:
+    """In Spark's tasks: each Arrow batch as one Arrow IPC stream (the driver gets the rows'
+    values as Arrow holds them, not as Python objects)."""
+    import pyarrow as pa
+
+    for b in batches:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, b.schema) as w:
+            w.write_batch(b)
+        yield pa.RecordBatch.from_arrays([pa.array([sink.getvalue().to_pybytes()])], ["ipc"])
+
+
+def _check_set_types(df: Any, stmt: Statement) -> None:
+    """Each SET value's Spark type is the column's or widens to it; else one line asking for
+    a CAST in the statement."""
+    fields = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+    tree = stmt.tree
+    for i, e in enumerate(tree.expressions):
+        got = fields.get(f"_mor_set_{i}")
+        column = next(
+            (n for n in fields if n.lower() == e.this.name.lower() and not n.startswith("_")),
+            e.this.name,
+        )
+        want = fields.get(column)
+        if got is None or want is None or got in (want, "void"):
+            continue
+        if got in _WIDENS.get(want, ()) or (
+            want.startswith("decimal") and got in ("tinyint", "smallint", "int", "bigint")
+        ):
+            continue
+        raise UnsupportedError(
+            f"UPDATE ... SET {e.sql(dialect='spark')}: the value is {got}, the column {want}; "
+            f"write CAST(... AS {want}) in the statement"
+        )
+
+
+def _positions_of_rows(rows: pa.Table) -> dict[str, pa.Array]:
+    """The matched rows' positions (sorted int64) by data file."""
+    import pyarrow as pa
+
+    if not rows.num_rows:
+        return {}
+    by_file: dict[str, list[int]] = {}
+    for path, at in zip(rows.column("_file").to_pylist(), rows.column("_pos").to_pylist()):
+        by_file.setdefault(path, []).append(at)
+    return {p: pa.array(sorted(v), pa.int64()) for p, v in by_file.items()}
+
+
+def _write_rows(read: HeadRead, rows: pa.Table) -> list[Any]:
+    """The updated rows as new Parquet data files of the table's current partition spec,
+    each partition's rows in the table's sort order (its identity fields), under
+    `<location>/data/mor-<uuid>-<n>.parquet`, with their manifest records (metrics from the
+    footer). On v3 the files carry `_row_id`, each row's own."""
+    import uuid
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    from mor.planner.nodes import LINEAGE_COLUMNS
+    from mor.writer.files import data_file_of
+
+    tbl = read.table
+    md = tbl.metadata
+    schema = tbl.schema()
+    arrow = schema_to_pyarrow(schema)
+    try:
+        data = rows.select([f.name for f in schema.fields]).cast(arrow)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
+        raise UnsupportedError(f"{read.name}: the updated rows do not fit its schema: {e}") from e
+    if md.format_version >= 3:
+        ids = rows.column("_row_id").cast(pa.int64())
+        field = pa.field(
+            "_row_id", pa.int64(), metadata={b"PARQUET:field_id": str(LINEAGE_COLUMNS["_row_id"])}
+        )
+        data = data.append_column(field, ids)
+    spec = md.spec()
+    parts = [(None, data)] if spec.is_unpartitioned() else _partitions(spec, schema, data)
+    order = [
+        schema.find_column_name(f.source_id)
+        for f in md.sort_order_by_id(md.default_sort_order_id).fields
+        if str(f.transform) == "identity"
+    ] if md.sort_order_by_id(md.default_sort_order_id) else []  # fmt: skip
+    codec = md.properties.get("write.parquet.compression-codec", "zstd")
+    written: list[Any] = []
+    stem = f"{md.location.rstrip('/')}/data/mor-{uuid.uuid4()}"
+    try:
+        for n, (partition, part) in enumerate(parts):
+            if order:
+                part = part.sort_by([(c, "ascending") for c in order])
+            path = f"{stem}-{n}.parquet"
+            written.append(path)
+            with tbl.io.new_output(path).create(overwrite=False) as out:
+                pq.write_table(part, out, compression=codec)
+            values = () if partition is None else partition
+            written[-1] = data_file_of(tbl, path, values, md.default_spec_id, schema)
+    except BaseException as e:
+        undo_written(tbl.io, [w if isinstance(w, str) else w.file_path for w in written], e)
+        raise
+    return written
+
+
+def _partitions(spec: Any, schema: Any, data: pa.Table) -> list[tuple[Any, pa.Table]]:
+    """The rows of `data` grouped by their partition in `spec`: each row's values through
+    pyiceberg's own transforms (their Python form: pyiceberg's Arrow form of bucket and
+    truncate needs the optional pyiceberg-core), dates and timestamps as the spec's days and
+    microseconds."""
+    import pyarrow as pa
+    from pyiceberg.typedef import Record
+    from pyiceberg.types import DateType, TimestampType, TimestamptzType
+
+    columns = []
+    for f in spec.fields:
+        source = schema.find_field(f.source_id)
+        values = data.column(schema.find_column_name(f.source_id))
+        if isinstance(source.field_type, DateType):
+            values = values.cast(pa.int32())
+        elif isinstance(source.field_type, (TimestampType, TimestamptzType)):
+            values = values.cast(pa.timestamp("us", tz=values.type.tz)).cast(pa.int64())
+        fn = f.transform.transform(source.field_type)
+        columns.append([fn(v) for v in values.to_pylist()])
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for row, key in enumerate(zip(*columns)):
+        groups.setdefault(key, []).append(row)
+    return [(Record(*key), data.take(pa.array(rows))) for key, rows in groups.items()]

@@ -69,7 +69,12 @@ BAD_QUERIES = [
         1,
         ["DATATYPE_MISMATCH", "line 2, column 24"],
     ),
-    ("UPDATE demo.orders SET qty = 1", 1, ["UPDATE", "not supported"]),
+    (
+        "MERGE INTO demo.orders t USING demo.orders s ON t.order_id = s.order_id "
+        "WHEN MATCHED THEN DELETE",
+        1,
+        ["MERGE", "not supported"],
+    ),
     ("INSERT INTO demo.orders VALUES (1, 'EU', 'x', 2)", 1, ["INSERT", "not supported"]),
     ("DROP TABLE demo.orders", 1, ["DROP", "not supported"]),
     ("-- nothing here\n;", 1, ["empty statement"]),

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_not_a_query_is_refused(catalog: object) -> None:
-    for sql in ("INSERT INTO ns.t VALUES (1)", "UPDATE ns.t SET id = 2", "DROP TABLE ns.t"):
+    merge = "MERGE INTO ns.t USING ns.s ON ns.t.id = ns.s.id WHEN MATCHED THEN DELETE"
+    for sql in ("INSERT INTO ns.t VALUES (1)", merge, "DROP TABLE ns.t"):
         with pytest.raises(NotAQueryError, match="not supported: mor runs queries"):
             explain(sql, catalog=catalog)
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Operation, Snapshot
+from pyiceberg.table.snapshots import Snapshot
 
 from mor.planner.errors import MorError
 from mor.planner.manifests import ADDED, DELETED, read_manifest, read_manifest_list
@@ -87,7 +87,7 @@ def _conflict(status: int, seq: int | None, f: Any, change: Change) -> str:
         return ""
     may = change.conflict_filter
     if f.content == DataFileContent.DATA:
-        if change.operation == Operation.DELETE and change.isolation == "serializable":
+        if change.row_level and change.isolation == "serializable":
             if may is None or may(f):
                 return (
                     f"added data file {f.file_path}, which may hold rows this statement's "
@@ -110,10 +110,10 @@ def _conflict(status: int, seq: int | None, f: Any, change: Change) -> str:
             return f"added position deletes {f.file_path} to a data file this operation rewrites"
     if (
         f.content == DataFileContent.EQUALITY_DELETES
-        and change.operation == Operation.DELETE
+        and change.row_level
         and (may is None or may(f))
     ):
-        return f"added equality deletes {f.file_path}, which may delete rows this statement deletes"
+        return f"added equality deletes {f.file_path}, which may delete rows this statement changes"
     return ""
 
 

@@ -97,6 +97,7 @@ class Change:
     # matches (None: any file may), and the table's isolation level for it
     conflict_filter: Callable[[Any], bool] | None = None
     isolation: str = "serializable"
+    row_level: bool = False  # a DELETE or UPDATE: its conflicts are a row-level write's
 
     def __post_init__(self) -> None:
         if self.operation == Operation.REPLACE and self.added_data and self.data_seq is None:

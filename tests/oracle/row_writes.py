@@ -1,4 +1,4 @@
-"""DELETE committed by mor against the same DELETE committed by Iceberg's own Spark writer.
+"""DELETE and UPDATE by mor against the same statements by Iceberg's own Spark writer.
 
     .venv/bin/python -m tests.oracle.row_writes --seeds 1,2,3 --version 2,3,2->3 --statements 6
 
@@ -7,8 +7,9 @@ through RowDelta, Spark's DELETE/UPDATE/MERGE, compactions, schema and partition
 partition-scoped position delete files, v2, v3 and v2 upgraded to v3). Each history's head is
 registered twice in a JDBC catalog on PostgreSQL (tests/pgcatalog.py) that Iceberg's Spark
 catalog and pyiceberg's SqlCatalog share: `<h>_mor` and `<h>_ice`, one table's files and
-metadata, two branches of its life from there. Then random DELETE statements (the histories'
-own conditions, NULLs included, keys scattered over the files, and a subquery over the table)
+metadata, two branches of its life from there. Then random DELETE and UPDATE statements (the
+histories' own conditions, NULLs included, keys scattered over the files, a subquery over the
+table; UPDATEs of a column and UPDATEs moving rows to other partitions, identity and bucket)
 run on both: through mor (`mor.dml.delete_rows`, pyiceberg's catalog, no Iceberg class
 involved) on `_mor`, through Iceberg's Spark SQL DELETE (merge-on-read mode) on `_ice`. After
 each:
@@ -19,6 +20,7 @@ each:
   tables' later sequence numbers differ); mor reads `_mor` the same; pyiceberg too where it can
   (v2, no equality delete);
 - mor's count of deleted rows is what left Iceberg's copy;
+- on v3, each updated row keeps its `_row_id` as Iceberg's writer keeps it;
 - Iceberg's metadata tables parse mor's snapshot (`snapshots`: a `delete`, `entries`,
   `position_deletes`: Iceberg reads mor's delete files and vectors);
 - every second statement, a Java commit lands between mor's read and its commit, on `_mor`
@@ -104,7 +106,7 @@ def _run(
     from pyiceberg.catalog import load_catalog
 
     from mor import mor_sql
-    from mor.dml import delete_rows
+    from mor.dml import run_row_write
     from mor.writer.conflicts import ConflictError
     from tests.oracle.histories import Writer
 
@@ -165,6 +167,16 @@ def _run(
             else:  # the histories' own conditions (NULLs, strings, doubles, renamed columns)
                 pred = w._pred()
             java_pred = pred.replace(f"FROM {ours} ", f"FROM {j_theirs} ")
+            # DELETE, UPDATE of a column, UPDATE moving rows to other partitions (identity
+            # on p, bucket on id) and keys
+            kind = ("delete", "update", "delete", "delete", "move", "update")[i % 6]
+            template = {
+                "delete": "DELETE FROM <t> WHERE <p>",
+                "update": "UPDATE <t> SET amt = amt + 1000 WHERE <p>",
+                "move": f"UPDATE <t> SET p = concat(p, 'x'), {key} = {key} + 100000 WHERE <p>",
+            }[kind]
+            mine = template.replace("<t>", ours).replace("<p>", pred)
+            theirs_sql = template.replace("<t>", j_theirs).replace("<p>", java_pred)
             landed: list[str] = []
 
             def land(attempt: int, i: int = i) -> None:
@@ -186,9 +198,7 @@ def _run(
             stopped = False
             try:
                 with landing(land):
-                    report = delete_rows(
-                        f"DELETE FROM {ours} WHERE {pred}", catalog=cat, spark=spark
-                    )
+                    report = run_row_write(mine, catalog=cat, spark=spark)
             except ConflictError as e:
                 stopped = True
                 counts["stopped by a Java commit landing meanwhile"] += 1
@@ -198,14 +208,17 @@ def _run(
                 counts[f"a Java {statement.split()[0]} landed meanwhile"] += 1
             if not stopped:
                 mid = count(j_theirs)
-                spark.sql(f"DELETE FROM {j_theirs} WHERE {java_pred}")
+                spark.sql(theirs_sql)
                 gone = mid - count(j_theirs)
                 n += 1
-                if report.rows != gone:
+                if kind == "delete" and report.rows != gone:
                     diffs.append(
                         f"seed {seed} `{pred}`: mor deleted {report.rows} rows, Iceberg {gone}"
                     )
+                if kind != "delete" and gone:
+                    diffs.append(f"seed {seed} `{mine}`: Iceberg's UPDATE changed the count")
                 deleted += report.rows
+                counts[f"{kind} statements"] += 1
                 counts[
                     "statements committed" if report.snapshot else "statements matching nothing"
                 ] += 1
@@ -216,7 +229,7 @@ def _run(
                         f"SELECT operation FROM {j_ours}.snapshots ORDER BY committed_at"
                     ).collect()
                     n += 1
-                    if ops[-1][0] != "delete":
+                    if ops[-1][0] != ("delete" if kind == "delete" else "overwrite"):
                         diffs.append(f"seed {seed}: Iceberg reads mor's operation as {ops[-1][0]}")
                     spark.sql(f"SELECT * FROM {j_ours}.entries").collect()
                     spark.sql(f"SELECT * FROM {j_ours}.position_deletes").collect()
@@ -251,7 +264,7 @@ def _run(
         counts[f"histories v{'3' if v3 else '2'}"] += 1
         lines.append(
             f"  seed {seed}: {h.layout}, v{3 if v3 else 2}, {len(h.snapshots)} Java snapshots, "
-            f"{deleted} rows deleted by mor"
+            f"{deleted} rows deleted or updated by mor"
         )
 
     print(f"row-writes harness, {len(seeds)} Java histories, {time.monotonic() - started:.0f}s:")
