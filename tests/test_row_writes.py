@@ -191,8 +191,9 @@ ASSIGNMENTS: list[tuple[str, Callable[[Row], tuple[Any, Any]]]] = [
 ]
 
 
-# on 4.1 in `make soak` (CI's time): Spark 4 holds it in CI through Connect
-@soak_in("4.1")
+# on 4.1 and Connect in `make soak` (CI's time): 3.5 holds it in CI, and Spark 4 the UPDATE
+# path through test_v3_updated_rows_keep_their_row_ids and the DELETE property
+@soak_in("4.1", "connect")
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     partitioned=st.booleans(),

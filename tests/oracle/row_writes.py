@@ -24,9 +24,9 @@ each:
 - Iceberg's metadata tables parse mor's snapshot (`snapshots`: a `delete`, `entries`,
   `position_deletes`: Iceberg reads mor's delete files and vectors);
 - every second statement, a Java commit lands between mor's read and its commit, on `_mor`
-  (an INSERT of a row the condition may match: serializable isolation stops mor, or a DELETE
-  of rows of the same files: stopped, or elsewhere: rebased over); the copy gets the Java
-  commit, then Iceberg's DELETE only when mor's committed;
+  (an INSERT of a row beyond the condition's range of keys: rebased over, as its metrics show
+  no row can match; or a DELETE of the statement's own rows: stopped, its files having new
+  deletes); the copy gets the Java commit, then Iceberg's statement only when mor's committed;
 - every third statement, Iceberg's writer commits the next DELETE on top of mor's snapshot
   (on both tables), and both read the same again.
 
@@ -162,14 +162,16 @@ def _run(
         for i in range(args.statements):
             if i % 4 == 3:  # a subquery over the table itself
                 pred = f"{key} IN (SELECT {key} FROM {ours} WHERE {key} % 3 = {i % 3})"
-            elif i % 4 == 1:  # keys scattered over the files
+            elif i % 4 == 1:  # a range of keys: a Java INSERT of a key beyond it is rebased over
+                pred = f"{key} < {w.rng.randint(5, 40)}"
+            elif i % 6 == 2:  # keys scattered over the files
                 pred = f"{key} % {w.rng.randint(2, 4)} = {w.rng.randint(0, 1)}"
             else:  # the histories' own conditions (NULLs, strings, doubles, renamed columns)
                 pred = w._pred()
             java_pred = pred.replace(f"FROM {ours} ", f"FROM {j_theirs} ")
             # DELETE, UPDATE of a column, UPDATE moving rows to other partitions (identity
             # on p, bucket on id) and keys
-            kind = ("delete", "update", "delete", "delete", "move", "update")[i % 6]
+            kind = ("delete", "update", "move", "delete")[i % 4]
             template = {
                 "delete": "DELETE FROM <t> WHERE <p>",
                 "update": "UPDATE <t> SET amt = amt + 1000 WHERE <p>",
@@ -182,17 +184,17 @@ def _run(
             def land(attempt: int, i: int = i) -> None:
                 if attempt != 1 or i % 2 == 0:
                     return
-                if i % 4 == 1:  # a row any condition may match (NULLs but its key)
+                if i % 4 == 1:  # a row beyond the condition's range (NULLs but its key)
                     values = ", ".join(
                         f"{10**6 + i}"
                         if f.name == key
                         else f"CAST(NULL AS {f.dataType.simpleString()})"
                         for f in fields
                     )
-                    landed.append(f"INSERT INTO {{t}} VALUES ({values})")
-                else:
-                    landed.append(f"DELETE FROM {{t}} WHERE {key} % 7 = {i % 7}")
-                spark.sql(landed[-1].format(t=j_ours))
+                    landed.append(f"INSERT INTO <t> VALUES ({values})")
+                else:  # the statement's own rows deleted first: its files get new deletes
+                    landed.append(f"DELETE FROM <t> WHERE {pred}")
+                spark.sql(_on(landed[-1], ours, j_ours))
 
             before = count(j_theirs)
             stopped = False
@@ -204,7 +206,7 @@ def _run(
                 counts["stopped by a Java commit landing meanwhile"] += 1
                 lines.append(f"  seed {seed} statement {i}: stopped: {str(e)[:120]}")
             for statement in landed:
-                spark.sql(statement.format(t=j_theirs))
+                spark.sql(_on(statement, ours, j_theirs))
                 counts[f"a Java {statement.split()[0]} landed meanwhile"] += 1
             if not stopped:
                 mid = count(j_theirs)
@@ -276,6 +278,11 @@ def _run(
         print(f"DIFFERENCE {d}")
     print(f"row writes: {n} comparisons, {len(diffs)} differences")
     return 1 if diffs else 0
+
+
+def _on(statement: str, ours: str, table: str) -> str:
+    """A landed statement on `table`: `<t>` and the subqueries over mor's table name it."""
+    return statement.replace("<t>", table).replace(f"FROM {ours} ", f"FROM {table} ")
 
 
 if __name__ == "__main__":
