@@ -1,4 +1,4 @@
-"""mor's DELETE against Iceberg's own merge-on-read DELETE, on the same table, in one run.
+"""mor's DELETE and UPDATE against Iceberg's own merge-on-read ones, on one table, in one run.
 
     .venv/bin/python -m bench.row_writes --rows 6000000 --reps 3
     .venv/spark41/bin/python -m bench.row_writes --version 3
@@ -13,10 +13,13 @@ by `rollback_to_snapshot` to the snapshot read:
 - `spread`: 1% of the rows, every data file touched (`id % 100 = 7`: keys scattered, as a
   GDPR purge);
 - `range`: 1% of the rows, one contiguous range of ids (one data file touched);
-- `none`: a condition no row matches (what a statement costs with nothing to write).
+- `none`: a condition no row matches (what a statement costs with nothing to write);
+- `update`: an UPDATE of two columns of 1% of the rows, every data file touched;
+- `update_range`: an UPDATE of one column of 1% of the rows, one contiguous range of ids.
 
-Iceberg: `spark.sql("DELETE FROM lake.b.t WHERE ...")` (merge-on-read: position delete files
-on v2, deletion vectors on v3). mor: `mor.dml.delete_rows`, first with its process caches
+Iceberg: `spark.sql("DELETE FROM lake.b.t WHERE ...")` / `UPDATE` (merge-on-read: position
+delete files on v2, deletion vectors on v3, and the updated rows as new data files). mor:
+`mor.dml.run_row_write`, first with its process caches
 cleared ("first": what a new `mor run` pays, the JVM warm) and then repeated. Before any time
 is printed, the rows each peer's commit leaves must be equal, read by Iceberg's reader (count
 and two sums of a 64-bit hash of every column). Prints the medians and the ratio mor /
@@ -34,9 +37,11 @@ from pathlib import Path
 from typing import Any
 
 STATEMENTS = {
-    "spread": "id % 100 = 7",
-    "range": "id >= {lo} AND id < {hi}",
-    "none": "id < 0",
+    "spread": "DELETE FROM <t> WHERE id % 100 = 7",
+    "range": "DELETE FROM <t> WHERE id >= <lo> AND id < <hi>",
+    "none": "DELETE FROM <t> WHERE id < 0",
+    "update": "UPDATE <t> SET v = v + 1, grp = concat(grp, '!') WHERE id % 100 = 7",
+    "update_range": "UPDATE <t> SET v = v + 1 WHERE id >= <lo> AND id < <hi>",
 }
 
 # decimal sums: a sum of 64-bit hashes overflows a bigint, an error under Spark 4's ANSI mode
@@ -60,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.harness import clear_caches
     from bench.tables import build
-    from mor.dml import delete_rows
+    from mor.dml import run_row_write
     from tests.oracle.runtime import iceberg_session
     from tests.pgcatalog import CATALOG, Postgres
 
@@ -86,7 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         java = f"{CATALOG}.b.t"
         base = cat.load_table("b.t").current_snapshot().snapshot_id
         lo = args.rows // 2
-        conds = {k: STATEMENTS[k].format(lo=lo, hi=lo + args.rows // 100) for k in args.statements}
+        hi = lo + args.rows // 100
+        conds = {
+            k: STATEMENTS[k].replace("<lo>", str(lo)).replace("<hi>", str(hi))
+            for k in args.statements
+        }
 
         def fingerprint() -> tuple:
             spark.sql(f"REFRESH TABLE {java}")
@@ -97,11 +106,11 @@ def main(argv: list[str] | None = None) -> int:
             spark.sql(f"REFRESH TABLE {java}")
 
         print(
-            f"DELETE on {args.rows:,} rows, 8 files, pos 1%, eq {args.eq:.0%}, "
+            f"DELETE and UPDATE on {args.rows:,} rows, 8 files, pos 1%, eq {args.eq:.0%}, "
             f"v{args.version}, reps {args.reps} (medians, s)"
         )
         print(
-            f"  {'statement':<8} {'rows':>8} {'Iceberg':>8} {'mor first':>10} {'mor again':>10}"
+            f"  {'statement':<12} {'rows':>8} {'Iceberg':>8} {'mor first':>10} {'mor again':>10}"
             f" {'first/Ice':>10} {'again/Ice':>10}"
         )
         for name, cond in conds.items():
@@ -110,17 +119,15 @@ def main(argv: list[str] | None = None) -> int:
             deleted = 0
 
             def iceberg(cond: str = cond) -> None:
-                spark.sql(f"DELETE FROM {java} WHERE {cond}")
+                spark.sql(cond.replace("<t>", java))
 
             def first(cond: str = cond) -> None:
                 nonlocal deleted
                 clear_caches()
-                deleted = delete_rows(
-                    f"DELETE FROM b.t WHERE {cond}", catalog=cat, spark=spark
-                ).rows
+                deleted = run_row_write(cond.replace("<t>", "b.t"), catalog=cat, spark=spark).rows
 
             def again(cond: str = cond) -> None:
-                delete_rows(f"DELETE FROM b.t WHERE {cond}", catalog=cat, spark=spark)
+                run_row_write(cond.replace("<t>", "b.t"), catalog=cat, spark=spark)
 
             for r in range(args.reps + 1):  # the first round warms all up, untimed
                 order = [("Iceberg", iceberg), ("first", first), ("again", again)]
@@ -140,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                     rollback()
             m = {k: statistics.median(v) for k, v in times.items()}
             print(
-                f"  {name:<8} {deleted:>8,} {m['Iceberg']:>8.2f} {m['first']:>10.2f} "
+                f"  {name:<12} {deleted:>8,} {m['Iceberg']:>8.2f} {m['first']:>10.2f} "
                 f"{m['again']:>10.2f} {m['first'] / m['Iceberg']:>10.2f} "
                 f"{m['again'] / m['Iceberg']:>10.2f}"
             )
