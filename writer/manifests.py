@@ -241,10 +241,11 @@ def manifest_list(
     snapshot_id: int,
     seq: int,
     written: list[str],
+    prefix: str = "mor",
 ) -> str:
     path = (
         f"{table.metadata.location.rstrip('/')}/metadata/"
-        f"snap-{snapshot_id}-{len(written)}-mor-{uuid.uuid4()}.avro"
+        f"snap-{snapshot_id}-{len(written)}-{prefix}-{uuid.uuid4()}.avro"
     )
     written.append(path)
     with write_manifest_list(
@@ -424,6 +425,7 @@ def v3_manifest_list(
     snapshot_id: int,
     seq: int,
     written: list[str],
+    prefix: str = "mor",
 ) -> tuple[str, dict[str, int]]:
     """The v3 manifest list of the new snapshot over `head` (see the module's docstring),
     and the snapshot's row-lineage fields."""
@@ -451,7 +453,7 @@ def v3_manifest_list(
             next_row += (r["existing_rows_count"] or 0) + (r["added_rows_count"] or 0)
     path = (
         f"{table.metadata.location.rstrip('/')}/metadata/"
-        f"snap-{snapshot_id}-{len(written)}-mor-{uuid.uuid4()}.avro"
+        f"snap-{snapshot_id}-{len(written)}-{prefix}-{uuid.uuid4()}.avro"
     )
     written.append(path)
     meta = {

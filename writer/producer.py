@@ -132,7 +132,7 @@ class SnapshotProducer:
         self.identifier = identifier
         self.branch = branch
         self.retries = retries
-        self.prefix = prefix  # of the names of the manifests it adds
+        self.prefix = prefix  # in the names of the manifests and manifest lists it writes
 
     def _attempting(self, attempt: int) -> None:
         """Called right before each attempt asks the catalog (tests land a concurrent commit
@@ -232,12 +232,12 @@ class SnapshotProducer:
         try:
             if table.metadata.format_version == 3:
                 listing, lineage = manifests.v3_manifest_list(
-                    table, head, change, ours, snapshot_id, seq, written
+                    table, head, change, ours, snapshot_id, seq, written, self.prefix
                 )
             else:
                 carried = manifests.rewritten_manifests(table, head, change, snapshot_id, written)
                 listing = manifests.manifest_list(
-                    table, head, carried + ours, snapshot_id, seq, written
+                    table, head, carried + ours, snapshot_id, seq, written, self.prefix
                 )
         except manifests.StaleChange as e:
             raise ConflictError(str(e)) from e
