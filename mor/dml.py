@@ -174,22 +174,19 @@ def delete_rows(
     """Run `DELETE FROM <table> [WHERE <condition>]` (Spark SQL) as one merge-on-read commit
     on `branch` of the table in `catalog`. `spark`: a session, or a function making one (the
     rows to delete are found by Spark). `progress(text)`: called at each phase."""
-    from mor.api import resolve_catalog
     from mor.planner.sql import one_statement
 
     started = time.perf_counter()
     note = progress or (lambda text: None)
     stmt = one_statement(sql) if isinstance(sql, str) else sql
-    target, where_at = _target(stmt)
-    catalog = resolve_catalog(catalog, warehouse)
-    target, branch = _branch_of(target, branch, catalog)
-    name = _table_name(target)
-    why = "DELETE writes position delete files (v2) or deletion vectors (v3)"
-    try:
-        read = read_head(catalog, warehouse, name, branch, why, empty="nothing to delete")
-    except MorError as e:
-        if "has no snapshot yet" not in str(e):
-            raise
+    target, where_at, name, branch, read = _head_of(
+        stmt,
+        catalog,
+        warehouse,
+        branch,
+        "DELETE writes position delete files (v2) or deletion vectors (v3)",
+    )
+    if read is None:  # a table without a snapshot: nothing to change
         return RowWriteReport("DELETE", name, branch, None, dry_run)
     isolation = _isolation(read.table.metadata.properties, name)
     report = RowWriteReport("DELETE", name, branch, read.head.snapshot_id, dry_run, isolation)
@@ -207,6 +204,27 @@ def delete_rows(
         _write_and_commit(read, report, found, may, note)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _head_of(
+    stmt: Statement, catalog: Catalog | str | None, warehouse: str | None, branch: str, why: str
+) -> tuple[exp.Table, int | None, str, str, HeadRead | None]:
+    """What DELETE and UPDATE read first: the statement's table (its branch named either
+    way), where its WHERE starts, and the head of the branch (None: the table has no
+    snapshot yet)."""
+    from mor.api import resolve_catalog
+
+    target, where_at = _target(stmt)
+    cat = resolve_catalog(catalog, warehouse)
+    target, branch = _branch_of(target, branch, cat)
+    name = _table_name(target)
+    try:
+        read = read_head(cat, warehouse, name, branch, why, empty="nothing to change")
+    except MorError as e:
+        if "has no snapshot yet" not in str(e):
+            raise
+        return target, where_at, name, branch, None
+    return target, where_at, name, branch, read
 
 
 def _target(stmt: Statement) -> tuple[exp.Table, int | None]:
@@ -515,22 +533,19 @@ def update_rows(
     are deleted by position (as DELETE deletes them) and written again, with their new values,
     as new data files in the table's current partition spec and sort order; on v3 each keeps
     its `_row_id` (its `_last_updated_sequence_number` becomes the commit's)."""
-    from mor.api import resolve_catalog
     from mor.planner.sql import one_statement
 
     started = time.perf_counter()
     note = progress or (lambda text: None)
     stmt = one_statement(sql) if isinstance(sql, str) else sql
-    target, where_at = _target(stmt)
-    catalog = resolve_catalog(catalog, warehouse)
-    target, branch = _branch_of(target, branch, catalog)
-    name = _table_name(target)
-    why = "UPDATE writes position deletes (v2) or deletion vectors (v3) and data files"
-    try:
-        read = read_head(catalog, warehouse, name, branch, why, empty="nothing to update")
-    except MorError as e:
-        if "has no snapshot yet" not in str(e):
-            raise
+    target, where_at, name, branch, read = _head_of(
+        stmt,
+        catalog,
+        warehouse,
+        branch,
+        "UPDATE writes position deletes (v2) or deletion vectors (v3) and data files",
+    )
+    if read is None:  # a table without a snapshot: nothing to change
         return RowWriteReport("UPDATE", name, branch, None, dry_run)
     md = read.table.metadata
     schema = read.table.schema()
