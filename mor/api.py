@@ -259,10 +259,12 @@ def mor_sql(
     naming it, with its line and column in `sql`. `settings`: tuning settings for this call,
     e.g. `{"position_bitmap_bytes": 0}`, over the environment's (docs/configuration.md).
 
-    `DELETE FROM t [WHERE ...]` and `UPDATE t SET ... [WHERE ...]` run at once, each as one
-    merge-on-read commit on the table's main branch (`ns.t.branch_<name>`: that branch;
-    mor/dml.py), and return a one-row DataFrame: `num_affected_rows` and the `snapshot_id`
-    committed (NULL when no row matched)."""
+    `DELETE FROM t [WHERE ...]`, `UPDATE t SET ... [WHERE ...]` and `MERGE INTO t USING ...`
+    run at once, each as one merge-on-read commit on the table's main branch
+    (`ns.t.branch_<name>`: that branch; mor/dml.py, mor/merge.py), and return a one-row
+    DataFrame: `num_affected_rows` (a MERGE's also by kind: `num_updated_rows`,
+    `num_deleted_rows`, `num_inserted_rows`) and the `snapshot_id` committed (NULL when
+    nothing changed)."""
     from mor.dml import is_row_write
     from mor.execution import QueryExecution
 
@@ -275,6 +277,12 @@ def mor_sql(
         with applied(settings):
             session = spark if spark is not None else local_session()
             report = run_row_write(stmt, catalog=catalog, spark=session)
+        if report.statement == "MERGE":  # the counts Spark 4's and Delta's MERGE return
+            return session.createDataFrame(
+                [(report.rows, report.updated, report.deleted, report.inserted, report.snapshot)],
+                "num_affected_rows bigint, num_updated_rows bigint, num_deleted_rows bigint, "
+                "num_inserted_rows bigint, snapshot_id bigint",
+            )
         return session.createDataFrame(
             [(report.rows, report.snapshot)], "num_affected_rows bigint, snapshot_id bigint"
         )

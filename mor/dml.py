@@ -66,7 +66,7 @@ ISOLATION_LEVELS = ("serializable", "snapshot")
 class RowWriteReport:
     """What a row-level statement deleted and wrote (or would, with `dry_run`)."""
 
-    statement: str  # DELETE
+    statement: str  # DELETE, UPDATE or MERGE
     table: str
     branch: str
     base_snapshot: int | None  # the snapshot read (None: the table had none)
@@ -80,6 +80,9 @@ class RowWriteReport:
     merged: list[FileOut] = field(default_factory=list)  # v3: position delete files merged
     data_written: list[FileOut] = field(default_factory=list)  # UPDATE: the rows written again
     snapshot: int | None = None  # committed
+    updated: int = 0  # MERGE: rows updated, deleted and inserted (their sum is `rows`)
+    deleted: int = 0
+    inserted: int = 0
     attempts: int = 0
     rebased_over: list[int] = field(default_factory=list)
     seconds: float = 0.0
@@ -101,6 +104,12 @@ class RowWriteReport:
             what += ")"
         rows = f"{self.rows} rows of {self.data_files} data files"
         verb = "deleted" if self.statement == "DELETE" else "updated"
+        if self.statement == "MERGE":
+            verb = "merged"
+            rows = (
+                f"{self.rows} rows ({self.updated} updated, {self.deleted} deleted, "
+                f"{self.inserted} inserted; {self.data_files} data files changed)"
+            )
         if self.statement != "DELETE" and not self.dry_run:
             what += (
                 f" and {len(self.data_written)} data files ("
@@ -110,7 +119,7 @@ class RowWriteReport:
         if self.dry_run:
             head = (
                 f"{self.table}: dry run on snapshot {self.base_snapshot}, nothing written; "
-                f"would {verb[:-1]} {rows}, writing {what}"
+                f"would {'merge' if verb == 'merged' else verb[:-1]} {rows}, writing {what}"
             )
         elif self.snapshot is not None:
             head = (
@@ -130,7 +139,7 @@ def is_row_write(tree: exp.Expression) -> bool:
     """Whether a parsed statement is one of the row-level writes mor commits."""
     from sqlglot import exp
 
-    return isinstance(tree, (exp.Delete, exp.Update))
+    return isinstance(tree, (exp.Delete, exp.Update, exp.Merge))
 
 
 def run_row_write(
@@ -143,13 +152,21 @@ def run_row_write(
     spark: SparkArg = None,
     progress: Callable[[str], None] | None = None,
 ) -> RowWriteReport:
-    """Run a DELETE or an UPDATE statement (`delete_rows`, `update_rows`)."""
+    """Run a DELETE, an UPDATE or a MERGE statement (`delete_rows`, `update_rows`,
+    mor/merge.py's `merge_rows`)."""
     from sqlglot import exp
 
+    from mor.merge import merge_rows
     from mor.planner.sql import one_statement
 
     stmt = one_statement(sql) if isinstance(sql, str) else sql
-    run = update_rows if isinstance(stmt.tree, exp.Update) else delete_rows
+    run = (
+        update_rows
+        if isinstance(stmt.tree, exp.Update)
+        else merge_rows
+        if isinstance(stmt.tree, exp.Merge)
+        else delete_rows
+    )
     return run(
         stmt,
         catalog=catalog,
@@ -237,9 +254,13 @@ def _target(stmt: Statement) -> tuple[exp.Table, int | None]:
     from mor.planner.sql import DIALECT
 
     tree = stmt.tree
+    if isinstance(tree, exp.Merge):  # its clauses: mor/merge.py
+        return tree.this, None
     if not isinstance(tree, (exp.Delete, exp.Update)):
         kind = tree.key.upper()
-        raise NotAQueryError(f"{kind} statements are not supported: mor writes DELETE and UPDATE")
+        raise NotAQueryError(
+            f"{kind} statements are not supported: mor writes DELETE, UPDATE and MERGE"
+        )
     verb = "DELETE FROM" if isinstance(tree, exp.Delete) else "UPDATE"
     for arg, clause in (
         ("using", "USING"),
@@ -390,6 +411,11 @@ def explained(stmt: Statement, catalog: Catalog) -> tuple[Statement, str]:
 
     from mor.planner.sql import one_statement
 
+    if isinstance(stmt.tree, exp.Merge):
+        from mor.merge import explained_merge
+
+        text, head = explained_merge(stmt, catalog)
+        return one_statement(text), head
     target, where_at = _target(stmt)
     target, branch = _branch_of(target, "main", catalog)
     version = None if branch == "main" else branch
@@ -466,7 +492,14 @@ def _write_and_commit(
     change = Change(
         data=set(found),
         added_data=list(new_data or ()),
-        operation=Operation.OVERWRITE if new_data else Operation.DELETE,
+        # as Iceberg's RowDelta names it: only deletes, only new rows, or both
+        operation=(
+            Operation.OVERWRITE
+            if new_data and found
+            else Operation.APPEND
+            if new_data
+            else Operation.DELETE
+        ),
         conflict_filter=may,
         isolation=report.isolation,
         row_level=True,
@@ -688,15 +721,23 @@ def _as_ipc(batches: Any) -> Any:
 def _check_set_types(df: Any, stmt: Statement) -> None:
     """Each SET value's Spark type is the column's or widens to it; else one line asking for
     a CAST in the statement."""
-    fields = {f.name: f.dataType.simpleString() for f in df.schema.fields}
-    tree = stmt.tree
-    for i, e in enumerate(tree.expressions):
-        got = fields.get(f"_mor_set_{i}")
+    fields = {f.name for f in df.schema.fields}
+    checks = []
+    for i, e in enumerate(stmt.tree.expressions):
         column = next(
             (n for n in fields if n.lower() == e.this.name.lower() and not n.startswith("_")),
             e.this.name,
         )
-        want = fields.get(column)
+        checks.append((f"UPDATE ... SET {e.sql(dialect='spark')}", column, f"_mor_set_{i}"))
+    check_value_types(df, checks)
+
+
+def check_value_types(df: Any, checks: list[tuple[str, str, str]]) -> None:
+    """For each (what, column, value column) of `df`: the value's Spark type is the column's
+    or widens to it without loss; else one line asking for a CAST in the statement."""
+    fields = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+    for what, column, value in checks:
+        got, want = fields.get(value), fields.get(column)
         if got is None or want is None or got in (want, "void"):
             continue
         if got in _WIDENS.get(want, ()) or (
@@ -704,7 +745,7 @@ def _check_set_types(df: Any, stmt: Statement) -> None:
         ):
             continue
         raise UnsupportedError(
-            f"UPDATE ... SET {e.sql(dialect='spark')}: the value is {got}, the column {want}; "
+            f"{what}: the value is {got}, the column {want}; "
             f"write CAST(... AS {want}) in the statement"
         )
 

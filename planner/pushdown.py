@@ -2,7 +2,8 @@
 may prune its files. Spark plans the query itself; this only narrows what the scans read.
 
 Columns: a table column is read when its name appears anywhere in the statement (as any
-identifier), or every column when the statement expands a star, pivots or joins naturally. An
+identifier); every column of a table a star expands (the star's own SELECT reads it: `starred`),
+and of every table when the statement pivots or joins naturally. An
 over-approximation on purpose: a column left out would make Spark's analysis fail, one read too
 many costs only bytes, and Spark prunes it again.
 
@@ -62,10 +63,8 @@ class Analysis:
 
 
 def needed_columns(tree: exp.Expression) -> set[str] | None:
-    """Lower-case names of every identifier in the statement; None when all columns are needed."""
-    for star in tree.find_all(exp.Star):
-        if not isinstance(star.parent, exp.Count):
-            return None  # SELECT *, t.*, struct(*): every column (count(*) reads none)
+    """Lower-case names of every identifier in the statement; None when all columns are needed
+    (of every table: a star needs those of the tables it expands, `starred`)."""
     if any(True for _ in tree.find_all(exp.Pivot)):
         return None  # PIVOT groups by every column it does not name
     for j in tree.find_all(exp.Join):
@@ -74,19 +73,73 @@ def needed_columns(tree: exp.Expression) -> set[str] | None:
     return {i.name.lower() for i in tree.find_all(exp.Identifier)}
 
 
+def starred(tree: exp.Expression, tables: list[exp.Table]) -> list[bool]:
+    """Which of `tables` a star expands (`SELECT *`, `t.*`, `struct(*)`; not `count(*)`): each
+    star expands the sources of its own SELECT (those its qualifier names). A derived table or
+    CTE among them passes on only the columns its own SELECT lists (names counted by
+    `needed_columns`) or, with a star of its own, those of the tables that one expands; any
+    other source (a parenthesised join, ...) counts every table in it as expanded."""
+    hit: set[int] = set()
+    for star in tree.find_all(exp.Star):
+        if isinstance(star.parent, exp.Count):
+            continue
+        sel = star.find_ancestor(exp.Select)
+        if sel is None:
+            return [True] * len(tables)
+        qualifier = star.parent.table if isinstance(star.parent, exp.Column) else ""
+        from_ = sel.args.get("from_") or sel.args.get("from")
+        sources = [from_.this] if from_ is not None else []
+        sources += [j.this for j in sel.args.get("joins") or ()]
+        sources += list(sel.args.get("laterals") or ())
+        for src in sources:
+            if qualifier and src.alias_or_name.lower() != qualifier.lower():
+                continue
+            if isinstance(src, exp.Table):
+                hit.add(id(src))
+            elif not (
+                isinstance(src, exp.Subquery)
+                and isinstance(src.this, (exp.Select, exp.SetOperation))
+            ):
+                hit.update(id(t) for t in src.find_all(exp.Table))
+    return [id(t) in hit for t in tables]
+
+
+def _hidden(
+    tree: exp.Expression, tables: list[exp.Table], schemas: list[dict[str, str]]
+) -> list[tuple[str, ...]]:
+    """The metadata columns each table reference exposes: those a column reference names (`id
+    AS _pos` is an alias), unqualified or qualified by the reference's alias or name (`t._file`
+    is not another table's). `_partition.region` parses as column `region` of a table
+    `_partition`: any part of a reference counts, qualified by the part before it."""
+    named: set[tuple[str, str | None]] = set()
+    for c in tree.find_all(exp.Column):
+        parts = [p.name.lower() for p in c.parts]
+        for k, p in enumerate(parts):
+            if p in HIDDEN_COLUMNS:
+                named.add((p, parts[k - 1] if k else None))
+    out = []
+    for t, s in zip(tables, schemas):
+        own = (t.alias_or_name or "").lower()
+        out.append(
+            tuple(
+                h
+                for h in HIDDEN_COLUMNS
+                if h not in s and ((h, None) in named or (h, own) in named)
+            )
+        )
+    return out
+
+
 def analyze(
     tree: exp.Expression, tables: list[exp.Table], schemas: list[dict[str, str]]
 ) -> Analysis:
     """`tables`: the Iceberg table references of `tree`; `schemas`: each one's column names
     (lower case) and Spark types."""
-    cols = needed_columns(tree)
-    # metadata columns only where a column reference names them (`id AS _pos` is an alias)
-    # (`_partition.region` parses as column `region` of a table `_partition`: any part counts)
-    named = {p.name.lower() for c in tree.find_all(exp.Column) for p in c.parts}
+    every = needed_columns(tree)
     out = Analysis(
-        columns=[cols for _ in tables],
+        columns=[None if star else every for star in starred(tree, tables)],
         filters=[[] for _ in tables],
-        hidden=[tuple(h for h in HIDDEN_COLUMNS if h in named and h not in s) for s in schemas],
+        hidden=_hidden(tree, tables, schemas),
         limits=[None for _ in tables],
     )
     if not tables:

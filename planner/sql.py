@@ -146,7 +146,8 @@ def check_is_query(stmt: exp.Expression) -> None:
     if isinstance(stmt, exp.Command):
         kind = str(stmt.this).upper()
     raise NotAQueryError(
-        f"{kind} statements are not supported: mor runs queries (SELECT), DELETE and UPDATE"
+        f"{kind} statements are not supported: mor runs queries (SELECT), DELETE, UPDATE "
+        "and MERGE"
     )
 
 

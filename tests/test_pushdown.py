@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pytest
 import sqlglot
+from sqlglot import exp
 
-from mor.planner.pushdown import analyze, needed_columns, to_pred
+from mor.planner.pushdown import analyze, needed_columns, starred, to_pred
 from mor.planner.sql import iceberg_tables
 
 # the fast tier too (`make check`: tests/legs.py)
@@ -130,14 +131,39 @@ def test_filters_reach_only_where_they_cannot_drop_output_rows(
 def test_columns_are_every_identifier_or_all() -> None:
     tree = sqlglot.parse_one("SELECT count(*) FROM a.t", read="spark")
     assert needed_columns(tree) == {"a", "t"}  # count(*) needs no column
+    assert starred(tree, list(tree.find_all(exp.Table))) == [False]
     for sql in [
-        "SELECT * FROM a.t",
-        "SELECT t.* FROM a.t",
-        "SELECT to_json(struct(*)) FROM a.t",
         "SELECT * FROM a.t NATURAL JOIN a.u",
         "SELECT * FROM a.t PIVOT (sum(v) FOR p IN ('x', 'y'))",
     ]:
         assert needed_columns(sqlglot.parse_one(sql, read="spark")) is None, sql
+
+
+@pytest.mark.parametrize(
+    "sql,want",
+    [
+        ("SELECT * FROM a.t", [True]),
+        ("SELECT t.* FROM a.t", [True]),
+        ("SELECT to_json(struct(*)) FROM a.t", [True]),
+        ("SELECT count(*) FROM a.t", [False]),
+        # a star expands the sources of its own SELECT only
+        ("SELECT x.a, y.* FROM a.t x JOIN a.u y ON x.k = y.k", [False, True]),
+        ("SELECT * FROM a.t x JOIN a.u y ON x.k = y.k", [True, True]),
+        ("SELECT x.a FROM a.t x JOIN (SELECT * FROM a.u) y ON x.k = y.k", [False, True]),
+        # a derived table passes on what it lists; with a star, what that star expands
+        ("SELECT * FROM (SELECT k, v FROM a.t) s", [False]),
+        ("SELECT * FROM (SELECT * FROM a.t) s JOIN a.u ON s.k = u.k", [True, True]),
+        ("WITH c AS (SELECT k FROM a.t) SELECT * FROM c JOIN a.u ON c.k = u.k", [False, True]),
+        ("SELECT k FROM a.t WHERE EXISTS (SELECT * FROM a.u)", [False, True]),
+        # a parenthesised join: every table in it
+        ("SELECT * FROM (a.t JOIN a.u ON t.k = u.k)", [True, True]),
+    ],
+)
+def test_a_star_needs_every_column_of_the_tables_it_expands(sql: str, want: list[bool]) -> None:
+    tree = sqlglot.parse_one(sql, read="spark")
+    tables = [t for t in tree.find_all(exp.Table) if t.db == "a"]
+    tables.sort(key=lambda t: t.name)
+    assert starred(tree, tables) == want
     tree = sqlglot.parse_one("SELECT s.a, exists(tags, x -> x > 1) FROM a.t", read="spark")
     assert {"s", "tags"} <= needed_columns(tree)  # type: ignore[operator]
 
