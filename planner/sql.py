@@ -146,8 +146,7 @@ def check_is_query(stmt: exp.Expression) -> None:
     if isinstance(stmt, exp.Command):
         kind = str(stmt.this).upper()
     raise NotAQueryError(
-        f"{kind} statements are not supported: mor runs queries (SELECT), DELETE, UPDATE "
-        "and MERGE"
+        f"{kind} statements are not supported: mor runs queries (SELECT), DELETE, UPDATE and MERGE"
     )
 
 
