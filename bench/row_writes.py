@@ -1,4 +1,5 @@
-"""mor's DELETE and UPDATE against Iceberg's own merge-on-read ones, on one table, in one run.
+"""mor's DELETE, UPDATE and MERGE against Iceberg's own merge-on-read ones, on one table, in one
+run.
 
     .venv/bin/python -m bench.row_writes --rows 6000000 --reps 3
     .venv/spark41/bin/python -m bench.row_writes --version 3
@@ -15,9 +16,11 @@ by `rollback_to_snapshot` to the snapshot read:
 - `range`: 1% of the rows, one contiguous range of ids (one data file touched);
 - `none`: a condition no row matches (what a statement costs with nothing to write);
 - `update`: an UPDATE of two columns of 1% of the rows, every data file touched;
-- `update_range`: an UPDATE of one column of 1% of the rows, one contiguous range of ids.
+- `update_range`: an UPDATE of one column of 1% of the rows, one contiguous range of ids;
+- `merge`: a MERGE of 100,000 rows (at 6M; a query over the table, keys shifted by 3) that
+  updates the rows it matches (every column) and inserts the others.
 
-Iceberg: `spark.sql("DELETE FROM lake.b.t WHERE ...")` / `UPDATE` (merge-on-read: position
+Iceberg: `spark.sql("DELETE FROM lake.b.t WHERE ...")` / `UPDATE` / `MERGE` (merge-on-read: position
 delete files on v2, deletion vectors on v3, and the updated rows as new data files). mor:
 `mor.dml.run_row_write`, first with its process caches
 cleared ("first": what a new `mor run` pays, the JVM warm) and then repeated. Before any time
@@ -42,6 +45,13 @@ STATEMENTS = {
     "none": "DELETE FROM <t> WHERE id < 0",
     "update": "UPDATE <t> SET v = v + 1, grp = concat(grp, '!') WHERE id % 100 = 7",
     "update_range": "UPDATE <t> SET v = v + 1 WHERE id >= <lo> AND id < <hi>",
+    # an upsert of 100,000 rows (at 6M): keys of every file, most matched, those whose target
+    # row was deleted inserted
+    "merge": (
+        "MERGE INTO <t> t USING (SELECT id + 3 AS id, k, grp, v + 1 AS v, pad FROM <t> "
+        "WHERE id % 60 = 7) s ON t.id = s.id "
+        "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+    ),
 }
 
 # decimal sums: a sum of 64-bit hashes overflows a bigint, an error under Spark 4's ANSI mode
@@ -106,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             spark.sql(f"REFRESH TABLE {java}")
 
         print(
-            f"DELETE and UPDATE on {args.rows:,} rows, 8 files, pos 1%, eq {args.eq:.0%}, "
+            f"DELETE, UPDATE and MERGE on {args.rows:,} rows, 8 files, pos 1%, eq {args.eq:.0%}, "
             f"v{args.version}, reps {args.reps} (medians, s)"
         )
         print(

@@ -573,6 +573,7 @@ class _in_statement:
             str(error),
         )
         message = re.sub(r" VERSION AS OF \d+", "", message)
+        message = re.sub(r",? `[^`]*`\.`_mor_present`", "", message)  # mor's marker column
         if message != str(error):
             error.args = (message, *error.args[1:])
 

@@ -104,6 +104,9 @@ def starred(tree: exp.Expression, tables: list[exp.Table]) -> list[bool]:
     return [id(t) in hit for t in tables]
 
 
+_HIDDEN_TYPES = {"_file": "string", "_spec_id": "int", "_partition": "string"}
+
+
 def _hidden(
     tree: exp.Expression, tables: list[exp.Table], schemas: list[dict[str, str]]
 ) -> list[tuple[str, ...]]:
@@ -159,7 +162,11 @@ def analyze(
             node.set(arg, None)
         if not node.alias:
             node.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
-        schema[synthetic] = schemas[i]
+        # the metadata columns it exposes too (else `t._file` fails qualification)
+        schema[synthetic] = {
+            **schemas[i],
+            **{h: _HIDDEN_TYPES.get(h, "bigint") for h in out.hidden[i]},
+        }
     try:
         qualified = qualify(
             copy,

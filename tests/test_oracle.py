@@ -154,16 +154,17 @@ def test_converted_v3_tables_match_iceberg_reader_and_library(postgres: object) 
     print(summary)
 
 
-def test_deletes_and_updates_match_icebergs_own_writer(postgres: object) -> None:
-    """DELETE and UPDATE committed by mor and by Iceberg's Spark writer on two registrations of
-    the same Java-written history (tests/oracle/row_writes.py): Iceberg's reader reads both the same
-    after every statement (on v3 with each row's lineage), mor and pyiceberg read mor's the
-    same, the deleted counts agree, Iceberg's metadata tables read mor's snapshots, Java
-    commits landing meanwhile are rebased over or stop the statement, and Iceberg's writer
-    commits on top of mor's snapshots. Seeds 2 (v2, unpartitioned) and 12 (v3,
-    identity-partitioned), four statements each (two DELETEs, an UPDATE in place, one moving
-    rows across partitions); more seeds, upgraded tables and bucket partitions in `make
-    soak`."""
+def test_deletes_updates_and_merges_match_icebergs_own_writer(postgres: object) -> None:
+    """DELETE, UPDATE and MERGE committed by mor and by Iceberg's Spark writer on two
+    registrations of the same Java-written history (tests/oracle/row_writes.py): Iceberg's
+    reader reads both the same after every statement (on v3 with each row's lineage), mor
+    and pyiceberg read mor's the same, the counts agree, Iceberg's metadata tables read mor's
+    snapshots, Java commits landing meanwhile are rebased over or stop the statement, and
+    Iceberg's writer commits on top of mor's snapshots. Seeds 2 (v2, unpartitioned) and 12
+    (v3, identity-partitioned), four statements each (a DELETE stopped by a Java DELETE of
+    its rows, an UPDATE in place rebased over a Java INSERT, one moving rows across
+    partitions, a MERGE upserting the table's own rows); more seeds, upgraded tables and
+    bucket partitions in `make soak`."""
     summary = run_harness(
         "row_writes", "--seeds", "2,12", "--version", "2,3", "--statements", "4", timeout=900
     )
@@ -177,6 +178,7 @@ def test_deletes_and_updates_match_icebergs_own_writer(postgres: object) -> None
         "statements committed",
         "update statements",
         "move statements",
+        "merge statements",
     ):
         assert what in summary, what
     print(summary)

@@ -1,4 +1,4 @@
-"""DELETE and UPDATE by mor against the same statements by Iceberg's own Spark writer.
+"""DELETE, UPDATE and MERGE by mor against the same statements by Iceberg's own Spark writer.
 
     .venv/bin/python -m tests.oracle.row_writes --seeds 1,2,3 --version 2,3,2->3 --statements 6
 
@@ -7,26 +7,30 @@ through RowDelta, Spark's DELETE/UPDATE/MERGE, compactions, schema and partition
 partition-scoped position delete files, v2, v3 and v2 upgraded to v3). Each history's head is
 registered twice in a JDBC catalog on PostgreSQL (tests/pgcatalog.py) that Iceberg's Spark
 catalog and pyiceberg's SqlCatalog share: `<h>_mor` and `<h>_ice`, one table's files and
-metadata, two branches of its life from there. Then random DELETE and UPDATE statements (the
-histories' own conditions, NULLs included, keys scattered over the files, a subquery over the
-table; UPDATEs of a column and UPDATEs moving rows to other partitions, identity and bucket)
-run on both: through mor (`mor.dml.delete_rows`, pyiceberg's catalog, no Iceberg class
-involved) on `_mor`, through Iceberg's Spark SQL DELETE (merge-on-read mode) on `_ice`. After
-each:
+metadata, two branches of its life from there. Then random DELETE, UPDATE and MERGE statements
+(the histories' own conditions, NULLs included, keys scattered over the files; UPDATEs of a
+column and UPDATEs moving rows to other partitions, identity and bucket; MERGEs upserting the
+table's own rows with shifted keys, from a query over the table, some deleting by a condition,
+some rows no source row matches, NULL keys matching nothing) run on both: through mor
+(`mor.dml.run_row_write`, pyiceberg's catalog, no Iceberg class involved) on `_mor`, through
+Iceberg's Spark SQL statement (merge-on-read mode) on `_ice`. After each:
 
 - Iceberg's reader reads both tables the same (on v3 with each row's `_row_id` and
   `_last_updated_sequence_number`, the latter as "after the registration" for rows written
   since: Iceberg's writer commits a DELETE that matches nothing, mor does not, so the two
   tables' later sequence numbers differ); mor reads `_mor` the same; pyiceberg too where it can
   (v2, no equality delete);
-- mor's count of deleted rows is what left Iceberg's copy;
-- on v3, each updated row keeps its `_row_id` as Iceberg's writer keeps it;
-- Iceberg's metadata tables parse mor's snapshot (`snapshots`: a `delete`, `entries`,
+- mor's count of deleted rows is what left Iceberg's copy (a MERGE's: deleted less inserted);
+- on v3, each updated row keeps its `_row_id` as Iceberg's writer keeps it (ids assigned
+  since the registration, to inserted rows, depend on each writer's file layout: "new");
+- Iceberg's metadata tables parse mor's snapshot (`snapshots`: its operation, `entries`,
   `position_deletes`: Iceberg reads mor's delete files and vectors);
-- every second statement, a Java commit lands between mor's read and its commit, on `_mor`
-  (an INSERT of a row beyond the condition's range of keys: rebased over, as its metrics show
-  no row can match; or a DELETE of the statement's own rows: stopped, its files having new
-  deletes); the copy gets the Java commit, then Iceberg's statement only when mor's committed;
+- a Java commit lands between mor's read and its commit, on `_mor`, for every UPDATE of a
+  range of keys (an INSERT of a row beyond it: rebased over, as its metrics show no row can
+  match), every other MERGE (such an INSERT: stopped under serializable isolation, as its
+  conflict filter is the whole table, as Iceberg's is) and every other DELETE (a DELETE of the
+  statement's own rows: stopped, its files having new deletes); the copy gets the Java
+  commit, then Iceberg's statement only when mor's committed;
 - every third statement, Iceberg's writer commits the next DELETE on top of mor's snapshot
   (on both tables), and both read the same again.
 
@@ -53,7 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--steps", type=int, default=8, help="Java steps of each history")
-    ap.add_argument("--statements", type=int, default=6, help="DELETE statements per history")
+    ap.add_argument(
+        "--statements",
+        type=int,
+        default=6,
+        help="statements per history (DELETE, UPDATE, UPDATE moving rows, MERGE in turn)",
+    )
     ap.add_argument(
         "--version",
         default="any",
@@ -140,9 +149,12 @@ def _run(
         # a row's lineage: its id, and the sequence number it was last updated at when that is
         # before the registration (the two tables' later sequence numbers differ with their
         # commits: Iceberg commits a DELETE that matches nothing, mor does not)
+        # a row id assigned since (a MERGE's inserted rows: by their places in the two
+        # writers' files) as "new"
         lineage = (
-            ", _row_id, CASE WHEN _last_updated_sequence_number > "
-            f"{registered.last_sequence_number} THEN -1 ELSE _last_updated_sequence_number END"
+            f", CASE WHEN _row_id >= {registered.next_row_id or 0} THEN -1 ELSE _row_id END, "
+            f"CASE WHEN _last_updated_sequence_number > {registered.last_sequence_number} "
+            "THEN -1 ELSE _last_updated_sequence_number END"
             if v3
             else ""
         )
@@ -160,8 +172,10 @@ def _run(
         same(f"seed {seed}: the two registrations", iceberg(j_ours), iceberg(j_theirs))
         deleted = 0
         for i in range(args.statements):
-            if i % 4 == 3:  # a subquery over the table itself
-                pred = f"{key} IN (SELECT {key} FROM {ours} WHERE {key} % 3 = {i % 3})"
+            if i % 4 == 3:  # a MERGE: its source a query over the table itself
+                pred = f"{key} % 3 = {i % 3}"
+            elif i % 8 == 0:  # keys of many files: a Java DELETE of them first stops it
+                pred = f"{key} % 2 = 0"
             elif i % 4 == 1:  # a range of keys: a Java INSERT of a key beyond it is rebased over
                 pred = f"{key} < {w.rng.randint(5, 40)}"
             elif i % 6 == 2:  # keys scattered over the files
@@ -170,25 +184,47 @@ def _run(
                 pred = w._pred()
             java_pred = pred.replace(f"FROM {ours} ", f"FROM {j_theirs} ")
             # DELETE, UPDATE of a column, UPDATE moving rows to other partitions (identity
-            # on p, bucket on id) and keys
-            kind = ("delete", "update", "move", "delete")[i % 4]
+            # on p, bucket on id) and keys, MERGE (an upsert of the table's own rows, their
+            # keys shifted: some matched, some not, NULL keys never; every other one deleting
+            # rows no source row matches)
+            kind = ("delete", "update", "move", "merge")[i % 4]
+            shift = w.rng.choice([0, 0, 3, 1000])
+            by_source = (
+                " WHEN NOT MATCHED BY SOURCE AND t.amt > 40 THEN DELETE" if i % 8 == 7 else ""
+            )
             template = {
                 "delete": "DELETE FROM <t> WHERE <p>",
                 "update": "UPDATE <t> SET amt = amt + 1000 WHERE <p>",
                 "move": f"UPDATE <t> SET p = concat(p, 'x'), {key} = {key} + 100000 WHERE <p>",
+                "merge": (
+                    f"MERGE INTO <t> t USING (SELECT {key} + {shift} AS {key}, max(amt) AS amt, "
+                    f"max(p) AS p FROM {ours} WHERE <p> GROUP BY {key}) s "
+                    f"ON t.{key} = s.{key} "
+                    f"WHEN MATCHED AND t.{key} % 4 = 1 THEN DELETE "
+                    "WHEN MATCHED THEN UPDATE SET amt = s.amt + 1, p = s.p "
+                    f"WHEN NOT MATCHED THEN INSERT ({key}, amt, p) VALUES (s.{key}, s.amt, s.p)"
+                    f"{by_source}"
+                ),
             }[kind]
             mine = template.replace("<t>", ours).replace("<p>", pred)
-            theirs_sql = template.replace("<t>", j_theirs).replace("<p>", java_pred)
+            theirs_sql = (
+                template.replace("<t>", j_theirs)
+                .replace(f"FROM {ours} ", f"FROM {j_theirs} ")
+                .replace("<p>", java_pred)
+            )
             landed: list[str] = []
 
             def land(attempt: int, i: int = i) -> None:
-                if attempt != 1 or i % 2 == 0:
+                if attempt != 1 or i % 8 not in (0, 1, 5, 7):  # every other MERGE runs alone
                     return
-                if i % 4 == 1:  # a row beyond the condition's range (NULLs but its key)
+                if i % 4 in (1, 3):  # a row beyond the condition's range (NULLs but its key)
+                    # (a MERGE's: outside its source, which reads the table at mor's read,
+                    # and Iceberg's copy after the landed commit; no key shifted reaches it;
+                    # its conflict filter is the whole table, as Iceberg's: stopped under
+                    # serializable isolation)
+                    far = 10**6 + i if i % 4 == 1 else 3 * 10**6 + (i % 3 + 1) % 3
                     values = ", ".join(
-                        f"{10**6 + i}"
-                        if f.name == key
-                        else f"CAST(NULL AS {f.dataType.simpleString()})"
+                        f"{far}" if f.name == key else f"CAST(NULL AS {f.dataType.simpleString()})"
                         for f in fields
                     )
                     landed.append(f"INSERT INTO <t> VALUES ({values})")
@@ -217,10 +253,19 @@ def _run(
                     diffs.append(
                         f"seed {seed} `{pred}`: mor deleted {report.rows} rows, Iceberg {gone}"
                     )
-                if kind != "delete" and gone:
+                if kind == "merge" and report.deleted - report.inserted != gone:
+                    diffs.append(
+                        f"seed {seed} `{mine}`: mor deleted {report.deleted} rows and inserted "
+                        f"{report.inserted}, Iceberg's count fell by {gone}"
+                    )
+                if kind in ("update", "move") and gone:
                     diffs.append(f"seed {seed} `{mine}`: Iceberg's UPDATE changed the count")
                 deleted += report.rows
                 counts[f"{kind} statements"] += 1
+                if kind == "merge":
+                    counts["MERGE rows updated"] += report.updated
+                    counts["MERGE rows deleted"] += report.deleted
+                    counts["MERGE rows inserted"] += report.inserted
                 counts[
                     "statements committed" if report.snapshot else "statements matching nothing"
                 ] += 1
@@ -231,8 +276,12 @@ def _run(
                         f"SELECT operation FROM {j_ours}.snapshots ORDER BY committed_at"
                     ).collect()
                     n += 1
-                    if ops[-1][0] != ("delete" if kind == "delete" else "overwrite"):
-                        diffs.append(f"seed {seed}: Iceberg reads mor's operation as {ops[-1][0]}")
+                    # as Iceberg's RowDelta names it: deletes and new rows, or one of them
+                    deletes = report.data_files > 0
+                    adds = kind in ("update", "move") or report.updated or report.inserted
+                    want_op = "overwrite" if deletes and adds else "delete" if deletes else "append"
+                    if ops[-1][0] != want_op:
+                        diffs.append(f"seed {seed}: Iceberg reads mor's {want_op} as {ops[-1][0]}")
                     spark.sql(f"SELECT * FROM {j_ours}.entries").collect()
                     spark.sql(f"SELECT * FROM {j_ours}.position_deletes").collect()
             del before
