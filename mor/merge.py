@@ -331,12 +331,15 @@ def _only_side(clause: Clause, name: str, own: str, other: str, what: str) -> No
                 )
 
 
-def rows_query(merge: Merge, schema: Any, version: int | str | None, v3: bool) -> tuple[str, list]:
+def rows_query(
+    merge: Merge, schema: Any, version: int | str | None, v3: bool, empty: bool = False
+) -> tuple[str, list]:
     """The query whose rows the MERGE acts on: `_mor_file`, `_mor_pos` (and `_mor_row_id`) of
     the target row, `_mor_clause` (the number of the clause that applies; 0: a matched row no
     clause applies to, -1: an unmatched row no clause applies to), and for each clause that
     writes rows, each column's value (cast to the column's type, and as computed, for the type
-    check); and, per column, the names of those value columns by clause."""
+    check); and, per column, the names of those value columns by clause. `empty`: the table
+    has no snapshot yet, and its place is taken by a relation of its columns without rows."""
     from sqlglot import exp
 
     from mor.physical.scan.types import spark_type
@@ -395,8 +398,17 @@ def rows_query(merge: Merge, schema: Any, version: int | str | None, v3: bool) -
             per.append((i, made[sql]))
         picks.append(per)
     alias = exp.to_identifier(t).sql(dialect="spark")
+    relation = pinned.sql(dialect="spark")
+    if empty:
+        nothing = [
+            f"CAST(NULL AS {spark_type(f.field_type.model_dump_json(), f.name).simpleString()})"
+            f" AS `{f.name.replace('`', '``')}`"
+            for f in schema.fields
+        ] + ["CAST(NULL AS STRING) AS _file", "CAST(NULL AS BIGINT) AS _pos"]
+        nothing += ["CAST(NULL AS BIGINT) AS _row_id"] if v3 else []
+        relation = f"(SELECT {', '.join(nothing)} WHERE false)"
     text = (
-        f"SELECT {', '.join(select)} FROM {pinned.sql(dialect='spark')} AS {alias} "
+        f"SELECT {', '.join(select)} FROM {relation} AS {alias} "
         f"{merge.join} JOIN {merge.source} AS {exp.to_identifier(s).sql(dialect='spark')} "
         f"ON {merge.on.sql(dialect='spark')}"
     )
@@ -426,20 +438,18 @@ def merge_rows(
         branch,
         "MERGE writes position deletes (v2) or deletion vectors (v3) and data files",
     )
-    if read is None:
-        raise UnsupportedError(
-            f"MERGE INTO {name}: the table has no snapshot yet; INSERT its first rows "
-            "with a writer (mor merges into a table with rows)"
-        )
+    if read is None:  # no snapshot yet: every source row is not matched
+        read = _no_snapshot(catalog, warehouse, name, branch)
+    base = read.head.snapshot_id if read.head is not None else None
     md = read.table.metadata
     schema = read.table.schema()
     _updatable(schema, name)
     merge = parse_merge(stmt, schema)
     merge.target = target  # `ns.t.branch_b`: `ns.t`
     isolation = _isolation(md.properties, name, MERGE_ISOLATION)
-    report = RowWriteReport("MERGE", name, branch, read.head.snapshot_id, dry_run, isolation)
+    report = RowWriteReport("MERGE", name, branch, base, dry_run, isolation)
     report.vectors = md.format_version == 3
-    note(f"joining {name} at snapshot {read.head.snapshot_id} with the source")
+    note(f"joining {name} at snapshot {base} with the source")
     rows, may = _merged(stmt, merge, read, spark)
     found, new = _outcome(merge, rows, name, report)
     for p in found:
@@ -476,7 +486,8 @@ def _merged(
 
     v3 = read.table.metadata.format_version >= 3
     schema = read.table.schema()
-    text, (picks, checks) = rows_query(merge, schema, read.head.snapshot_id, v3)
+    base = read.head.snapshot_id if read.head is not None else None
+    text, (picks, checks) = rows_query(merge, schema, base, v3, empty=read.head is None)
     with _in_statement(stmt):
         run = QueryExecution(text, catalog=read.catalog, cache=read.cache, spark=None)
         bound = [n for n in run.planned.logical.walk() if _is_target(n)]
@@ -550,6 +561,17 @@ def _outcome(
             found[path] = pa.array(sorted(positions), pa.int64())
     new = rows.filter(pa.array((acts == "update") | (acts == "insert")))
     return found, new.drop_columns(["_mor_file", "_mor_pos", "_mor_clause"])
+
+
+def _no_snapshot(catalog: Any, warehouse: str | None, name: str, branch: str) -> HeadRead:
+    """The read of a table without a snapshot: nothing in it, the commit its first."""
+    from mor.api import resolve_catalog
+    from mor.commits import HeadRead
+    from mor.planner.state import ProcessCaches
+
+    cat = resolve_catalog(catalog, warehouse)
+    table = cat.load_table(name)
+    return HeadRead(cat, table, name, branch, None, ProcessCaches(), None, {}, {}, {})  # type: ignore[arg-type]
 
 
 class _in_statement:

@@ -111,23 +111,42 @@ def _hidden(
     tree: exp.Expression, tables: list[exp.Table], schemas: list[dict[str, str]]
 ) -> list[tuple[str, ...]]:
     """The metadata columns each table reference exposes: those a column reference names (`id
-    AS _pos` is an alias), unqualified or qualified by the reference's alias or name (`t._file`
-    is not another table's). `_partition.region` parses as column `region` of a table
+    AS _pos` is an alias), unqualified, or qualified by the reference's alias or name from
+    inside the SELECT that reads it (`t._file` is not another table's, nor that of a table
+    also named `t` in a subquery). `_partition.region` parses as column `region` of a table
     `_partition`: any part of a reference counts, qualified by the part before it."""
-    named: set[tuple[str, str | None]] = set()
+    unqualified: set[str] = set()
+    qualified: list[tuple[str, str, exp.Column]] = []
     for c in tree.find_all(exp.Column):
         parts = [p.name.lower() for p in c.parts]
         for k, p in enumerate(parts):
             if p in HIDDEN_COLUMNS:
-                named.add((p, parts[k - 1] if k else None))
+                if k:
+                    qualified.append((p, parts[k - 1], c))
+                else:
+                    unqualified.add(p)
     out = []
     for t, s in zip(tables, schemas):
         own = (t.alias_or_name or "").lower()
+        scope = t.find_ancestor(exp.Select)
+
+        def sees(c: exp.Column, scope: exp.Select | None = scope) -> bool:
+            node: exp.Expression | None = c
+            while node is not None and scope is not None:
+                if node is scope:
+                    return True
+                node = node.parent
+            return scope is None
+
         out.append(
             tuple(
                 h
                 for h in HIDDEN_COLUMNS
-                if h not in s and ((h, None) in named or (h, own) in named)
+                if h not in s
+                and (
+                    h in unqualified
+                    or any(n == h and q == own and sees(c) for n, q, c in qualified)
+                )
             )
         )
     return out

@@ -341,3 +341,25 @@ def test_merge_refusals_are_one_line_and_commit_nothing(catalog: Any, spark: Any
         spark=spark,
     ).collect()
     assert res.num_deleted_rows == 1 and _ids(catalog, spark) == [0, 2, 3, 4, 10, 11, 12, 13, 14]
+
+
+def test_merge_into_a_table_without_a_snapshot_inserts_its_first_rows(
+    catalog: Any, spark: Any
+) -> None:
+    """A pipeline's first run: the table exists with no snapshot; every source row is not
+    matched, the commit is the table's first snapshot (an `append`)."""
+    _three_files(catalog)
+    catalog.create_table("c.e", schema=SCHEMA, partition_spec=PART_SPEC)
+    sql = (
+        "MERGE INTO c.e t USING (SELECT * FROM c.t WHERE id < 3) s ON t.id = s.id "
+        "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED AND s.v > 0 THEN INSERT *"
+    )
+    (res,) = mor_sql(sql, catalog=catalog, spark=spark).collect()
+    assert (res.num_inserted_rows, res.num_updated_rows) == (2, 0)  # ids 1, 2 (v 1, 2)
+    head = catalog.load_table("c.e").current_snapshot()
+    assert res.snapshot_id == head.snapshot_id and head.parent_snapshot_id is None
+    assert head.summary.operation.value == "append"
+    assert _ids(catalog, spark, "c.e") == [1, 2]
+    (res,) = mor_sql(sql, catalog=catalog, spark=spark).collect()  # now both are matched
+    assert (res.num_inserted_rows, res.num_updated_rows) == (0, 2)
+    assert _ids(catalog, spark, "c.e") == [1, 2]

@@ -326,3 +326,24 @@ def limits(sql: str) -> list[int | None]:
 )
 def test_a_limit_reaches_a_table_only_over_it_alone_row_by_row(sql: str, want: object) -> None:
     assert limits(sql) == want
+
+
+@pytest.mark.parametrize(
+    "sql,want",
+    [
+        ("SELECT _file FROM a.t", [("_file",)]),
+        # qualified: the table of that name or alias only
+        ("SELECT x._pos FROM a.t x JOIN a.u ON x.k = u.k", [("_pos",), ()]),
+        # not a table of the same name inside a subquery (a MERGE's source over `c.t`)
+        ("SELECT t._file FROM a.u t JOIN (SELECT * FROM a.t) s ON t.k = s.k", [(), ("_file",)]),
+        # a correlated reference from inside reaches the outer table
+        ("SELECT k FROM a.t WHERE EXISTS (SELECT 1 FROM a.u WHERE u.k = t._pos)", [("_pos",), ()]),
+    ],
+)
+def test_a_metadata_column_belongs_to_the_table_its_qualifier_names(
+    sql: str, want: list[tuple[str, ...]]
+) -> None:
+    tree = sqlglot.parse_one(sql, read="spark")
+    tables = sorted((t for t in tree.find_all(exp.Table) if t.db == "a"), key=lambda t: t.name)
+    got = analyze(tree, tables, [{"k": "int"} for _ in tables]).hidden
+    assert got == want
