@@ -48,13 +48,20 @@ $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
 # the jars the tests add as Spark users do (spark.jars.packages, from Maven Central into Spark's
 # own Ivy cache: ~/.ivy2 for 3.5, ~/.ivy2.5.2 for Spark 4, outside the clone, so a second clone
 # downloads nothing): Iceberg's Spark runtime where one exists for that Spark, and hadoop-aws
-# of the Hadoop that pyspark ships; resolved once here, one environment after another (two
-# Ivy resolutions into one cache at once can collide), so a failure to reach Maven Central says
-# so before any test runs
-$(VENV)/.jars: $(VENV)/.installed-dev $(VENV)/spark4/.installed $(VENV)/spark41/.installed
+# of the Hadoop that pyspark ships; resolved once here, so a failure to reach Maven Central
+# says so before any test runs. Two Ivy resolutions into one cache at once can collide: 3.5's
+# runs as soon as its environment is there (beside the Spark 4 environments' installs), the
+# two Spark 4 ones one after the other
+$(VENV)/.jars35: $(VENV)/.installed-dev
 	$(BIN)/python -m tests.oracle.runtime
+	touch $@
+
+$(VENV)/.jars4: $(VENV)/spark4/.installed $(VENV)/spark41/.installed
 	$(S41)/python -m tests.oracle.runtime
 	$(S4)/python -m tests.oracle.runtime
+	touch $@
+
+$(VENV)/.jars: $(VENV)/.jars35 $(VENV)/.jars4
 	touch $@
 
 # a pyspark 4.x environment: $(1) its folder, $(2) the pyspark version (with the Spark Connect
