@@ -115,12 +115,6 @@ class Merge:
         )
 
 
-def is_merge(tree: exp.Expression) -> bool:
-    from sqlglot import exp
-
-    return isinstance(tree, exp.Merge)
-
-
 def parse_merge(stmt: Statement, schema: Any) -> Merge:
     """The statement's target, source, condition and clauses, every name resolved as Spark
     resolves it in a MERGE; one line for what Spark SQL's MERGE would refuse (or mor cannot
@@ -229,13 +223,17 @@ def _assignments(
             )
         column = e.this
         qualifier = column.table
-        if qualifier and qualifier.lower() not in (alias.lower(), column.parts[0].name.lower()):
+        if qualifier and qualifier.lower() != alias.lower():
+            what = (
+                "a field of a struct column cannot be set yet"
+                if qualifier.lower() in by_name
+                else f"it sets a column of {alias}"
+            )
             raise UnsupportedError(
-                f"MERGE INTO {name} ... UPDATE SET {column.sql(dialect='spark')}: sets a column "
-                f"of {alias} (a struct's field cannot be set yet)"
+                f"MERGE INTO {name} ... UPDATE SET {column.sql(dialect='spark')}: {what}"
             )
         field = by_name.get(column.name.lower())
-        if field is None or (qualifier and qualifier.lower() != alias.lower()):
+        if field is None:
             raise ColumnNotFoundError(
                 f"MERGE INTO {name} ... UPDATE SET {column.sql(dialect='spark')}: no such column "
                 f"of {name}; its columns are {', '.join(columns)}"

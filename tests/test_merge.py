@@ -317,6 +317,10 @@ def test_merge_refusals_are_one_line_and_commit_nothing(catalog: Any, spark: Any
             "only the last WHEN MATCHED clause",
         ),
         (
+            f"MERGE INTO c.t t USING {src} ON t.id = s.id WHEN MATCHED THEN UPDATE SET s.v = 1",
+            "it sets a column of t",
+        ),
+        (
             f"MERGE INTO c.t t USING {src} ON t.id = s.id WHEN MATCHED THEN UPDATE SET nosuch = 1",
             "no such column of c.t",
         ),

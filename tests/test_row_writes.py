@@ -480,13 +480,31 @@ def test_cli_runs_delete_then_queries_with_dry_run_first(
 
 # in `make soak` (CI's time): the snapshot producer's commit is killed in CI by
 # tests/test_compact.py's CLI kill test
+# (statement, its snapshot's operation, the rows (id, v) after it); before: v = id % 3
+KILLED = [
+    (
+        "DELETE FROM c.t WHERE v = 0",
+        "delete",
+        [(1, 1), (2, 2), (4, 1), (10, 1), (11, 2), (13, 1), (14, 2)],
+    ),
+    (
+        "MERGE INTO c.t t USING (SELECT id, v FROM c.t WHERE v = 0) s ON t.id = s.id "
+        "WHEN MATCHED AND t.p = 'a' THEN DELETE WHEN MATCHED THEN UPDATE SET v = 9 "
+        "WHEN NOT MATCHED THEN INSERT (id, v) VALUES (s.id, s.v)",
+        "overwrite",
+        [(1, 1), (2, 2), (4, 1), (10, 1), (11, 2), (12, 9), (13, 1), (14, 2)],
+    ),
+]
+
+
 @soak_in("3.5", "4.1", "connect")
+@pytest.mark.parametrize("statement,operation,after", KILLED, ids=["delete", "merge"])
 def test_cli_killed_at_any_moment_leaves_the_table_before_or_after(
-    tmp_path: Path, spark: Any
+    tmp_path: Path, spark: Any, statement: str, operation: str, after: list
 ) -> None:
-    """`mor run -e "DELETE ..."` killed (SIGKILL) at moments spread over its run: each time
-    the table reads as before the statement or as after it, never in between; a last run
-    completes."""
+    """`mor run -e "DELETE ..."` (and a MERGE) killed (SIGKILL) at moments spread over its
+    run: each time the table reads as before the statement or as after it, never in between;
+    a last run completes."""
     import signal
     import time
 
@@ -495,31 +513,36 @@ def test_cli_killed_at_any_moment_leaves_the_table_before_or_after(
     wh = tmp_path / "wh"
     cat = default_catalog(str(wh))
     _three_files(cat)
-    before, after = [0, 1, 2, 3, 4, 10, 11, 12, 13, 14], [1, 2, 4, 10, 11, 13, 14]
+
+    def rows() -> list:
+        got = mor_sql("SELECT id, v FROM c.t", catalog=cat, spark=spark).collect()
+        return sorted(tuple(r) for r in got)
+
+    before = [(i, i % 3) for i in (0, 1, 2, 3, 4, 10, 11, 12, 13, 14)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MOR_WAREHOUSE": str(wh)}
-    argv = [str(Path(sys.executable).parent / "mor"), "run", "-e", "DELETE FROM c.t WHERE v = 0"]
+    argv = [str(Path(sys.executable).parent / "mor"), "run", "-e", statement]
     t0 = time.perf_counter()
-    assert _cli(wh, "--dry-run", "-e", "DELETE FROM c.t WHERE v = 0").returncode == 0
+    assert _cli(wh, "--dry-run", "-e", statement).returncode == 0
     whole = time.perf_counter() - t0
     for frac in (0.5, 0.8, 0.9, 0.97):
         p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         time.sleep(whole * frac)
         p.send_signal(signal.SIGKILL)
         p.wait()
-        ids = _ids(cat, spark)
-        assert ids in (before, after), frac
-        if ids == after:
-            assert cat.load_table("c.t").current_snapshot().summary.operation.value == "delete"
+        now = rows()
+        assert now in (before, after), frac
+        if now == after:
+            assert cat.load_table("c.t").current_snapshot().summary.operation.value == operation
             break
-    done = _cli(wh, "-e", "DELETE FROM c.t WHERE v = 0")
+    done = _cli(wh, "-e", statement)  # completes (a second time: changes nothing more)
     assert done.returncode == 0, done.stderr
-    assert _ids(cat, spark) == after
+    assert rows() == after
     # what the killed attempts wrote is listed as orphans, and removed without a change
     from mor.orphans import orphan_files
 
     gone = orphan_files("c.t", catalog=cat, older_than_hours=0, delete=True)
     assert not gone.left and gone.removed == [o.path for o in gone.orphans]
-    assert _ids(cat, spark) == after and not orphan_files("c.t", catalog=cat).orphans
+    assert rows() == after and not orphan_files("c.t", catalog=cat).orphans
 
 
 def test_a_branch_named_either_way_and_main_untouched(catalog: Any, spark: Any) -> None:
