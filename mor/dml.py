@@ -696,14 +696,32 @@ def _matched_rows(
         df = run.dataframe
     _check_set_types(df, stmt)
     df = df.drop(*[c for c in df.columns if c.startswith("_mor_set_")])
-    tables = []
+    rows = None
     if any(n.files is None or n.files.data for n in branches):
         with mor_errors(df):
-            got = df.mapInArrow(_as_ipc, "ipc binary").collect()
-        tables = [pa.ipc.open_stream(r["ipc"]).read_all() for r in got]
+            rows = collect_arrow(df)
     may = may_hold(_source(read), read.table.schema(), bound[0]) if len(bound) == 1 else None
-    rows = pa.concat_tables(tables) if tables else pa.table({"_file": pa.array([], pa.string())})
+    if rows is None:
+        rows = pa.table({"_file": pa.array([], pa.string())})
     return rows, may
+
+
+def collect_arrow(df: Any) -> pa.Table:
+    """Every row of `df` on the driver as one Arrow table, the values as Spark's Arrow
+    conversion gives them (no Python object per value), straight from the JVM where the
+    session can (`toArrow`: pyspark 4, classic and Connect; `_collect_as_arrow`: 3.5
+    classic), else through each task's Arrow batches as IPC (`mapInArrow`)."""
+    import pyarrow as pa
+
+    if hasattr(df, "toArrow"):
+        return df.toArrow()
+    if hasattr(df, "_collect_as_arrow"):
+        batches = df._collect_as_arrow()
+        if batches:
+            return pa.Table.from_batches(batches)
+    got = df.mapInArrow(_as_ipc, "ipc binary").collect()
+    tables = [pa.ipc.open_stream(r["ipc"]).read_all() for r in got]
+    return pa.concat_tables(tables) if tables else pa.table({})
 
 
 def _as_ipc(batches: Any) -> Any:

@@ -474,11 +474,10 @@ def _merged(
 ) -> tuple[pa.Table, Callable[[Any], bool] | None]:
     """The joined rows a clause applies to (and, for the cardinality check, every matched
     row's position), with each column's new value; and the conflict detection filter."""
-    import pyarrow as pa
     from pyspark.sql import functions as F
 
     from mor.api import mor_errors
-    from mor.dml import _as_ipc
+    from mor.dml import collect_arrow
     from mor.execution import QueryExecution
     from mor.planner.scan_planning import may_hold
 
@@ -505,10 +504,9 @@ def _merged(
         out.append((value if value is not None else F.lit(None)).alias(f.name))
     df = df.where(clause >= 0).select(*out)
     with mor_errors(df):
-        got = df.mapInArrow(_as_ipc, "ipc binary").collect()
-    tables = [pa.ipc.open_stream(r["ipc"]).read_all() for r in got]
+        rows = collect_arrow(df)
     may = may_hold(_source(read), schema, bound[0]) if len(bound) == 1 else None
-    return (pa.concat_tables(tables) if tables else pa.table({})), may
+    return rows, may
 
 
 def _outcome(
