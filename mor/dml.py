@@ -768,16 +768,21 @@ def check_value_types(df: Any, checks: list[tuple[str, str, str]]) -> None:
         )
 
 
-def _positions_of_rows(rows: pa.Table) -> dict[str, pa.Array]:
-    """The matched rows' positions (sorted int64) by data file."""
+def _positions_of_rows(
+    rows: pa.Table, file: str = "_file", pos: str = "_pos"
+) -> dict[str, pa.Array]:
+    """The matched rows' positions (sorted int64, each once) by data file."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     if not rows.num_rows:
         return {}
-    by_file: dict[str, list[int]] = {}
-    for path, at in zip(rows.column("_file").to_pylist(), rows.column("_pos").to_pylist()):
-        by_file.setdefault(path, []).append(at)
-    return {p: pa.array(sorted(v), pa.int64()) for p, v in by_file.items()}
+    by = rows.select([file, pos]).group_by(file).aggregate([(pos, "distinct")])
+    out = {}
+    for i, path in enumerate(by.column(file).to_pylist()):
+        positions = by.column(f"{pos}_distinct")[i].values.cast(pa.int64())
+        out[path] = pc.take(positions, pc.sort_indices(positions))
+    return out
 
 
 def _write_rows(read: HeadRead, rows: pa.Table) -> list[Any]:

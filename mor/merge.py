@@ -44,6 +44,7 @@ from mor.dml import (
     _head_of,
     _is_target,
     _isolation,
+    _positions_of_rows,
     _source,
     _table_name,
     _updatable,
@@ -548,13 +549,7 @@ def _outcome(
     report.inserted = int((acts == "insert").sum())
     report.rows = report.updated + report.deleted + report.inserted
     gone = rows.filter(pa.array((acts == "update") | (acts == "delete")))
-    found: dict[str, pa.Array] = {}
-    if gone.num_rows:
-        by = gone.group_by("_mor_file").aggregate([("_mor_pos", "distinct")])
-        for path, positions in zip(
-            by.column("_mor_file").to_pylist(), by.column("_mor_pos_distinct").to_pylist()
-        ):
-            found[path] = pa.array(sorted(positions), pa.int64())
+    found = _positions_of_rows(gone, "_mor_file", "_mor_pos")
     new = rows.filter(pa.array((acts == "update") | (acts == "insert")))
     return found, new.drop_columns(["_mor_file", "_mor_pos", "_mor_clause"])
 
