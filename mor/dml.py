@@ -344,8 +344,6 @@ def _positions(
 ) -> tuple[dict[str, pa.Array], Callable[[Any], bool] | None]:
     """The positions of the rows to delete (sorted int64) by data file, and the conflict
     detection filter of the condition (None: any file may hold such rows)."""
-    import pyarrow as pa
-    from pyspark.sql import functions as F
 
     from mor.api import mor_errors
     from mor.execution import QueryExecution
@@ -359,13 +357,11 @@ def _positions(
         branches = [n for n in run.plan.walk() if _is_target(n)]
         run.use(session_of(spark))
         df = run.dataframe  # Spark analyses the statement: its errors, even with no file left
-        got = []
+        found: dict[str, pa.Array] = {}
         if any(n.files is None or n.files.data for n in branches):
-            per_file = df.groupBy("_file").agg(F.collect_list("_pos").alias("p"))
-            with mor_errors(df):
-                got = per_file.collect()
+            with mor_errors(df):  # as Arrow, straight from the JVM where it can
+                found = _positions_of_rows(collect_arrow(df))
     may = may_hold(_source(read), read.table.schema(), bound[0]) if len(bound) == 1 else None
-    found = {r["_file"]: pa.array(sorted(r["p"]), pa.int64()) for r in got}
     return found, may
 
 
