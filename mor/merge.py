@@ -270,9 +270,10 @@ def _inserted(
             raise UnsupportedError(f"MERGE INTO {name} ... INSERT names {field.name} twice")
         values[field.name] = v.copy()
     for f in by_name.values():
-        if f.required and f.name not in values:
+        if f.required and f.name not in values and f.write_default is None:
             raise UnsupportedError(
-                f"MERGE INTO {name} ... INSERT: column {f.name} is NOT NULL and given no value"
+                f"MERGE INTO {name} ... INSERT: column {f.name} is NOT NULL and given no value "
+                "(it has no default)"
             )
     return values
 
@@ -330,6 +331,36 @@ def _only_side(clause: Clause, name: str, own: str, other: str, what: str) -> No
                 )
 
 
+def _default(field: Any, kind: str) -> str:
+    """The value an INSERT gives a column it does not name: the field's `write-default` (v3),
+    as the spec asks of a writer that does not supply a value; else NULL."""
+    import datetime as dt
+    import decimal
+    import math
+
+    value = field.write_default
+    if value is None:
+        return f"CAST(NULL AS {kind})"
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, (int, float, decimal.Decimal)):
+        # a decimal and a float's NaN and infinities as text, which CAST reads exactly
+        text = repr(value) if isinstance(value, int) or math.isfinite(value) else f"'{value}'"
+        text = f"'{value}'" if isinstance(value, decimal.Decimal) else text
+    elif isinstance(value, str):
+        text = "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    elif isinstance(value, (bytes, bytearray)):
+        text = f"X'{bytes(value).hex()}'"
+    elif isinstance(value, (dt.date, dt.datetime, dt.time)):
+        text = f"'{value.isoformat()}'"
+    else:
+        raise UnsupportedError(
+            f"column {field.name}: its write-default {value!r} ({type(value).__name__}) is "
+            "not one mor can write yet"
+        )
+    return f"CAST({text} AS {kind})"
+
+
 def rows_query(
     merge: Merge, schema: Any, version: int | str | None, v3: bool, empty: bool = False
 ) -> tuple[str, list]:
@@ -382,8 +413,8 @@ def rows_query(
             if c.action == "delete":
                 continue
             given = c.values.get(f.name)
-            if given is None:
-                sql = f"{q}.{quoted}" if c.action == "update" else f"CAST(NULL AS {kind})"
+            if given is None:  # kept by an UPDATE; an INSERT's unnamed column: its default
+                sql = f"{q}.{quoted}" if c.action == "update" else _default(f, kind)
             else:
                 sql = f"CAST(({given.sql(dialect='spark')}) AS {kind})"
             if sql not in made:

@@ -367,3 +367,41 @@ def test_merge_into_a_table_without_a_snapshot_inserts_its_first_rows(
     (res,) = mor_sql(sql, catalog=catalog, spark=spark).collect()  # now both are matched
     assert (res.num_inserted_rows, res.num_updated_rows) == (0, 2)
     assert _ids(catalog, spark, "c.e") == [1, 2]
+
+
+def test_an_insert_gives_a_column_it_does_not_name_its_write_default(
+    catalog: Any, spark: Any
+) -> None:
+    """v3: a column added with a default (`d`, initial and write default 7) that a MERGE's
+    INSERT does not name gets its write-default, as the spec asks of a writer (and Iceberg's
+    writer on Spark 4 writes); rows written before it read its initial default."""
+    import json
+
+    from pyiceberg.table.metadata import TableMetadataUtil
+    from pyiceberg.typedef import IcebergBaseModel
+
+    t = _three_files(catalog).refresh()
+    raw = {**json.loads(t.metadata.model_dump_json()), "format-version": 3, "next-row-id": 0}
+    for schema in raw["schemas"]:
+        schema["fields"].append(
+            {"id": 4, "name": "d", "type": "int", "required": False,
+             "initial-default": 7, "write-default": 9}
+        )  # fmt: skip
+    raw["last-column-id"] = 4
+    md = TableMetadataUtil.parse_obj(raw)
+    path = f"{t.metadata.location}/metadata/00099-with-default.metadata.json"
+    with t.io.new_output(path).create() as out:
+        out.write(IcebergBaseModel.model_dump_json(md).encode())
+    catalog.register_table("c.d", path)
+    (res,) = mor_sql(
+        "MERGE INTO c.d t USING (SELECT 100 AS id, 5 AS v) s ON t.id = s.id "
+        "WHEN NOT MATCHED THEN INSERT (id, v) VALUES (s.id, s.v)",
+        catalog=catalog,
+        spark=spark,
+    ).collect()
+    assert res.num_inserted_rows == 1
+    got = {
+        r.id: r.d for r in mor_sql("SELECT id, d FROM c.d", catalog=catalog, spark=spark).collect()
+    }
+    assert got[100] == 9  # the write-default
+    assert {got[i] for i in got if i != 100} == {7}  # older rows: the initial default
