@@ -417,7 +417,7 @@ def explained(stmt: Statement, catalog: Catalog) -> tuple[Statement, str]:
     version = None if branch == "main" else branch
     on = "" if branch == "main" else f" (branch {branch})"
     if isinstance(stmt.tree, exp.Update):
-        table = catalog.load_table(_table_name(target))
+        table = load_target(catalog, _table_name(target))
         columns = _updated_columns(stmt.tree, table.schema(), table.metadata.format_version)
         text, _ = _rows_query(stmt, target, where_at, version, columns)
         head = (
@@ -428,6 +428,16 @@ def explained(stmt: Statement, catalog: Catalog) -> tuple[Statement, str]:
     text, _ = _rows_query(stmt, target, where_at, version)
     head = f"DELETE FROM {_table_name(target)}{on}: deletes the rows (_file, _pos) of this query\n"
     return one_statement(text), head
+
+
+def load_target(catalog: Catalog, name: str) -> Any:
+    """The statement's table; one line naming it when the catalog has none."""
+    from mor.planner.errors import TableNotFoundError
+
+    try:
+        return catalog.load_table(name)
+    except Exception as e:  # noqa: BLE001 - NoSuchTableError and kin: one line
+        raise TableNotFoundError(f"{name}: {e}") from e
 
 
 def _source(read: HeadRead) -> Any:

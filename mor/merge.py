@@ -51,6 +51,7 @@ from mor.dml import (
     _write_and_commit,
     _write_rows,
     check_value_types,
+    load_target,
 )
 from mor.planner.errors import ColumnNotFoundError, InternalError, MorError, UnsupportedError
 
@@ -592,7 +593,7 @@ def _no_snapshot(catalog: Any, warehouse: str | None, name: str, branch: str) ->
     from mor.planner.state import ProcessCaches
 
     cat = resolve_catalog(catalog, warehouse)
-    table = cat.load_table(name)
+    table = load_target(cat, name)
     return HeadRead(cat, table, name, branch, None, ProcessCaches(), None, {}, {}, {})  # type: ignore[arg-type]
 
 
@@ -628,7 +629,7 @@ def explained_merge(stmt: Statement, catalog: Catalog) -> tuple[str, str]:
 
     target = stmt.tree.this
     target, branch = _branch_of(target, "main", catalog)
-    table = catalog.load_table(_table_name(target))
+    table = load_target(catalog, _table_name(target))
     merge = parse_merge(stmt, table.schema())
     merge.target = target
     version = None if branch == "main" else branch

@@ -71,9 +71,9 @@ BAD_QUERIES = [
     ),
     (
         "MERGE INTO demo.orders t USING demo.orders s ON t.order_id = s.order_id "
-        "WHEN MATCHED THEN DELETE",
+        "WHEN NOT MATCHED THEN DELETE",
         1,
-        ["MERGE", "not supported"],
+        ["MERGE INTO demo.orders", "WHEN NOT MATCHED THEN DELETE", "Spark allows INSERT there"],
     ),
     ("INSERT INTO demo.orders VALUES (1, 'EU', 'x', 2)", 1, ["INSERT", "not supported"]),
     ("DROP TABLE demo.orders", 1, ["DROP", "not supported"]),

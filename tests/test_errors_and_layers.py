@@ -19,9 +19,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_not_a_query_is_refused(catalog: object) -> None:
-    merge = "MERGE INTO ns.t USING ns.s ON ns.t.id = ns.s.id WHEN MATCHED THEN DELETE"
-    for sql in ("INSERT INTO ns.t VALUES (1)", merge, "DROP TABLE ns.t"):
+    for sql in ("INSERT INTO ns.t VALUES (1)", "DROP TABLE ns.t"):
         with pytest.raises(NotAQueryError, match="not supported: mor runs queries"):
+            explain(sql, catalog=catalog)
+    # a write command's EXPLAIN names a table the catalog lacks in one line
+    for sql in (
+        "MERGE INTO ns.t USING ns.s ON ns.t.id = ns.s.id WHEN MATCHED THEN DELETE",
+        "UPDATE ns.t SET v = 1",
+    ):
+        with pytest.raises(TableNotFoundError, match="ns.t"):
             explain(sql, catalog=catalog)
 
 
