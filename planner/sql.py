@@ -544,6 +544,11 @@ def _time_travel(table: exp.Table, src: TableSource) -> int | None:
         return md.current_snapshot_id
     kind = str(version.this).upper()
     value = version.expression
+    if value is None:  # `VERSION AS OF AS t`: sqlglot parses it without a value
+        raise SqlSyntaxError(
+            f"table {src.name}: {kind} AS OF needs a value (a snapshot id, branch or tag, or a "
+            "timestamp)"
+        )
     if kind == "VERSION":
         if isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit():
             sid = int(value.this)

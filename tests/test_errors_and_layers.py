@@ -392,3 +392,11 @@ def test_a_catalog_that_refuses_the_user_is_named_as_such(raised: str, said: str
     with pytest.raises(CatalogAccessError) as e:
         explain("SELECT * FROM ns.t", catalog=Refusing("lake"), check=False)
     assert said in str(e.value) and "catalog 'lake'" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_time_travel_without_a_value_is_one_line(catalog: object) -> None:
+    from helpers import small_table
+
+    small_table(catalog)
+    with pytest.raises(SqlSyntaxError, match=r"s.t: VERSION AS OF needs a value"):
+        explain("SELECT * FROM s.t VERSION AS OF AS x", catalog=catalog, check=False)
