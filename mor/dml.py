@@ -373,6 +373,21 @@ def _is_target(node: Any) -> bool:
     return isinstance(node, IcebergScan) and {"_file", "_pos"} <= set(node.hidden)
 
 
+def pinned_at(target: exp.Table, version: int | str | None) -> exp.Table:
+    """The table without its alias, `VERSION AS OF <version>` (a snapshot id, or a branch's
+    name) when one is given."""
+    from sqlglot import exp
+
+    pinned = target.copy()
+    pinned.set("alias", None)
+    if version is not None:
+        value = (
+            exp.Literal.number(version) if isinstance(version, int) else exp.Literal.string(version)
+        )
+        pinned.set("version", exp.Version(this="VERSION", kind="AS OF", expression=value))
+    return pinned
+
+
 def _rows_query(
     stmt: Statement,
     target: exp.Table,
@@ -383,15 +398,8 @@ def _rows_query(
     """`SELECT <columns> FROM <table> [VERSION AS OF <version>] [AS alias]` (a snapshot id,
     or a branch's name) and the statement's text from its WHERE on; and the column its WHERE
     starts at in that text."""
-    from sqlglot import exp
 
-    pinned = target.copy()
-    pinned.set("alias", None)
-    if version is not None:
-        value = (
-            exp.Literal.number(version) if isinstance(version, int) else exp.Literal.string(version)
-        )
-        pinned.set("version", exp.Version(this="VERSION", kind="AS OF", expression=value))
+    pinned = pinned_at(target, version)
     alias = target.args.get("alias")
     prefix = f"SELECT {columns} FROM {pinned.sql(dialect='spark')}"
     if alias is not None:
@@ -605,13 +613,7 @@ def update_rows(
         report.written = [FileOut("", len(v), 0, p) for p, v in sorted(found.items())]
     elif found:
         note(f"writing {rows.num_rows} updated rows")
-        new = _write_rows(read, rows.drop_columns(["_file", "_pos"]))
-        try:
-            _write_and_commit(read, report, found, may, note, new)
-        except BaseException as e:
-            if report.snapshot is None:
-                undo_written(read.table.io, [f.file_path for f in new], e)
-            raise
+        write_rows_and_commit(read, report, found, may, note, rows.drop_columns(["_file", "_pos"]))
     report.seconds = time.perf_counter() - started
     return report
 
@@ -789,6 +791,25 @@ def _positions_of_rows(
         positions = by.column(f"{pos}_distinct")[i].values.cast(pa.int64())
         out[path] = pc.take(positions, pc.sort_indices(positions))
     return out
+
+
+def write_rows_and_commit(
+    read: HeadRead,
+    report: RowWriteReport,
+    found: dict[str, pa.Array],
+    may: Callable[[Any], bool] | None,
+    note: Callable[[str], None],
+    rows: pa.Table,
+) -> None:
+    """UPDATE's and MERGE's end: `rows` (if any) written as new data files, then committed
+    with the positions in `found`; the data files deleted again when no commit took them."""
+    files = _write_rows(read, rows) if rows.num_rows else []
+    try:
+        _write_and_commit(read, report, found, may, note, files)
+    except BaseException as e:
+        if report.snapshot is None:
+            undo_written(read.table.io, [f.file_path for f in files], e)
+        raise
 
 
 def _write_rows(read: HeadRead, rows: pa.Table) -> list[Any]:

@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mor.commits import FileOut, SparkArg, session_of, undo_written
+from mor.commits import FileOut, SparkArg, session_of
 from mor.dml import (
     RowWriteReport,
     _head_of,
@@ -48,10 +48,10 @@ from mor.dml import (
     _source,
     _table_name,
     _updatable,
-    _write_and_commit,
-    _write_rows,
     check_value_types,
     load_target,
+    pinned_at,
+    write_rows_and_commit,
 )
 from mor.planner.errors import ColumnNotFoundError, InternalError, MorError, UnsupportedError
 
@@ -377,13 +377,7 @@ def rows_query(
 
     t, s = merge.alias, merge.source_alias
     q = "`" + t.replace("`", "``") + "`"
-    pinned = merge.target.copy()
-    pinned.set("alias", None)
-    if version is not None:
-        value = (
-            exp.Literal.number(version) if isinstance(version, int) else exp.Literal.string(version)
-        )
-        pinned.set("version", exp.Version(this="VERSION", kind="AS OF", expression=value))
+    pinned = pinned_at(merge.target, version)
 
     def cases(when: str, default: int) -> str:
         arms = [
@@ -491,13 +485,7 @@ def merge_rows(
         report.written = [FileOut("", len(v), 0, p) for p, v in sorted(found.items())]
     elif found or new.num_rows:
         note(f"writing {new.num_rows} rows")
-        files = _write_rows(read, new) if new.num_rows else []
-        try:
-            _write_and_commit(read, report, found, may, note, files)
-        except BaseException as e:
-            if report.snapshot is None:
-                undo_written(read.table.io, [f.file_path for f in files], e)
-            raise
+        write_rows_and_commit(read, report, found, may, note, new)
     report.seconds = time.perf_counter() - started
     return report
 

@@ -23,14 +23,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from test_maintenance import _as_v3
-from test_row_writes import _eq, _ids, _live_rows, _lt, _read, _three_files
-from test_semantics import PART_SPEC, SCHEMA, Reference, _history, op
+from test_row_writes import _eq, _ids, _live_rows, _lt, _read, _three_files, registered_history
+from test_semantics import PART_SPEC, SCHEMA, op
 
 from legs import soak_in
 from mor import MorError, explain, mor_sql
-from mor.writer.tables import TableWriter
 
 pytestmark = [pytest.mark.spark41, pytest.mark.connect]
 
@@ -171,25 +169,7 @@ source_rows = st.lists(
 def test_merge_matches_the_naive_reference(
     tmp_path_factory: Any, spark: Any, partitioned: bool, v3: bool, ops: list, merges: list
 ) -> None:
-    from mor.api import default_catalog
-
-    cat = default_catalog(str(tmp_path_factory.mktemp("wh")))
-    writer = TableWriter(
-        cat, "t.w", SCHEMA, PART_SPEC if partitioned else UNPARTITIONED_PARTITION_SPEC
-    )
-    ops = [("append", [(1, "a", 1), (None, "b", 2), (2, "a", None), (3, "b", 0)])] + ops
-    ops = [
-        (o[0], o[1], [tuple(dict(zip((1, 3), k))[i] for i in o[1]) for k in o[2]], o[3], o[4])
-        if o[0] == "eq"
-        else o
-        for o in ops
-    ]
-    ref = Reference(partitioned)
-    _history(writer, ref, ops)
-    if v3:
-        _as_v3(cat, writer, "t.h")
-    else:
-        cat.register_table("t.h", writer.refresh().metadata_location)
+    cat, ref = registered_history(tmp_path_factory, partitioned, v3, ops)
     for rows, m, n, b in merges:
         clauses = _pick(MATCHED, m) + _pick(NOT_MATCHED, n) + _pick(BY_SOURCE, b)
         if not clauses:

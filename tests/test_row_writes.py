@@ -124,20 +124,11 @@ def _read(cat: Any, spark: Any, name: str = "t.h") -> Counter:
     return Counter(tuple(r) for r in rows)
 
 
-# on 4.1 in `make soak` (CI's time): Spark 4 holds it in CI through Connect
-@soak_in("4.1")
-@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
-@given(
-    partitioned=st.booleans(),
-    v3=st.booleans(),
-    ops=st.lists(op, min_size=1, max_size=5),
-    conds=st.lists(
-        st.tuples(st.integers(0, len(CONDITIONS) - 1), st.integers(0, 4)), min_size=2, max_size=2
-    ),
-)
-def test_delete_matches_the_naive_reference(
-    tmp_path_factory: Any, spark: Any, partitioned: bool, v3: bool, ops: list, conds: list
-) -> None:
+def registered_history(
+    tmp_path_factory: Any, partitioned: bool, v3: bool, ops: list
+) -> tuple[Any, Reference]:
+    """A random history of test_semantics (after four rows with NULLs) in a new warehouse,
+    registered as `t.h` (v2, or upgraded to v3), and its reference."""
     from mor.api import default_catalog
 
     cat = default_catalog(str(tmp_path_factory.mktemp("wh")))
@@ -157,6 +148,24 @@ def test_delete_matches_the_naive_reference(
         _as_v3(cat, writer, "t.h")
     else:
         cat.register_table("t.h", writer.refresh().metadata_location)
+    return cat, ref
+
+
+# on 4.1 in `make soak` (CI's time): Spark 4 holds it in CI through Connect
+@soak_in("4.1")
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    partitioned=st.booleans(),
+    v3=st.booleans(),
+    ops=st.lists(op, min_size=1, max_size=5),
+    conds=st.lists(
+        st.tuples(st.integers(0, len(CONDITIONS) - 1), st.integers(0, 4)), min_size=2, max_size=2
+    ),
+)
+def test_delete_matches_the_naive_reference(
+    tmp_path_factory: Any, spark: Any, partitioned: bool, v3: bool, ops: list, conds: list
+) -> None:
+    cat, ref = registered_history(tmp_path_factory, partitioned, v3, ops)
     for i, k in conds:
         sql, truth = CONDITIONS[i](k)
         live = _live_rows(ref)
@@ -220,25 +229,7 @@ def test_update_matches_the_naive_reference(
     """UPDATE: the rows its condition is TRUE for read with their new values (a row moved to
     another partition when `p` changes), every other row as it was; on v3 each updated row
     keeps its `_row_id` once it has one, its `_last_updated_sequence_number` the commit's."""
-    from mor.api import default_catalog
-
-    cat = default_catalog(str(tmp_path_factory.mktemp("wh")))
-    writer = TableWriter(
-        cat, "t.w", SCHEMA, PART_SPEC if partitioned else UNPARTITIONED_PARTITION_SPEC
-    )
-    ops = [("append", [(1, "a", 1), (None, "b", 2), (2, "a", None), (3, "b", 0)])] + ops
-    ops = [
-        (o[0], o[1], [tuple(dict(zip((1, 3), k))[i] for i in o[1]) for k in o[2]], o[3], o[4])
-        if o[0] == "eq"
-        else o
-        for o in ops
-    ]
-    ref = Reference(partitioned)
-    _history(writer, ref, ops)
-    if v3:
-        _as_v3(cat, writer, "t.h")
-    else:
-        cat.register_table("t.h", writer.refresh().metadata_location)
+    cat, ref = registered_history(tmp_path_factory, partitioned, v3, ops)
     for n, (i, k, a) in enumerate(stmts):
         cond, truth = CONDITIONS[i](k)
         sets, new_values = ASSIGNMENTS[a]
