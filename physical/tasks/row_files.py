@@ -1,0 +1,509 @@
+"""The two stages of a row-level write (DELETE, UPDATE, MERGE), run by Spark's tasks with
+pyarrow: no row reaches the driver, which gets one record per file written.
+
+Stage 1 runs in the tasks of the statement's rows query (`rows_stage`). Each batch holds, per
+row the statement changes, its data file and position (`_file`, `_pos`), for a MERGE the
+action of the clause that applies (`_mor_act`) and whether a source row matched it
+(`_mor_matched`), and for rows written again or inserted every column's new value (and on v3
+its `_row_id`). The task keeps the positions each data file loses, and writes the new rows as
+Parquet data files of the table's current partition spec, each file's rows in the table's sort
+order. It returns per data file its positions (a Roaring bitmap), per file written its name,
+rows, bytes, footer and partition, and its counts.
+
+Stage 2 (`deletes_stage`) gets every positions record of a data file in one task (the records
+are repartitioned by data file): it joins them (a MERGE's cardinality rule is checked here
+across tasks: a target row matched twice) and writes them as one position delete file naming
+that data file alone (v2), or as a deletion vector holding them with every position the data
+file's current vector and file-scoped position delete files delete (v3), the vectors of a task
+in one Puffin file. The other records pass through.
+
+Files go straight to their final names under the statement's folder (`folder`, through the
+pyarrow file system `fs`); a failed or repeated task attempt's files are referenced by no
+record, and the driver clears the folder of whatever it does not commit.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from mor.physical.tasks.roaring import decode64, dv_blob, dv_positions, encode64, puffin_file
+from mor.physical.tasks.transforms import apply
+
+# what both stages return: one record per data file's positions, file written, count or fault
+RECORD = pa.schema(
+    [
+        ("kind", pa.string()),  # positions, data, delete_file, dv, counts, violation
+        ("file", pa.string()),  # the data file (as recorded) positions are of
+        ("name", pa.string()),  # a written file, relative to the statement's folder
+        ("blob", pa.binary()),  # positions removed (64-bit Roaring, portable)
+        ("matched", pa.binary()),  # a MERGE's matched positions, for its cardinality rule
+        ("rows", pa.int64()),
+        ("size", pa.int64()),
+        ("offset", pa.int64()),  # a deletion vector's blob in its Puffin file
+        ("length", pa.int64()),
+        ("footer", pa.binary()),  # a Parquet file's footer, as a metadata-only Parquet file
+        ("partition", pa.string()),  # a data file's partition values, JSON
+        ("updated", pa.int64()),
+        ("deleted", pa.int64()),
+        ("inserted", pa.int64()),
+    ]
+)
+RECORD_DDL = (
+    "kind string, file string, name string, blob binary, matched binary, rows long, "
+    "size long, offset long, length long, footer binary, partition string, updated long, "
+    "deleted long, inserted long"
+)
+UPDATE, DELETE, INSERT, MATCHED = 1, 2, 3, 0  # _mor_act: what a MERGE clause does to a row
+POSITION_DELETE_FIELDS = ((2147483546, "file_path"), (2147483545, "pos"))
+ROW_GROUP_BYTES = 128 << 20
+BUFFERED_BYTES = 256 << 20  # new rows a task holds before writing the largest partition's
+
+
+def _record(kind: str, **values: Any) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([{"kind": kind, **values}], schema=RECORD)
+
+
+def _fail(message: str) -> ValueError:
+    """A failure the driver reports as one line (physical/spark/spark_errors.py: `mor: ...`)."""
+    return ValueError(f"mor: {message}")
+
+
+def _task_number() -> str:
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+    except ImportError:  # outside Spark (the tests call the stages directly)
+        ctx = None
+    return f"{ctx.partitionId():05d}" if ctx is not None else "00000"
+
+
+def _footer(writer: pq.ParquetWriter) -> bytes:
+    out = io.BytesIO()
+    writer.writer.metadata.write_metadata_file(out)
+    return out.getvalue()
+
+
+def _create(fs: Any, path: str) -> Any:
+    """A new file at `path` (a local folder made first: object stores have none)."""
+    import pyarrow.fs as pafs
+
+    if isinstance(fs, pafs.LocalFileSystem):
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    return fs.open_output_stream(path)
+
+
+def _write(fs: Any, path: str, table: pa.Table, codec: str, row_group_rows: int) -> tuple:
+    """`table` as a Parquet file at `path`: its size and footer."""
+    with _create(fs, path) as stream:
+        writer = pq.ParquetWriter(stream, table.schema, compression=codec)
+        writer.write_table(table, row_group_size=max(1, row_group_rows))
+        writer.close()
+        size = stream.tell()
+    return size, _footer(writer)
+
+
+# --- stage 1 ------------------------------------------------------------------------------
+
+
+def rows_stage(
+    args: dict[str, Any],
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The function stage 1's tasks run over the rows query's Arrow batches.
+
+    `args`: `kind` (DELETE, UPDATE or MERGE), `check` (a MERGE's cardinality rule applies),
+    and to write rows: `fs`, `folder`, `schema` (the data files' Arrow schema, serialized,
+    field ids in its metadata), `table` (its name, in errors), `partition` (per partition
+    field: (name, transform, source type, source column path)), `sort` (per sort field:
+    (transform, source type, column path, descending, nulls first)), `codec`,
+    `target_bytes` (a file is closed from this much Arrow data)."""
+    kind, check = args["kind"], args.get("check", False)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        removed: dict[str, list[pa.Array]] = {}
+        matched: dict[str, list[pa.Array]] = {}
+        counts = {"updated": 0, "deleted": 0, "inserted": 0}
+        writer = _DataWriter(args) if kind != "DELETE" else None
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            t = pa.Table.from_batches([batch])
+            if kind == "DELETE":
+                gone, new = t, None
+                counts["deleted"] += t.num_rows
+            elif kind == "UPDATE":
+                gone, new = t, t
+                counts["updated"] += t.num_rows
+            else:
+                act = t.column("_mor_act")
+                for what, code in (("updated", UPDATE), ("deleted", DELETE), ("inserted", INSERT)):
+                    counts[what] += pc.sum(pc.equal(act, code)).as_py() or 0
+                gone = t.filter(pc.is_in(act, pa.array([UPDATE, DELETE], act.type)))
+                new = t.filter(pc.is_in(act, pa.array([UPDATE, INSERT], act.type)))
+                if check:
+                    _gather(t.filter(t.column("_mor_matched")), matched)
+            _gather(gone, removed)
+            if writer is not None and new is not None:
+                writer.add(new)
+        table = args.get("table", "")
+        for path, parts in matched.items():  # a row this task holds matched twice
+            matched[path] = [_sorted(parts)]
+            _duplicates(matched[path][0], path, table)
+        if writer is not None:
+            yield from writer.close()
+        for path in sorted(set(removed) | set(matched)):
+            gone_pos = pc.unique(_sorted(removed.get(path, [])))
+            yield _record(
+                "positions",
+                file=path,
+                blob=encode64(gone_pos),
+                matched=encode64(matched[path][0]) if path in matched else None,
+                rows=len(gone_pos),
+            )
+        yield _record("counts", **counts)
+
+    return run
+
+
+def _gather(t: pa.Table, into: dict[str, list[pa.Array]]) -> None:
+    """Each row's position appended to its data file's list."""
+    if not t.num_rows:
+        return
+    by = t.select(["_file", "_pos"]).group_by("_file").aggregate([("_pos", "list")])
+    for path, positions in zip(by.column("_file").to_pylist(), by.column("_pos_list")):
+        if path is None:  # an inserted row: no data file
+            continue
+        into.setdefault(path, []).append(positions.values.cast(pa.int64()))
+
+
+def _sorted(parts: list[pa.Array]) -> pa.Array:
+    if not parts:
+        return pa.array([], pa.int64())
+    whole = pa.concat_arrays(parts)
+    return pc.take(whole, pc.sort_indices(whole))
+
+
+def _duplicates(positions: pa.Array, path: str, table: str) -> None:
+    """A MERGE's cardinality rule: no target row matched by two source rows."""
+    if len(positions) < 2:
+        return
+    same = pc.equal(positions.slice(1), positions.slice(0, len(positions) - 1))
+    at = pc.index(same, True).as_py()
+    if at >= 0:
+        raise _cardinality(table, path, positions[at].as_py())
+
+
+def _cardinality(table: str, path: str, pos: int) -> ValueError:
+    return _fail(
+        f"MERGE INTO {table}: the ON condition matched one row of {table} with more than one "
+        f"row of the source (position {pos} of {path}), and Spark and Iceberg refuse that "
+        "(MERGE_CARDINALITY_VIOLATION): which one would win is undefined; make the source's "
+        "rows unique on the ON condition"
+    )
+
+
+class _DataWriter:
+    """The new rows of one task, written as data files: each row conformed to the table's
+    Arrow schema, placed in its partition, each partition's rows held until they make a file
+    (or the task's rows held pass BUFFERED_BYTES), then sorted and written."""
+
+    def __init__(self, args: dict[str, Any]) -> None:
+        self.fs = args["fs"]
+        self.folder = args["folder"].rstrip("/")
+        self.schema = pa.ipc.read_schema(pa.py_buffer(args["schema"]))
+        self.table = args.get("table", "")
+        self.partition = args.get("partition", [])
+        self.sort = args.get("sort", [])
+        self.codec = args.get("codec", "zstd")
+        self.target = int(args.get("target_bytes", 512 << 20))
+        self.held: dict[str, tuple[list[Any], list[pa.Table], int]] = {}
+        self.bytes = 0
+        self.task = _task_number()
+        self.out: list[pa.RecordBatch] = []
+
+    def add(self, t: pa.Table) -> None:
+        if not t.num_rows:
+            return
+        rows = self._conformed(t)
+        for values, part in self._partitioned(rows):
+            key = json.dumps(values)
+            held = self.held.get(key)
+            if held is None:
+                held = self.held[key] = (values, [], 0)
+            size = part.nbytes
+            self.held[key] = (values, held[1] + [part], held[2] + size)
+            self.bytes += size
+            if held[2] + size >= self.target:
+                self._flush(key)
+        while self.bytes > BUFFERED_BYTES and self.held:
+            self._flush(max(self.held, key=lambda k: self.held[k][2]))
+
+    def close(self) -> Iterator[pa.RecordBatch]:
+        for key in list(self.held):
+            self._flush(key)
+        yield from self.out
+
+    def _conformed(self, t: pa.Table) -> pa.Table:
+        columns = []
+        for f in self.schema:
+            if f.name not in t.column_names:
+                columns.append(pa.nulls(t.num_rows, f.type))
+                continue
+            col = t.column(f.name).combine_chunks()
+            try:
+                col = conform(col, f.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
+                raise _fail(
+                    f"{self.table}: column {f.name} of type {f.type} cannot hold the values "
+                    f"written: {str(e).splitlines()[0][:200]}"
+                ) from None
+            if not f.nullable and col.null_count:
+                raise _fail(
+                    f"{self.table}: column {f.name} is NOT NULL, and the statement writes "
+                    "NULL into it"
+                )
+            columns.append(col)
+        return pa.Table.from_arrays(columns, schema=self.schema)
+
+    def _partitioned(self, rows: pa.Table) -> Iterator[tuple[list[Any], pa.Table]]:
+        if not self.partition:
+            yield [], rows
+            return
+        keys = {}
+        for i, (_, transform, source, path) in enumerate(self.partition):
+            keys[f"k{i}"] = apply(transform, source, _column(rows, path))
+        keyed = pa.table({**keys, "_i": pa.array(range(rows.num_rows), pa.int64())})
+        groups = keyed.group_by(list(keys), use_threads=False).aggregate([("_i", "list")])
+        for g in range(groups.num_rows):
+            values = [_json_value(groups.column(k)[g].as_py()) for k in keys]
+            yield values, rows.take(groups.column("_i_list")[g].values)
+
+    def _flush(self, key: str) -> None:
+        values, parts, _ = self.held.pop(key)
+        rows = pa.concat_tables(parts)
+        self.bytes -= sum(p.nbytes for p in parts)
+        if self.sort:
+            rows = rows.take(_order(rows, self.sort))
+        name = f"{self.task}-{uuid.uuid4()}.parquet"
+        per_row = max(1, rows.nbytes // max(1, rows.num_rows))
+        size, footer = _write(
+            self.fs, f"{self.folder}/{name}", rows, self.codec, ROW_GROUP_BYTES // per_row
+        )
+        self.out.append(
+            _record(
+                "data",
+                name=name,
+                rows=rows.num_rows,
+                size=size,
+                footer=footer,
+                partition=json.dumps(values),
+            )
+        )
+
+
+def _column(t: pa.Table, path: list[str]) -> pa.Array:
+    """A column, or a field nested in struct columns (a partition or sort source)."""
+    col = t.column(path[0]).combine_chunks()
+    for name in path[1:]:
+        col = pc.struct_field(col, name)
+    return col
+
+
+def _order(rows: pa.Table, sort: list[Any]) -> pa.Array:
+    """The indices that put `rows` in the sort order: per field its transform's value,
+    ascending or descending, with nulls first or last."""
+    keys, columns = [], {}
+    for i, (transform, source, path, descending, nulls_first) in enumerate(sort):
+        value = apply(transform, source, _column(rows, path))
+        columns[f"n{i}"] = pc.is_valid(value)
+        columns[f"v{i}"] = value
+        keys.append((f"n{i}", "ascending" if nulls_first else "descending"))
+        keys.append((f"v{i}", "descending" if descending else "ascending"))
+    return pc.sort_indices(pa.table(columns), sort_keys=keys)
+
+
+def _json_value(value: Any) -> Any:
+    """A partition value as JSON: bytes as {"b": hex}, a decimal as {"d": text}."""
+    import decimal
+
+    if isinstance(value, (bytes, bytearray)):
+        return {"b": bytes(value).hex()}
+    if isinstance(value, decimal.Decimal):
+        return {"d": str(value)}
+    return value
+
+
+def conform(col: pa.Array, target: pa.DataType) -> pa.Array:
+    """A column as Spark's Arrow conversion gives it, in the table's Arrow type: field ids
+    (in the type's nested fields) and names as the table's, a uuid's canonical text as its 16
+    bytes, a fixed column's binary checked for its length."""
+    if isinstance(target, pa.BaseExtensionType):
+        return pa.ExtensionArray.from_storage(target, conform(col, target.storage_type))
+    if pa.types.is_fixed_size_binary(target) and (
+        pa.types.is_string(col.type) or pa.types.is_large_string(col.type)
+    ):
+        return pa.array([None if v is None else _uuid_bytes(v) for v in col.to_pylist()], target)
+    if pa.types.is_fixed_size_binary(target) and not pa.types.is_fixed_size_binary(col.type):
+        lengths = pc.binary_length(col)
+        wrong = pc.filter(lengths, pc.not_equal(lengths, target.byte_width))
+        if len(wrong):
+            raise ValueError(f"a value of {wrong[0].as_py()} bytes for fixed[{target.byte_width}]")
+        return col.cast(pa.binary()).cast(target)
+    if pa.types.is_struct(target):
+        children = [
+            conform(_struct_child(col, target.field(i).name), target.field(i).type)
+            for i in range(target.num_fields)
+        ]
+        fields = [target.field(i) for i in range(target.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=fields, mask=col.is_null())
+    if pa.types.is_list(target) or pa.types.is_large_list(target):
+        flat = col.cast(pa.large_list(col.type.value_type)) if pa.types.is_list(col.type) else col
+        values = conform(flat.values, target.value_type)
+        offsets = flat.offsets
+        built = pa.LargeListArray.from_arrays(
+            offsets, values, type=pa.large_list(target.value_field), mask=col.is_null()
+        )
+        return built.cast(target) if pa.types.is_list(target) else built
+    if pa.types.is_map(target):
+        keys = conform(col.keys, target.key_type)
+        items = conform(col.items, target.item_type)
+        return pa.MapArray.from_arrays(col.offsets, keys, items, type=target, mask=col.is_null())
+    return col.cast(target)
+
+
+def _struct_child(col: pa.Array, name: str) -> pa.Array:
+    for i in range(col.type.num_fields):
+        if col.type.field(i).name == name:
+            return col.field(i)
+    raise ValueError(f"no field {name} in {col.type}")
+
+
+def _uuid_bytes(text: str) -> bytes:
+    try:
+        return uuid.UUID(text).bytes
+    except ValueError:
+        raise ValueError(f"{text!r} is not a UUID") from None
+
+
+# --- stage 2 ------------------------------------------------------------------------------
+
+
+def deletes_stage(
+    args: dict[str, Any],
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The function stage 2's tasks run over stage 1's records, those of a data file all in
+    one task. `args`: `v3`, `fs` and `folder` (where the files go), `check`, `table`, and on
+    v3 `current` (per data file as recorded: the deletes it has now, each (file system
+    key, path, offset, length, cardinality) of a vector, or (key, path, None, None, None) of
+    a position delete file), `filesystems` (key -> file system), `created_by`."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        by_file: dict[str, list[dict[str, Any]]] = {}
+        for batch in batches:
+            for r in batch.to_pylist():
+                if r["kind"] == "positions":
+                    by_file.setdefault(r["file"], []).append(r)
+                else:
+                    yield pa.RecordBatch.from_pylist([r], schema=RECORD)
+        if by_file:
+            yield from _deletes(args, by_file)
+
+    return run
+
+
+def _deletes(args: dict[str, Any], by_file: dict[str, list[dict[str, Any]]]) -> Iterator:
+    task = _task_number()
+    fs, folder = args["fs"], args["folder"].rstrip("/")
+    vectors: list[tuple[str, bytes, int, int]] = []
+    reader = _CurrentDeletes(args)
+    for path in sorted(by_file):
+        records = by_file[path]
+        if args.get("check"):
+            matched = [decode64(r["matched"]) for r in records if r["matched"] is not None]
+            if len(matched) > 1:
+                _duplicates(_sorted([m.cast(pa.int64()) for m in matched]), path, args["table"])
+        parts = [decode64(r["blob"]).cast(pa.int64()) for r in records]
+        new = pc.unique(_sorted(parts))
+        if not len(new):
+            continue
+        if not args["v3"]:
+            name = f"{task}-{uuid.uuid4()}-deletes.parquet"
+            rows = pa.table(
+                [pa.array([path] * len(new), pa.string()), new],
+                schema=_position_delete_schema(),
+            )
+            size, footer = _write(fs, f"{folder}/{name}", rows, "zstd", len(new))
+            yield _record(
+                "delete_file", file=path, name=name, rows=len(new), size=size, footer=footer,
+                deleted=len(new),
+            )  # fmt: skip
+            continue
+        merged = pc.unique(_sorted([new, *reader.positions(path)]))
+        vectors.append((path, dv_blob(merged), len(merged), len(new)))
+    if vectors:
+        name = f"{task}-{uuid.uuid4()}-deletes.puffin"
+        data, placed = puffin_file(
+            [(p, blob, n) for p, blob, n, _ in vectors], args.get("created_by", "mor")
+        )
+        with _create(fs, f"{folder}/{name}") as stream:
+            stream.write(data)
+        for (path, _, n, new), (offset, length) in zip(vectors, placed):
+            yield _record(
+                "dv", file=path, name=name, rows=n, size=len(data), offset=offset,
+                length=length, deleted=new,
+            )  # fmt: skip
+
+
+def _position_delete_schema() -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field(name, pa.string() if name == "file_path" else pa.int64(), nullable=False,
+                     metadata={b"PARQUET:field_id": str(fid).encode()})
+            for fid, name in POSITION_DELETE_FIELDS
+        ]
+    )  # fmt: skip
+
+
+class _CurrentDeletes:
+    """v3: the positions a data file's current deletes delete (its vector, the position
+    delete files that apply to it), read in the task; a position delete file several data
+    files share is read once per task."""
+
+    def __init__(self, args: dict[str, Any]) -> None:
+        self.current = args.get("current") or {}
+        self.filesystems = args.get("filesystems") or {}
+        self.table = args.get("table", "")
+        self.files: dict[str, pa.Table] = {}
+
+    def positions(self, path: str) -> list[pa.Array]:
+        out = []
+        for key, where, offset, length, cardinality in self.current.get(path, ()):
+            fs = self.filesystems[key]
+            if offset is not None:
+                with fs.open_input_file(where) as f:
+                    f.seek(offset)
+                    blob = f.read(length)
+                if len(blob) != length:
+                    raise _fail(f"deletion vector {where} at offset {offset} is cut short")
+                try:
+                    out.append(dv_positions(blob, f"deletion vector {where} at offset {offset}",
+                                            cardinality))  # fmt: skip
+                except ValueError as e:
+                    raise _fail(f"{e} (of {self.table})") from None
+                continue
+            rows = self.files.get(where)
+            if rows is None:
+                rows = self.files[where] = pq.read_table(
+                    where, columns=["file_path", "pos"], filesystem=fs
+                )
+            mine = rows.filter(pc.equal(rows.column("file_path"), path))
+            out.append(mine.column("pos").combine_chunks().cast(pa.int64()))
+        return out
