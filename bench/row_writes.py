@@ -22,7 +22,7 @@ by `rollback_to_snapshot` to the snapshot read:
 
 Iceberg: `spark.sql("DELETE FROM lake.b.t WHERE ...")` / `UPDATE` / `MERGE` (merge-on-read: position
 delete files on v2, deletion vectors on v3, and the updated rows as new data files). mor:
-`mor.dml.run_row_write`, first with its process caches
+`mor.row_writes.run_row_write`, first with its process caches
 cleared ("first": what a new `mor run` pays, the JVM warm) and then repeated. Before any time
 is printed, the rows each peer's commit leaves must be equal, read by Iceberg's reader (count
 and two sums of a 64-bit hash of every column). Prints the medians and the ratio mor /
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.harness import clear_caches
     from bench.tables import build
-    from mor.dml import run_row_write
+    from mor.row_writes import run_row_write
     from tests.oracle.runtime import iceberg_session
     from tests.pgcatalog import CATALOG, Postgres
 

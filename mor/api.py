@@ -6,241 +6,44 @@ runs or is checked."""
 
 from __future__ import annotations
 
-import functools
-import inspect
-import os
-import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import quote
+from typing import TYPE_CHECKING, Any
 
 from pyiceberg.catalog import Catalog
 
-from mor.planner.attach import attach_files
-from mor.planner.errors import ArgumentError, MorError, TableNotFoundError
-from mor.planner.nodes import Plan
-from mor.planner.query_metrics import MorMetrics, static_metrics
+from mor.catalogs import DEFAULT_CATALOG_NAME, default_catalog, resolve_catalog
+from mor.execution import mor_errors
+from mor.planner.errors import MorError
+from mor.planner.query_metrics import MorMetrics
 from mor.planner.requests import counting
-from mor.planner.settings import (
-    Settings,
-    applied,
-    default_catalog_name,
-    effective_path_map,
-    user_config,
-    warehouse_dir,
-)
-from mor.planner.sources import (
-    PathMap,
-    Resolver,
-    catalog_failure,
-    is_table_path,
-    load_named_catalog,
-)
-from mor.planner.sql import Statement, bind, one_statement
-from mor.planner.state import CacheFigures, ProcessCaches, caches
-from mor.rules import MOR_RULES, TraceStep, optimize
+from mor.planner.settings import effective_path_map, warehouse_dir
+from mor.planner.sources import PathMap, Resolver, is_table_path
+from mor.planner.sql import Statement
+from mor.planner.state import CacheFigures, caches
+from mor.planning import Planned, SettingsArg, checked, plan_query
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-DEFAULT_CATALOG_NAME = "mor"
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _kind(value: Any) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {text[:60] + '...' if len(text) > 60 else text}"
-
-
-def _mapping_of_text(value: Any) -> bool:
-    return isinstance(value, Mapping) and all(
-        isinstance(k, str) and isinstance(v, (str, int, float, bool)) for k, v in value.items()
-    )
-
-
-# what each argument of the public functions must be, and how to say so
-_ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "sql": (
-        lambda v: (isinstance(v, str) and v.strip() != "") or isinstance(v, Statement),
-        "a SQL text (one SELECT)",
-    ),
-    "name": (lambda v: isinstance(v, str) and v.strip() != "", "a table name or path"),
-    "table": (lambda v: isinstance(v, str) and v.strip() != "", "a table name or path"),
-    "catalog": (
-        lambda v: v is None or isinstance(v, (Catalog, str)),
-        "a pyiceberg Catalog, a catalog name or None",
-    ),
-    "spark": (
-        lambda v: v is None or (hasattr(v, "createDataFrame") and hasattr(v, "sql")),
-        "a SparkSession (classic or Spark Connect) or None",
-    ),
-    "path_map": (
-        lambda v: (
-            v is None or (_mapping_of_text(v) and all(isinstance(x, str) for x in v.values()))
-        ),
-        "a dict of recorded prefix -> actual prefix, or None",
-    ),
-    "io_properties": (
-        lambda v: v is None or _mapping_of_text(v),
-        "a dict of FileIO properties (str -> str), or None",
-    ),
-    "settings": (
-        lambda v: v is None or isinstance(v, (Settings, Mapping)),
-        "a dict of settings, a Settings or None",
-    ),
-    "warehouse": (lambda v: v is None or isinstance(v, (str, os.PathLike)), "a folder or None"),
-    "snapshot_id": (
-        lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
-        "a snapshot id (int) or None",
-    ),
-    "where": (lambda v: v is None or isinstance(v, str), "a Spark SQL condition or None"),
-    "checkpoint": (
-        lambda v: isinstance(v, (str, os.PathLike)) and os.fspath(v).strip() != "",
-        "a checkpoint file's path",
-    ),
-    "max_commits": (
-        lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1),
-        "a number of commits, 1 or more, or None",
-    ),
-    "start_snapshot_id": (
-        lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
-        "a snapshot id (int) or None",
-    ),
-    "columns": (
-        lambda v: (
-            v is None or (isinstance(v, (list, tuple)) and all(isinstance(c, str) for c in v))
-        ),
-        "a list of column names or None",
-    ),
-}
-
-
-def checked(fn: _F) -> _F:
-    """Check the arguments of a public function before anything runs: a wrong kind is one
-    ArgumentError naming the function and the argument (`explain(None)`), not an
-    AttributeError from deep inside."""
-    sig = inspect.signature(fn)
-    names = [n for n in sig.parameters if n in _ARGS]
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            bound = sig.bind(*args, **kwargs)
-        except TypeError as e:
-            raise ArgumentError(f"{fn.__name__}(): {e}") from None
-        for n in names:
-            if n in bound.arguments:
-                ok, what = _ARGS[n]
-                value = bound.arguments[n]
-                if not ok(value):
-                    raise ArgumentError(f"{fn.__name__}(): {n} must be {what}, not {_kind(value)}")
-        return fn(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
-
-
-SettingsArg = Settings | Mapping[str, Any] | None
-
-
-def default_catalog(warehouse: str | None = None) -> Catalog:
-    """The embedded catalog: SQLite at <warehouse>/catalog.db, created on first use."""
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    wh = warehouse_dir(warehouse)
-    os.makedirs(wh, exist_ok=True)
-    return SqlCatalog(
-        DEFAULT_CATALOG_NAME,
-        # SQLAlchemy decodes %-escapes in the URL: a folder named `a b%20c` must be escaped
-        uri=f"sqlite:///{quote(os.path.join(wh, 'catalog.db'))}",
-        warehouse=f"file://{wh}",
-    )
-
-
-def resolve_catalog(catalog: Catalog | str | None, warehouse: str | None = None) -> Catalog:
-    """The catalog to read from. The embedded one must exist: a read creates nothing."""
-    if catalog is None:
-        catalog = default_catalog_name(warehouse)
-    if catalog is None:
-        db = os.path.join(warehouse_dir(warehouse), "catalog.db")
-        if not os.path.exists(db):
-            raise TableNotFoundError(
-                f"no embedded catalog at {db} (the warehouse is --warehouse, $MOR_WAREHOUSE, "
-                f"`warehouse` in {user_config().path} or ./warehouse): run `mor demo` to "
-                "create one there, or name your catalog with --catalog / catalog="
-            )
-        return default_catalog(warehouse)
-    if isinstance(catalog, str):
-        try:
-            return load_named_catalog(catalog)
-        except MorError:
-            raise
-        except Exception as e:  # noqa: BLE001 - pyiceberg raises several kinds here
-            raise catalog_failure(catalog, e) from e
-    if isinstance(catalog, Catalog):
-        return catalog
-    raise MorError(f"catalog must be a pyiceberg Catalog, a catalog name or None, not {catalog!r}")
-
-
-@dataclass(frozen=True)
-class Planned:
-    """A query planned end to end, JVM-free: the bound plan (a SparkQuery over one IcebergScan
-    per table reference), the plan after scan planning and the merge-on-read rules, the trace."""
-
-    logical: Plan
-    optimized: Plan
-    trace: tuple[TraceStep, ...]
-    planning_seconds: float = 0.0
-
-    def metrics(self) -> MorMetrics:
-        """Delete files and bytes read by kind, data rows, planning time (no data is read)."""
-        return static_metrics(self.optimized, self.planning_seconds)
-
-
-@checked
-def plan_query(
-    sql: str | Statement,
-    *,
-    catalog: Catalog | str | None = None,
-    path_map: dict[str, str] | None = None,
-    io_properties: dict[str, str] | None = None,
-    warehouse: str | None = None,
-    settings: SettingsArg = None,
-    cache: ProcessCaches | None = None,
-) -> Planned:
-    """The one planning pipeline (API, EXPLAIN and CLI all call it): bind the statement (find
-    its table references and what each needs), plan each scan's files, apply the merge-on-read
-    rules. `sql`: one statement's text, or a Statement from `planner.sql.split_statements`.
-    `cache`: what planning keeps and reuses (default: this process's caches)."""
-    with applied(settings):
-        return _plan(sql, catalog, path_map, io_properties, warehouse, cache or caches())
-
-
-def _plan(
-    sql: str | Statement,
-    catalog: Catalog | str | None,
-    path_map: dict[str, str] | None,
-    io_properties: dict[str, str] | None,
-    warehouse: str | None,
-    cache: ProcessCaches,
-) -> Planned:
-    if isinstance(catalog, str):
-        catalog = resolve_catalog(catalog)  # an unknown catalog name fails even for iceberg_scan
-    # the embedded catalog is created only when a query names a table
-    resolver = Resolver(
-        lambda: resolve_catalog(catalog, warehouse),
-        PathMap.of(effective_path_map(path_map)),
-        io_properties,
-    )
-    started = time.perf_counter()
-    stmt = one_statement(sql) if isinstance(sql, str) else sql
-    logical = bind(stmt, resolver)
-    trace = [TraceStep("bind (table references, their columns and filters)", True, logical)]
-    planned = attach_files(logical, resolver, cache)
-    trace.append(TraceStep("plan_files (scan planning)", planned is not logical, planned))
-    optimized, rule_steps = optimize(planned, MOR_RULES)
-    return Planned(logical, optimized, tuple(trace + rule_steps), time.perf_counter() - started)
+__all__ = [
+    "DEFAULT_CATALOG_NAME",
+    "Planned",
+    "SettingsArg",
+    "cache_figures",
+    "changes",
+    "checked",
+    "clear_caches",
+    "default_catalog",
+    "effective_path_map",
+    "explain",
+    "health",
+    "metrics",
+    "mor_errors",
+    "mor_sql",
+    "plan_query",
+    "resolve_catalog",
+    "table",
+    "warehouse_dir",
+]
 
 
 @checked
@@ -252,76 +55,35 @@ def mor_sql(
     path_map: dict[str, str] | None = None,
     io_properties: dict[str, str] | None = None,
     settings: SettingsArg = None,
+    branch: str = "main",
+    dry_run: bool = False,
 ) -> DataFrame:
-    """Run one SELECT over Iceberg tables; returns a lazy DataFrame of exactly the live rows.
+    """Run one statement over Iceberg tables.
 
-    Spark analyses the query before this returns: an unknown function or column is a MorError
-    naming it, with its line and column in `sql`. `settings`: tuning settings for this call,
-    e.g. `{"position_bitmap_bytes": 0}`, over the environment's (docs/configuration.md).
+    A query (SELECT ...) returns a lazy DataFrame of exactly the live rows. Spark analyses it
+    before this returns: an unknown function or column is a MorError naming it, with its line
+    and column in `sql`. `settings`: tuning settings for this call, e.g.
+    `{"position_bitmap_bytes": 0}`, over the environment's (docs/configuration.md).
 
     `DELETE FROM t [WHERE ...]`, `UPDATE t SET ... [WHERE ...]` and `MERGE INTO t USING ...`
-    run at once, each as one merge-on-read commit on the table's main branch
-    (`ns.t.branch_<name>`: that branch; mor/dml.py, mor/merge.py), and return a one-row
-    DataFrame: `num_affected_rows` (a MERGE's also by kind: `num_updated_rows`,
-    `num_deleted_rows`, `num_inserted_rows`) and the `snapshot_id` committed (NULL when
-    nothing changed)."""
-    from mor.dml import is_row_write
-    from mor.execution import QueryExecution
+    run at once, each as one merge-on-read commit on `branch` of the table (Spark's name
+    `ns.t.branch_<name>` names one too; mor/row_writes.py), and return a one-row DataFrame:
+    `num_affected_rows` (a MERGE's also by kind: `num_updated_rows`, `num_deleted_rows`,
+    `num_inserted_rows`) and the `snapshot_id` committed (NULL when nothing changed, and
+    with `dry_run`, which counts and commits nothing). `EXPLAIN [VERBOSE|PHYSICAL|ANALYZE]
+    <statement>` returns one row, its `plan`."""
+    from mor.statements import StatementExecution
 
-    stmt = one_statement(sql)
-
-    if is_row_write(stmt.tree):
-        from mor.dml import run_row_write
-        from mor.physical import local_session
-
-        with applied(settings):
-            session = spark if spark is not None else local_session()
-            report = run_row_write(stmt, catalog=catalog, spark=session)
-        if report.statement == "MERGE":  # the counts Spark 4's and Delta's MERGE return
-            return session.createDataFrame(
-                [(report.rows, report.updated, report.deleted, report.inserted, report.snapshot)],
-                "num_affected_rows bigint, num_updated_rows bigint, num_deleted_rows bigint, "
-                "num_inserted_rows bigint, snapshot_id bigint",
-            )
-        return session.createDataFrame(
-            [(report.rows, report.snapshot)], "num_affected_rows bigint, snapshot_id bigint"
-        )
-    return QueryExecution(
-        stmt,
+    return StatementExecution(
+        sql,
         catalog=catalog,
         path_map=path_map,
         io_properties=io_properties,
         settings=settings,
         spark=spark,
-    ).dataframe
-
-
-@contextmanager
-def mor_errors(df: DataFrame | None = None) -> Iterator[None]:
-    """Spark actions inside raise mor's errors where mor can tell what failed:
-
-        with mor_errors(df):
-            rows = df.collect()
-
-    A failure of one of mor's guards inside Spark's tasks (a data file with more rows than its
-    metadata records), a data or delete file missing, truncated, not Parquet or failing its
-    checksum, becomes the MorError subclass naming it (DataFileError, InternalError, ...),
-    raised from Spark's exception. With `df` (a DataFrame `mor_sql` or `table` returned), a
-    failure that names no file is checked against that query's files for a column stored with
-    another type. Any other exception passes unchanged."""
-    try:
-        yield
-    except MorError:
-        raise
-    except Exception as e:
-        from mor.execution import execution_of
-        from mor.physical.spark.spark_errors import recognised
-
-        run = execution_of(df)
-        found = recognised(e, run.plan if run is not None else None)
-        if found is None:
-            raise
-        raise found from e
+        branch=branch,
+        dry_run=dry_run,
+    ).dataframe()
 
 
 @checked
@@ -338,8 +100,10 @@ def explain(
     check: bool = True,
     warehouse: str | None = None,
     settings: SettingsArg = None,
+    branch: str = "main",
 ) -> str:
-    """The plan of `sql`: the query Spark runs, over the merge-on-read scans mor plans.
+    """The plan of `sql`: the query Spark runs, over the merge-on-read scans mor plans (of a
+    DELETE, UPDATE or MERGE: the query whose rows it changes, at the head of `branch`).
 
     Reads metadata only, no data file. `check` has Spark analyse the query around the scans
     over empty views (so an unknown function or column is reported here too, and the output
@@ -348,23 +112,18 @@ def explain(
     DataFrame operations in order. `analyze` adds the merge-on-read metrics and, running counts
     on Spark, the rows each kind of delete removed.
     """
-    from mor.dml import explained, is_row_write
-    from mor.execution import QueryExecution
+    from mor.statements import StatementExecution
 
-    stmt = one_statement(sql) if isinstance(sql, str) else sql
-    head = ""
-    if is_row_write(stmt.tree):  # DELETE: the plan of the rows it deletes
-        stmt, head = explained(stmt, resolve_catalog(catalog, warehouse))
-    run = QueryExecution(
-        stmt,
+    return StatementExecution(
+        sql,
         catalog=catalog,
         path_map=path_map,
         io_properties=io_properties,
         warehouse=warehouse,
         settings=settings,
         spark=spark,
-    )
-    return head + run.explain(verbose=verbose, physical=physical, analyze=analyze, check=check)
+        branch=branch,
+    ).explain(verbose=verbose, physical=physical, analyze=analyze, check=check)
 
 
 def clear_caches() -> None:

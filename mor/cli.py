@@ -25,6 +25,7 @@ from mor.options import (
     SETTINGS,
     SPARK,
     WAREHOUSE,
+    WRITES,
     EarlySession,
     UsageError,
     file_io,
@@ -37,7 +38,7 @@ from mor.output import format_rows, replace_atomically, write_text
 from mor.planner.errors import MorError, SqlSyntaxError
 
 if TYPE_CHECKING:  # the SQL parser is imported once a command reads SQL, after Spark starts
-    from mor.planner.sql import Statement
+    from mor.statements import StatementExecution
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -65,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _query_commands(sub: Any) -> None:
     """run, explain, shell."""
-    query = [DEBUG, CATALOG, FILES, SPARK, SETTINGS]
+    query = [DEBUG, CATALOG, FILES, SPARK, SETTINGS, WRITES]
 
     def statements(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
         sp.add_argument("file", nargs="?", help="a .sql file of ;-separated statements")
@@ -83,14 +84,6 @@ def _query_commands(sub: Any) -> None:
         help="replace an existing --output (never done without it)",
     )
     run.add_argument("--limit", type=int, help="print at most N rows of each result")
-    run.add_argument(
-        "--branch", default="main", help="the branch DELETE statements commit to (default main)"
-    )
-    run.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="DELETE statements report the rows they would delete and commit nothing",
-    )
     ex = statements(
         sub.add_parser(
             "explain", parents=query, help="print the query plan and its merge-on-read scans"
@@ -110,7 +103,7 @@ def _query_commands(sub: Any) -> None:
     )
     sub.add_parser(
         "shell",
-        parents=[DEBUG, CATALOG, SPARK, SETTINGS],
+        parents=query,
         help="an interactive prompt; Spark stays warm between queries",
     )
 
@@ -259,37 +252,45 @@ def _maintenance_commands(sub: Any) -> None:
     op.add_argument("--format", choices=["table", "json"], default="table")
 
 
-def _statements(
-    args: argparse.Namespace, text: str | None = None, writes: bool = False
-) -> list[Statement]:
-    """The statements of the command's SQL (`text`: as `_sql_text` read it); `writes`: DELETE
-    statements are allowed too."""
-    from mor.planner.sql import check_is_query, split_statements
+def _statements(args: argparse.Namespace, text: str | None = None) -> list[StatementExecution]:
+    """One execution per statement of the command's SQL (`text`: as `_sql_text` read it),
+    each with the command's options; a statement mor does not run is refused before any
+    runs."""
+    from mor.planner.sql import split_statements
+    from mor.statements import StatementExecution
 
     stmts = split_statements(_sql_text(args) if text is None else text)
     if not stmts:
         raise SqlSyntaxError("empty statement: the input holds no SQL")
-    for s in stmts:
-        if not (writes and is_row_write(s.tree)):
-            check_is_query(s.tree)
-    return stmts
+    cat = _catalog(args)
+    return [
+        StatementExecution(
+            s,
+            catalog=cat,
+            path_map=path_map(args),
+            io_properties=file_io(args),
+            warehouse=args.warehouse,
+            branch=getattr(args, "branch", "main"),
+            dry_run=getattr(args, "dry_run", False),
+            progress=progress.note,
+        )
+        for s in stmts
+    ]
 
 
-def _run_with_writes(args: argparse.Namespace, stmts: list[Statement]) -> int:
-    """`mor run` of statements among which DELETEs: each runs in turn (a query sees what
-    the statements before it committed); a DELETE prints one line of what it did (a JSON
-    object with --format json), a query its rows."""
+def _run_in_turn(args: argparse.Namespace, runs: list[StatementExecution]) -> int:
+    """`mor run` of statements among which writes or EXPLAINs: each runs in turn (a query sees
+    what the statements before it committed); a write prints one line of what it did (a JSON
+    object with --format json), an EXPLAIN its plan, a query its rows."""
     import json
-
-    from mor.dml import run_row_write, target_name
-    from mor.execution import QueryExecution
 
     if args.format == "parquet" or args.output:
         raise UsageError(
-            "--output and --format parquet write query results: run DELETE statements apart"
+            "--output and --format parquet write query results: run DELETE, UPDATE, MERGE and "
+            "EXPLAIN statements apart"
         )
-    cat = _write_catalog(args)
-    on_s3 = any(_table_on_s3(args, target_name(s, cat), cat) for s in stmts if is_row_write(s.tree))
+    # (a query is planned when it runs, after the writes before it committed)
+    on_s3 = any(_writes_on_s3(args, r) for r in runs if r.is_write)
     sessions: list[Any] = []
 
     def session() -> Any:
@@ -298,41 +299,34 @@ def _run_with_writes(args: argparse.Namespace, stmts: list[Statement]) -> int:
             sessions.append(spark_session(args, s3a=on_s3))
         return sessions[0]
 
-    for i, s in enumerate(stmts, start=1):
-        if is_row_write(s.tree):
-            report = run_row_write(
-                s,
-                catalog=cat,
-                warehouse=args.warehouse,
-                branch=args.branch,
-                dry_run=args.dry_run,
-                spark=session,
-                progress=progress.note,
-            )
+    for i, r in enumerate(runs, start=1):
+        r.spark = session
+        if r.is_write:
+            report = r.write()
             progress.clear()
             out = json.dumps(report.as_dict()) if args.format == "json" else report.line()
             sys.stdout.write(out + "\n")
             continue
-        run = QueryExecution(
-            s,
-            catalog=cat,
-            path_map=path_map(args),
-            io_properties=file_io(args),
-            warehouse=args.warehouse,
-        )
-        df = run.use(session()).dataframe
+        if r.is_explain:
+            sys.stdout.write(r.explain())
+            continue
+        df = r.query.use(session()).dataframe
         if args.limit is not None:
             df = df.limit(args.limit)
-        with progress.spark_stages(session(), f"statement {i}/{len(stmts)}"):
-            cols, rows = run_spark(lambda df=df: (df.columns, df.collect()), run.plan)
+        with progress.spark_stages(session(), f"statement {i}/{len(runs)}"):
+            cols, rows = run_spark(lambda df=df: (df.columns, df.collect()), r.query.plan)
         sys.stdout.write(format_rows(cols, rows, args.format))
     return 0
 
 
-def is_row_write(tree: Any) -> bool:
-    from mor.dml import is_row_write as row_write
+def _writes_on_s3(args: argparse.Namespace, run: StatementExecution) -> bool:
+    """Whether a write's table is on S3 (its session needs Hadoop's s3a connector)."""
+    from mor.catalogs import resolve_catalog
+    from mor.planner.row_writes import parse_row_write
 
-    return row_write(tree)
+    cat = resolve_catalog(args.catalog, args.warehouse)
+    rw = parse_row_write(run.statement, run.branch, cat.table_exists)
+    return _table_on_s3(args, rw.name, cat)
 
 
 def _sql_text(args: argparse.Namespace) -> str:
@@ -387,50 +381,22 @@ def _catalog(args: argparse.Namespace) -> Any:
     return resolve_catalog(args.catalog, args.warehouse) if args.catalog else None
 
 
-def _write_catalog(args: argparse.Namespace) -> Any:
-    """The catalog a DELETE commits through: the named one, or the embedded one."""
-    from mor.api import resolve_catalog
-
-    return resolve_catalog(args.catalog, args.warehouse)
-
-
-def _executions(args: argparse.Namespace, stmts: list[Statement] | None = None) -> list[Any]:
-    """One execution per statement of the command's SQL, over the command's catalog."""
-    from mor.execution import QueryExecution
-
-    stmts = _statements(args) if stmts is None else stmts
-    cat = _catalog(args)
-    pm, io = path_map(args), file_io(args)
-    return [
-        QueryExecution(s, catalog=cat, path_map=pm, io_properties=io, warehouse=args.warehouse)
-        for s in stmts
-    ]
-
-
 def cmd_explain(args: argparse.Namespace) -> int:
-    from mor.dml import explained
-
-    stmts, heads = [], []
-    for s in _statements(args, writes=True):  # a DELETE: the plan of the rows it deletes
-        s, head = explained(s, _write_catalog(args)) if is_row_write(s.tree) else (s, "")
-        stmts.append(s)
-        heads.append(head)
-    runs = _executions(args, stmts)
+    runs = _statements(args)
     if args.analyze or not args.no_check:
         # one session for every statement, with s3a when ANALYZE's counts read s3a:// paths
-        s3a = args.analyze and any(r.reads_s3a for r in runs)
+        s3a = args.analyze and any(r.query.reads_s3a for r in runs)
         spark = spark_session(args, s3a=s3a)
         for r in runs:
-            r.use(spark)
+            r.spark = spark
     texts = [
-        head
-        + r.explain(
+        r.explain(
             verbose=args.verbose,
             physical=args.physical,
             analyze=args.analyze,
             check=not args.no_check,
         )
-        for r, head in zip(runs, heads)
+        for r in runs
     ]
     sys.stdout.write("\n".join(texts))
     return 0
@@ -445,11 +411,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Spark starts while the statements are parsed and planned, when the plan cannot change
     # the session: the JVM's start takes seconds, parsing and planning a fraction of one
     early = EarlySession(args) if EarlySession.wanted(args, text) else None
-    stmts = _statements(args, text, writes=True)
-    if any(is_row_write(s.tree) for s in stmts):
-        return _run_with_writes(args, stmts)
-    targets = _targets(args, len(stmts))  # checked before any query runs
-    runs = _executions(args, stmts)
+    statements = _statements(args, text)
+    if any(r.is_write or r.is_explain for r in statements):
+        return _run_in_turn(args, statements)
+    targets = _targets(args, len(statements))  # checked before any query runs
+    runs = [r.query for r in statements]
     progress.note("planning ...")
     for r in runs:  # all planned before any output
         r.planned  # noqa: B018

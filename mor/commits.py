@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from mor.planner.errors import InternalError, MorError, TableNotFoundError, UnsupportedError
 from mor.writer.files import delete_files, dv_file, named_data_file, write_object
-from mor.writer.producer import Change, SnapshotProducer
+from mor.writer.operations import Operation
+from mor.writer.producer import SnapshotProducer
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -99,9 +100,10 @@ def read_head(
     """Plan the head of `branch` of `name` (a table of format version 2 or 3; `why`: what
     the command writes, in the refusal of another version; `empty`: what to say of a table
     without a snapshot; `check(table)`: refuses what the command cannot write, first)."""
-    from mor.api import plan_query, resolve_catalog
+    from mor.catalogs import resolve_catalog
     from mor.planner.nodes import IcebergScan
     from mor.planner.state import ProcessCaches
+    from mor.planning import plan_query
 
     cat = resolve_catalog(catalog, warehouse)
     try:
@@ -138,8 +140,8 @@ def _live(
     planning the head left the manifests it decoded (none is fetched twice)."""
     from pyiceberg.manifest import DataFileContent
 
-    from mor.api import effective_path_map
     from mor.planner.scan_planning import live_entries
+    from mor.planner.settings import effective_path_map
     from mor.planner.sources import PathMap, Resolver
 
     src = Resolver(cat, PathMap.of(effective_path_map(None)), None).loaded(name, name, tbl)
@@ -172,10 +174,10 @@ def _kept_by(where: str, sql: str, read: HeadRead, schema: Schema) -> set[str]:
     import sqlglot
     from sqlglot import exp
 
-    from mor.api import plan_query
     from mor.planner.errors import SqlSyntaxError
     from mor.planner.nodes import IcebergScan
     from mor.planner.sql import DIALECT
+    from mor.planning import plan_query
 
     try:
         tree = sqlglot.parse_one(where, dialect=DIALECT)
@@ -218,7 +220,7 @@ class Reported(Protocol):
     rebased_over: list[int]
 
 
-def commit_change(report: Reported, read: HeadRead, change: Change) -> None:
+def commit_change(report: Reported, read: HeadRead, change: Operation) -> None:
     """Commit `change` on the read's head through the one snapshot producer; what it made
     goes to `report`."""
     done = SnapshotProducer(read.catalog, read.name, read.branch).commit(change, read.head)
@@ -242,7 +244,7 @@ def write_vectors(
     read: HeadRead,
     found: dict[str, pa.Array],
     pos_files: dict[DeleteKey, EntryFile],
-    change: Change,
+    change: Operation,
     by: str = "mor convert-equality-deletes",
 ) -> None:
     """v3: one deletion vector per data file with positions in `found` (what its equality
@@ -267,8 +269,9 @@ def write_vectors(
     write_object(tbl.io, path, data)
     try:
         for p, (offset, length) in zip(paths, placed):
+            d = read.data[p]
             change.added.append(
-                dv_file(read.data[p], path, len(data), offset, length, len(merged[p]))
+                dv_file(p, d.partition, d.spec_id, path, len(data), offset, length, len(merged[p]))
             )
     except BaseException as e:
         undo_written(tbl.io, [path], e)
@@ -289,7 +292,7 @@ def _merged_positions(
     paths: list[str],
     found: dict[str, pa.Array],
     pos_files: dict[DeleteKey, EntryFile],
-    change: Change,
+    change: Operation,
 ) -> tuple[dict[str, list[int]], tuple[int, int, int]]:
     """Per data file of `paths`: its new positions merged with those its current deletes
     delete (the vectors and file-scoped position delete files they replace go to `change`),

@@ -21,9 +21,13 @@ stage runs under, whenever it runs. The DataFrame carries its execution, so that
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from mor.planner.errors import MorError
 from mor.planner.settings import Settings, applied, current
 from mor.planner.state import ProcessCaches, caches
 
@@ -31,9 +35,9 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyspark.sql import DataFrame, SparkSession
 
-    from mor.api import Planned
     from mor.planner.nodes import Plan
     from mor.planner.sql import Statement
+    from mor.planning import Planned
     from mor.rules.physical.nodes import PhysicalNode
 
 _ATTRIBUTE = "_mor_execution"  # on the DataFrames `dataframe` returns
@@ -68,7 +72,7 @@ class QueryExecution:
     @cached_property
     def planned(self) -> Planned:
         """The statement bound, its scans planned and the merge-on-read rules applied."""
-        from mor.api import plan_query
+        from mor.planning import plan_query
 
         with applied(self.settings):
             return plan_query(
@@ -90,6 +94,14 @@ class QueryExecution:
         from mor.physical.spark.s3a import reads_s3a
 
         return reads_s3a(self.plan)
+
+    def narrow(self, cut: Callable[[Plan], Plan]) -> None:
+        """Apply `cut` to the planned plan, before any physical planning (a row-level write's
+        rows query cut to the data files its tasks read)."""
+        if "physical_plan" in self.__dict__ or "dataframe" in self.__dict__:
+            raise ValueError("this execution's physical plan is made already")
+        planned = self.planned
+        self.__dict__["planned"] = replace(planned, optimized=cut(planned.optimized))
 
     def use(self, spark: SparkSession) -> QueryExecution:
         """Run on `spark` (a session made after planning, as the CLI makes one for every
@@ -260,3 +272,30 @@ def execution_of(df: Any) -> QueryExecution | None:
     if df is None:
         return None
     return vars(df).get(_ATTRIBUTE)
+
+
+@contextmanager
+def mor_errors(df: DataFrame | None = None) -> Iterator[None]:
+    """Spark actions inside raise mor's errors where mor can tell what failed:
+
+        with mor_errors(df):
+            rows = df.collect()
+
+    A failure of one of mor's guards inside Spark's tasks (a data file with more rows than its
+    metadata records), a data or delete file missing, truncated, not Parquet or failing its
+    checksum, becomes the MorError subclass naming it (DataFileError, InternalError, ...),
+    raised from Spark's exception. With `df` (a DataFrame `mor_sql` or `table` returned), a
+    failure that names no file is checked against that query's files for a column stored with
+    another type. Any other exception passes unchanged."""
+    try:
+        yield
+    except MorError:
+        raise
+    except Exception as e:
+        from mor.physical.spark.spark_errors import recognised
+
+        run = execution_of(df)
+        found = recognised(e, run.plan if run is not None else None)
+        if found is None:
+            raise
+        raise found from e

@@ -52,6 +52,7 @@ from mor.writer.files import (
     v3_field,
     write_position_deletes,
 )
+from mor.writer.operations import RewriteFiles
 from mor.writer.policy import (
     DELETE_RATIO,
     MIN_INPUT_FILES,
@@ -61,7 +62,6 @@ from mor.writer.policy import (
     Thresholds,
     choose_rewrites,
 )
-from mor.writer.producer import Change
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -149,7 +149,8 @@ def convert_equality_deletes(
     `where`: SQL over the table's columns; only the data files of the partitions it keeps
     are converted. `spark`: a session, or a function making one (called only when there is
     something to resolve). `progress(text)`: called at each phase."""
-    from mor.physical.rewrite_jobs import deleted_positions, only_files
+    from mor.physical.rewrite_jobs import deleted_positions
+    from mor.planner.nodes import only_files
 
     started = time.perf_counter()
     note = progress or (lambda text: None)
@@ -195,7 +196,7 @@ def _convert(
     note: Callable[[str], None],
 ) -> None:
     """Write what the conversion found and commit it, with the removed equality deletes."""
-    change = Change(
+    change = RewriteFiles(
         removed=set(removed),  # v3: the position delete files merged into vectors join it
         data=set(chosen),
         reach_seq=max((eq_files[p][1] for p in removed), default=0),
@@ -477,18 +478,17 @@ def _write_groups(
 
     import pyarrow.parquet as pq
 
-    from mor.api import plan_query
     from mor.physical.rewrite_jobs import (
         Column,
         Group,
         arrow_store,
-        only_files,
         write_arrow,
         write_compacted,
     )
     from mor.physical.spark.store_access import access_for
-    from mor.planner.nodes import LINEAGE_COLUMNS
+    from mor.planner.nodes import LINEAGE_COLUMNS, only_files
     from mor.planner.sources import PathMap
+    from mor.planning import plan_query
 
     columns = [Column(f.name, f.field_id, f.field_type.model_dump_json()) for f in schema.fields]
     if read.table.metadata.format_version >= 3:  # each row's lineage, as read, kept
@@ -550,7 +550,7 @@ def _compaction(
     rewritten: set[str],
     removed: set[DeleteKey],
     added: list[DataFile],
-) -> Change:
+) -> RewriteFiles:
     """The replace a compaction commits: the new data files at the read's data sequence
     number in place of the rewritten ones, the removed delete files and vectors."""
     from pyiceberg.manifest import DataFileContent
@@ -559,7 +559,7 @@ def _compaction(
     eq_removed = {k for k in removed if deletes[k][0].content == DataFileContent.EQUALITY_DELETES}
     pos_removed = removed - eq_removed
     dvs = {k for k in removed if isinstance(k, tuple)}
-    return Change(
+    return RewriteFiles(
         removed={k for k in removed if isinstance(k, str)},
         removed_dvs=dvs,
         data=set(rewritten),

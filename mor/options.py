@@ -72,6 +72,19 @@ SPARK.add_argument(
     help="a Spark setting for the session (repeatable)",
 )
 
+WRITES = _parent()
+WRITES.add_argument(
+    "--branch",
+    default="main",
+    help="the branch DELETE, UPDATE and MERGE statements commit to (default main)",
+)
+WRITES.add_argument(
+    "--dry-run",
+    action="store_true",
+    help="DELETE, UPDATE and MERGE statements report the rows they would change and commit "
+    "nothing",
+)
+
 SETTINGS = _parent()
 SETTINGS.add_argument(
     "--set",

@@ -4,8 +4,9 @@ before its commit leaves (`mor orphans TABLE`, `orphan_files(table)`).
 A write command deletes what it wrote when it fails; a process killed (SIGKILL, a lost
 machine) before the catalog took its commit cannot. Its files stay under the table's folder,
 referenced by no snapshot. They are named as only mor names files: `data/mor-<uuid>-deletes.*`
-(position delete files, Puffin files of deletion vectors), `data/mor-compact-<uuid>/...`
-(compaction's data files), `metadata/mor-<uuid>-m*.avro` (manifests) and
+(position delete files, Puffin files of deletion vectors the conversion wrote),
+`data/mor-compact-<uuid>/...` (compaction's data files), `data/mor-<delete|update|merge>-<uuid>/...`
+(what a DELETE's, UPDATE's or MERGE's tasks wrote), `metadata/mor-<uuid>-m*.avro` (manifests) and
 `metadata/snap-<id>-<n>-mor-<uuid>.avro` (manifest lists).
 
 This lists them: every file under `<location>/data` and `<location>/metadata` named so, less
@@ -18,6 +19,7 @@ files is ever listed or deleted: Iceberg's `remove_orphan_files` is for the rest
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -78,8 +80,12 @@ def is_mors(path: str) -> bool:
     return (
         name.startswith("mor-")
         or (name.startswith("snap-") and "-mor-" in name)
-        or any(p.startswith("mor-compact-") for p in parts[:-1])
+        or any(_FOLDER.fullmatch(p) for p in parts[:-1])
     )
+
+
+# the folders of mor's Spark jobs: compaction's, and a DELETE's, UPDATE's or MERGE's
+_FOLDER = re.compile(r"mor-(compact|delete|update|merge)-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}")
 
 
 def orphan_files(
@@ -92,7 +98,7 @@ def orphan_files(
 ) -> OrphansReport:
     """The files mor wrote under `table`'s folder that no snapshot references; with `delete`,
     those older than `older_than_hours` deleted."""
-    from mor.api import resolve_catalog
+    from mor.catalogs import resolve_catalog
 
     if older_than_hours < 0:
         raise MorError(f"--older-than needs hours, 0 or more, not {older_than_hours:g}")

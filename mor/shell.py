@@ -1,7 +1,9 @@
 """`mor shell`: statements typed at a prompt, one Spark session kept warm between them.
 
 A statement ends with `;` (it may span lines; a `;` inside a string or comment does not count).
-`EXPLAIN [VERBOSE|PHYSICAL|ANALYZE] <query>;` prints mor's plan. Dot commands, alone on a line:
+Queries, DELETE, UPDATE and MERGE run as `mor run` runs them (mor/statements.py), with the
+shell's options (catalog, path map, FileIO properties, branch, dry run);
+`EXPLAIN [VERBOSE|PHYSICAL|ANALYZE] <statement>;` prints mor's plan. Dot commands, alone on a line:
 `.tables [NAMESPACE]`, `.schema TABLE`, `.caches [clear]`, `.help`, `.quit`. Errors are one
 line; the shell goes on.
 """
@@ -18,7 +20,9 @@ from mor.planner.errors import MorError
 HELP = """\
 Statements end with ';' and may span lines.
   SELECT ...;                          run a query (at most 1000 rows are shown)
-  EXPLAIN [VERBOSE|PHYSICAL|ANALYZE] SELECT ...;   mor's plan of a query
+  DELETE FROM ... / UPDATE ... / MERGE INTO ...;   commit a row-level write (--branch,
+                                       --dry-run as the shell was started with)
+  EXPLAIN [VERBOSE|PHYSICAL|ANALYZE] <statement>;  mor's plan of a statement
   .tables [NAMESPACE]                  the catalog's tables
   .schema TABLE                        a table's schema, partitioning, snapshots
   .caches [clear]                      what this session keeps between queries (or forget it)
@@ -112,15 +116,17 @@ class Shell:
         return True
 
     def catalog(self) -> Any:
-        from mor.api import resolve_catalog
+        from mor.catalogs import resolve_catalog
 
         return resolve_catalog(self.args.catalog, self.args.warehouse)
 
     def resolver(self) -> Any:
-        from mor.api import effective_path_map
+        from mor.options import file_io, path_map
+        from mor.planner.settings import effective_path_map
         from mor.planner.sources import PathMap, Resolver
 
-        return Resolver(self.catalog, PathMap.of(effective_path_map(None)))
+        pm = PathMap.of(effective_path_map(path_map(self.args)))
+        return Resolver(self.catalog, pm, file_io(self.args))
 
     def statements(self, text: str) -> None:
         from mor.options import run_spark
@@ -141,31 +147,36 @@ class Shell:
                 self.err("mor: interrupted\n")
 
     def one(self, stmt: Any, fmt: Any, run_spark: Any) -> str:
-        from mor.execution import QueryExecution
-        from mor.planner.sql import split_statements
+        """One statement, run as `mor run` runs it, with the shell's options: a query's rows
+        (at most SHOWN_ROWS), an EXPLAIN's plan, what a DELETE, UPDATE or MERGE did."""
+        import json
 
-        words = stmt.text.split(None, 2)
-        if words and words[0].upper() == "EXPLAIN":
-            modes = {"VERBOSE", "PHYSICAL", "ANALYZE"}
-            mode = words[1].upper() if len(words) > 1 and words[1].upper() in modes else ""
-            rest = stmt.text.split(None, 2 if mode else 1)[-1]
-            (inner,) = split_statements(rest)
-            run = self.execution(QueryExecution, inner)
-            return run.explain(
-                verbose=mode == "VERBOSE", physical=mode == "PHYSICAL", analyze=mode == "ANALYZE"
-            )
-        run = self.execution(QueryExecution, stmt)
-        df = run.dataframe
-        cols, rows = run_spark(lambda: (df.columns, df.limit(SHOWN_ROWS + 1).collect()), run.plan)
+        from mor.options import file_io, path_map
+        from mor.statements import StatementExecution
+
+        run = StatementExecution(
+            stmt,
+            catalog=self.args.catalog,
+            warehouse=self.args.warehouse,
+            path_map=path_map(self.args),
+            io_properties=file_io(self.args),
+            branch=getattr(self.args, "branch", "main"),
+            dry_run=getattr(self.args, "dry_run", False),
+        )
+        run.spark = lambda: self.spark(run.query.plan)
+        if run.is_write:
+            report = run.write()
+            if getattr(self.args, "format", "table") == "json":
+                return json.dumps(report.as_dict()) + "\n"
+            return report.line() + "\n"
+        if run.is_explain:
+            return run.explain()
+        query = run.query.use(self.spark(run.query.plan))
+        df = query.dataframe
+        cols, rows = run_spark(lambda: (df.columns, df.limit(SHOWN_ROWS + 1).collect()), query.plan)
         more = len(rows) > SHOWN_ROWS
         text = fmt(cols, rows[:SHOWN_ROWS], "table")
         return text + (f"(only the first {SHOWN_ROWS} rows are shown)\n" if more else "")
-
-    def execution(self, kind: Any, stmt: Any) -> Any:
-        """The statement planned, on the shell's session (started for the first statement,
-        with s3a when that statement's plan reads s3a:// paths)."""
-        run = kind(stmt, catalog=self.args.catalog, warehouse=self.args.warehouse)
-        return run.use(self.spark(run.plan))
 
 
 def _prompt_lines() -> Iterator[str]:

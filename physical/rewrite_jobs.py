@@ -12,7 +12,7 @@ positions a conversion writes are exactly those a query of mor removes.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -26,21 +26,9 @@ from mor.physical.scan.types import FIELD_ID_KEY, spark_type
 from mor.physical.spark.spark_errors import spark_failure
 from mor.physical.spark.store_access import StoreAccess
 from mor.planner.errors import InternalError, MorError, UnsupportedError
-from mor.planner.nodes import IcebergScan, Plan
+from mor.planner.nodes import Plan
 from mor.planner.state import ProcessCaches
 from mor.rules.physical.nodes import ResolveEqDeletes
-
-
-def only_files(plan: Plan, paths: set[str]) -> Plan:
-    """`plan` with every scan's data files cut to those recorded as `paths`."""
-
-    def cut(node: Plan) -> Plan:
-        if isinstance(node, IcebergScan) and node.files is not None:
-            data = tuple(t for t in node.files.data if t.path in paths)
-            return replace(node, files=replace(node.files, data=data))
-        return node
-
-    return plan.transform_up(cut)
 
 
 def deleted_positions(spark: SparkSession, plan: Plan) -> dict[str, pa.Array]:

@@ -65,6 +65,19 @@ def _within(bounds: tuple[bytes | None, bytes | None], raw: bytes) -> bool:
     return (lo is None or lo <= raw) and (hi is None or raw <= hi)
 
 
+def names_one(d: Any) -> str | None:
+    """The one data file a position delete file names (its referenced data file, or equal
+    `file_path` bounds: a truncated bound never equals the other), or None when it may name
+    several."""
+    ref = getattr(d, "referenced_data_file", None)
+    if ref:
+        return str(ref)
+    lo, hi = _path_bounds(d)
+    if lo is not None and lo == hi:
+        return bytes(lo).decode("utf-8", errors="replace")
+    return None
+
+
 class InvalidDeletes(ValueError):
     """The deletes of a snapshot break a rule of the spec that no writer may break."""
 

@@ -194,6 +194,9 @@ class DeleteTask:
     # a deletion vector (Iceberg v3): its blob's place in the Puffin file `path` and the one
     # data file it names; None for a Parquet delete file
     dv: DvBlob | None = None
+    # a position delete file (or vector) naming one data file alone: its path as recorded
+    # (what a writer adding a deletion vector for that file replaces); None otherwise
+    names_one: str | None = None
     # a resolved equality delete (kind RESOLVED): (data file path as recorded, its deleted
     # positions); its path names the key the positions were resolved under, so equality and
     # hashing (which leave this out) still tell two apart
@@ -677,3 +680,15 @@ def line_col(text: str, offset: int) -> tuple[int, int]:
     """1-based line and column of a character offset."""
     before = text[:offset]
     return before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1
+
+
+def only_files(plan: Plan, paths: set[str]) -> Plan:
+    """`plan` with every scan's data files cut to those recorded as `paths`."""
+
+    def cut(node: Plan) -> Plan:
+        if isinstance(node, IcebergScan) and node.files is not None:
+            data = tuple(t for t in node.files.data if t.path in paths)
+            return replace(node, files=replace(node.files, data=data))
+        return node
+
+    return plan.transform_up(cut)

@@ -232,10 +232,10 @@ class _Pusher:
         sources = _sources(scope)
         null_side, on_pushed = _joins(sel, sources)
         where = sel.args.get("where")
-        conjuncts = _conjuncts(where.this) if where is not None else []
-        conjuncts += self._from_above(scope)
+        terms = conjuncts(where.this) if where is not None else []
+        terms += self._from_above(scope)
         routed: dict[str, list[exp.Expression]] = {a: [] for a in sources}
-        for c in conjuncts:
+        for c in terms:
             alias = _single_source(c, sources)
             if alias is not None and alias not in null_side:
                 routed[alias].append(c)
@@ -247,7 +247,7 @@ class _Pusher:
             if (
                 isinstance(only, exp.Table)
                 and only.name in self.names
-                and len(routed[alias]) == len(conjuncts)  # the whole WHERE reaches it
+                and len(routed[alias]) == len(terms)  # the whole WHERE reaches it
             ):
                 self.out.limits[self.names[only.name]] = rows
         for alias, cs in routed.items():
@@ -352,7 +352,7 @@ def _joins(
         side = (j.side or "").upper()
         kind = (j.kind or "").upper()
         on = j.args.get("on")
-        for c in _conjuncts(on) if on is not None else []:
+        for c in conjuncts(on) if on is not None else []:
             alias = _single_source(c, sources)
             if alias is None:
                 continue
@@ -434,7 +434,7 @@ def _nondeterministic(e: exp.Expression) -> bool:
     return False
 
 
-def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
+def conjuncts(e: exp.Expression) -> list[exp.Expression]:
     """The AND-ed terms of `e`, in order; iterative, for statements with thousands of them."""
     out: list[exp.Expression] = []
     todo = [e]

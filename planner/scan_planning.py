@@ -51,7 +51,7 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.types import UUIDType
 
 from mor.planner.column_metrics import compile_inclusive
-from mor.planner.delete_index import DeleteIndex, Entry, InvalidDeletes, is_dv
+from mor.planner.delete_index import DeleteIndex, Entry, InvalidDeletes, is_dv, names_one
 from mor.planner.eq_bounds import may_apply, metrics_of
 from mor.planner.errors import MetadataError, UnsupportedError, clipped
 from mor.planner.manifests import (
@@ -870,6 +870,7 @@ def _delete_tasks(
                 )
                 if is_dv(d.file)
                 else None,
+                names_one=names_one(d.file) if is_pos else None,
             )
         )
         next_id += 1
@@ -936,6 +937,81 @@ def partition_fields(src: TableSource) -> tuple[PartField, ...]:
                     field_id=f.field_id, name=f.name, type_str=nf.field_type.model_dump_json()
                 )
     return tuple(out[k] for k in sorted(out))
+
+
+_STRICT_OPS = ("=", "<", "<=", ">", ">=", "in", "isnull", "notnull")
+
+
+def must_hold(
+    src: TableSource, schema: Schema, scan: IcebergScan
+) -> Callable[[EntryFile], bool] | None:
+    """Whether every row of a data file satisfies the scan's pushed predicates, by its
+    partition values (a strict projection of them onto its spec) or its column metrics
+    (pyiceberg's strict metrics evaluator): the files a DELETE of exactly those predicates
+    removes whole, as Iceberg's metadata delete does. Spark's three-valued logic is kept: a
+    column a predicate compares must be known free of NULL (and of NaN) in the file, and `!=`
+    (true for NULL in Iceberg's expressions, not in SQL) never proves anything. None when a
+    predicate cannot be read so: no file is known to match whole."""
+    from pyiceberg.expressions.visitors import ROWS_MUST_MATCH, _StrictMetricsEvaluator
+
+    preds = pushed_preds(scan.pushed)
+    names = {f.col.name: schema.find_column_name(f.field_id) or "" for f in scan.fields}
+    if not preds or any(p.op not in _STRICT_OPS or not names.get(p.column) for p in preds):
+        return None
+    filt = row_filter(preds, names)
+    try:
+        strict = _StrictMetricsEvaluator(schema, filt, case_sensitive=True).eval
+        ids = {p.column: schema.find_field(names[p.column]) for p in preds}
+    except Exception:  # noqa: BLE001 - a filter pyiceberg cannot bind proves nothing
+        return None
+    compared = [
+        (f.field_id, f.field_type.is_primitive and str(f.field_type) in ("float", "double"))
+        for c, f in ids.items()
+        if all(p.op != "isnull" for p in preds if p.column == c)
+    ]
+    by_spec: dict[int, Callable[[EntryFile], bool]] = {}
+
+    def no_nulls(f: EntryFile) -> bool:
+        nulls, nans = f.null_value_counts or {}, f.nan_value_counts or {}
+        return all(
+            nulls.get(i) == 0 and (not floating or nans.get(i) == 0) for i, floating in compared
+        )
+
+    def must(f: EntryFile) -> bool:
+        try:
+            if f.spec_id not in by_spec:
+                by_spec[f.spec_id] = _strict_partition(src, schema, f.spec_id, filt)
+            if by_spec[f.spec_id](f):
+                return True
+            return no_nulls(f) and strict(f) == ROWS_MUST_MATCH
+        except Exception:  # noqa: BLE001 - unsure: not known to match whole
+            return False
+
+    return must
+
+
+def _strict_partition(
+    src: TableSource, schema: Schema, spec_id: int, filt: BooleanExpression
+) -> Callable[[EntryFile], bool]:
+    """Whether a file's partition values alone prove every row of it satisfies `filt`."""
+    from pyiceberg.expressions.visitors import strict_projection
+
+    spec = src.metadata.specs().get(spec_id)
+    if spec is None or spec.is_unpartitioned():
+        return lambda _f: False
+    try:
+        projected = strict_projection(schema, spec, True)(filt)
+        if isinstance(projected, AlwaysTrue):  # nothing projected: proves nothing
+            return lambda _f: False
+        ev = expression_evaluator(Schema(*spec.partition_type(schema).fields), projected, True)
+    except Exception:  # noqa: BLE001 - proves nothing
+        return lambda _f: False
+
+    def holds(f: EntryFile) -> bool:
+        values = tuple(v.bytes if isinstance(v, uuid.UUID) else v for v in f.partition)
+        return None not in values and bool(ev(values))
+
+    return holds
 
 
 def _eq_field_ids(deletes: list[Entry], src: TableSource) -> set[int]:

@@ -81,6 +81,16 @@ def _find(
     return None
 
 
+def find_path(schema: Schema, field_id: int) -> list[str]:
+    """The names from a top-level column of `schema` down to the field `field_id` (a column
+    or a field of struct columns)."""
+    hit = _find(schema.as_struct(), field_id, ())
+    if hit is None:
+        raise MetadataError(f"schema {schema.schema_id} has no field with id {field_id}")
+    field, path = hit
+    return [name for name, _ in path] + [field.name]
+
+
 _SQL_TYPES: dict[type, str] = {
     BooleanType: "boolean",
     IntegerType: "int",

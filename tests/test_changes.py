@@ -203,7 +203,7 @@ def test_explain_shows_how_each_commit_is_read(upserts: Any) -> None:
         f"CommitChanges #2: commit=0 snapshot={s2} operation=overwrite reads=[before, after, "
         "added]" in text
     )
-    assert f"commit=1 snapshot={s3} operation=overwrite reads=[before, after]" in text
+    assert f"commit=1 snapshot={s3} operation=delete reads=[before, after]" in text
     # each scan says which commit and part it reads, at which snapshot
     assert f"IcebergScan table_changes('c.keyed') commit 0 added @ snapshot {s2}" in text
     assert f"IcebergScan table_changes('c.keyed') commit 1 before @ snapshot {s2}" in text

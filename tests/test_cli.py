@@ -451,7 +451,7 @@ def test_an_internal_error_is_one_line_with_its_own_exit_code(
         return Union(inputs=(scan,), columns=(replace(scan.output[0], name="$nowhere"),))
 
     broken.__name__ = "broken_rule"
-    monkeypatch.setattr("mor.api.MOR_RULES", (broken,))
+    monkeypatch.setattr("mor.planning.MOR_RULES", (broken,))
     code, out, err = _run(
         capsys, "explain", "--no-check", "--warehouse", str(wh), "-e", "SELECT * FROM demo.orders"
     )

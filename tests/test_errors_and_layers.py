@@ -106,6 +106,55 @@ def test_imports_flow_one_way(pkg: str) -> None:
                     assert pkg in ("physical", "mor"), f"{where} imports pyspark"
 
 
+def _imported(path: Path) -> list[tuple[str, list[str]]]:
+    """(module, names taken from it) of every import of a file, those inside functions too."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            out.append((node.module, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names]
+    return out
+
+
+def test_mor_modules_import_no_circle_and_no_private_name() -> None:
+    """The modules of mor/ import each other without a circle, counting imports inside
+    functions (a module's room is the modules below it), and no module of the package takes
+    a private name (`_x`) from another module."""
+    own = {p.stem for p in (ROOT / "mor").glob("*.py")}
+    arrows: dict[str, set[str]] = {m: set() for m in own}
+    for path in sorted((ROOT / "mor").glob("*.py")):
+        for module, names in _imported(path):
+            parts = module.split(".")
+            if parts[0] != "mor":
+                continue
+            if len(parts) == 2 and parts[1] in own:
+                arrows[path.stem].add(parts[1])
+            elif len(parts) == 1:  # from mor import progress
+                arrows[path.stem] |= {n for n in names if n in own}
+    arrows["__init__"] = set()  # the package's lazy names, resolved on first use
+    done: set[str] = set()
+
+    def visit(m: str, trail: tuple[str, ...]) -> None:
+        if m in trail:
+            raise AssertionError(f"an import circle: {' -> '.join(trail[trail.index(m) :] + (m,))}")
+        if m in done:
+            return
+        for n in sorted(arrows.get(m, ())):
+            visit(n, trail + (m,))
+        done.add(m)
+
+    for m in sorted(arrows):
+        visit(m, ())
+    for layer in LAYERS:
+        for path in sorted((ROOT / layer).rglob("*.py")):
+            for module, names in _imported(path):
+                private = [n for n in names if n.startswith("_") and n != "__version__"]
+                assert not (module.startswith("mor") and private), (
+                    f"{path.relative_to(ROOT)} imports {', '.join(private)} from {module}"
+                )
+
+
 def test_wheel_installs_layers_under_mor(tmp_path: Path) -> None:
     """The wheel holds mor.planner/rules/physical/writer (no top-level planner, rules, physical
     or writer that could collide with other distributions) and the examples `mor demo` runs."""
@@ -228,7 +277,10 @@ def test_columns_differing_only_in_case_are_refused_by_name(catalog: object) -> 
 @pytest.mark.parametrize(
     "call, says",
     [
-        (lambda m: m.explain(None), "explain(): sql must be a SQL text (one SELECT), not NoneType"),
+        (
+            lambda m: m.explain(None),
+            "explain(): sql must be a SQL text (one statement), not NoneType",
+        ),
         (lambda m: m.mor_sql("  "), "mor_sql(): sql must be a SQL text"),
         (lambda m: m.mor_sql("SELECT 1", spark="local"), "mor_sql(): spark must be a SparkSession"),
         (lambda m: m.mor_sql("SELECT 1", path_map=["/a"]), "mor_sql(): path_map must be a dict"),

@@ -550,7 +550,8 @@ def test_v3_compaction_keeps_each_rows_lineage(catalog: Any, spark: Any) -> None
     from pyiceberg.manifest import DATA_FILE_TYPE, DataFile
 
     from mor.maintenance import compact
-    from mor.writer.producer import Change, SnapshotProducer
+    from mor.writer.operations import RewriteFiles
+    from mor.writer.producer import SnapshotProducer
 
     w = _two_files(catalog)
     _as_v3(catalog, w, "m.g6")
@@ -561,7 +562,7 @@ def test_v3_compaction_keeps_each_rows_lineage(catalog: Any, spark: Any) -> None
     )
     v3.spec_id = eq.spec_id
     table = catalog.load_table("m.g6")
-    SnapshotProducer(catalog, "m.g6").commit(Change([v3]), table.current_snapshot())
+    SnapshotProducer(catalog, "m.g6").commit(RewriteFiles(added=[v3]), table.current_snapshot())
     sql = "SELECT id, s, _row_id, _last_updated_sequence_number FROM m.g6"
     before = sorted(tuple(r) for r in mor_sql(sql, catalog=catalog, spark=spark).collect())
     assert [r[0] for r in before] == [i for i in LIVE if i != 4]
@@ -622,7 +623,8 @@ def test_v3_replaces_one_vector_of_a_shared_puffin_file(catalog: Any, spark: Any
     snapshot), and the second conversion replaces the first file's vector alone."""
     from pyiceberg.manifest import DATA_FILE_TYPE, DataFile
 
-    from mor.writer.producer import Change, SnapshotProducer
+    from mor.writer.operations import RewriteFiles
+    from mor.writer.producer import SnapshotProducer
 
     w = _two_files(catalog)
     table = _as_v3(catalog, w, "m.g4")
@@ -634,7 +636,7 @@ def test_v3_replaces_one_vector_of_a_shared_puffin_file(catalog: Any, spark: Any
     )
     v3.spec_id = eq.spec_id
     table = catalog.load_table("m.g4")
-    SnapshotProducer(catalog, "m.g4").commit(Change([v3]), table.current_snapshot())
+    SnapshotProducer(catalog, "m.g4").commit(RewriteFiles(added=[v3]), table.current_snapshot())
     assert _ids(catalog, spark, "m.g4") == [i for i in LIVE if i != 4]
 
     report = convert_equality_deletes("m.g4", catalog=catalog, spark=spark)

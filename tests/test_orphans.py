@@ -20,7 +20,8 @@ from pyiceberg.types import LongType, NestedField
 from mor import MorError
 from mor.cli import main
 from mor.orphans import is_mors, orphan_files
-from mor.writer.producer import Change, SnapshotProducer
+from mor.writer.operations import appended
+from mor.writer.producer import SnapshotProducer
 from mor.writer.tables import TableWriter
 
 pytestmark = [pytest.mark.check]
@@ -35,7 +36,7 @@ def _table(catalog: Any) -> tuple[TableWriter, Path]:
     _, files = w.append(pa.table({"id": pa.array(range(10), pa.int64())}))
     deletes = [w.position_delete_file({files[0].file_path: [1, 2]}, files[0])]
     head = w.refresh().current_snapshot()
-    SnapshotProducer(catalog, "o.t").commit(Change.row_delta([], deletes), head)
+    SnapshotProducer(catalog, "o.t").commit(appended([], deletes), head)
     return w, Path(w.refresh().metadata.location.removeprefix("file://").removeprefix("file:"))
 
 

@@ -33,7 +33,7 @@ from test_semantics import PART_SPEC, SCHEMA, Reference, _history, op
 from helpers import landing
 from legs import soak_in
 from mor import MorError, explain, mor_sql
-from mor.dml import delete_rows, update_rows
+from mor.row_writes import run_row_write
 from mor.writer.conflicts import ConflictError
 from mor.writer.tables import TableWriter
 
@@ -94,6 +94,14 @@ def _in(x: Any, values: list[Any]) -> bool | None:
     if x in values:
         return True
     return None if None in values else False
+
+
+def _data_files(cat: Any, name: str = "t.h") -> set[str]:
+    """The live data files of the table's current snapshot."""
+    table = cat.load_table(name)
+    if table.current_snapshot() is None:
+        return set()
+    return set(table.inspect.data_files().column("file_path").to_pylist())
 
 
 def _live_rows(ref: Reference) -> list[Row]:
@@ -170,6 +178,7 @@ def test_delete_matches_the_naive_reference(
         sql, truth = CONDITIONS[i](k)
         live = _live_rows(ref)
         gone = [r for r in live if truth(r, live) is True]
+        before = _data_files(cat)
         (res,) = mor_sql(f"DELETE FROM t.h WHERE {sql}", catalog=cat, spark=spark).collect()
         assert res.num_affected_rows == len(gone), sql
         table = cat.load_table("t.h")
@@ -178,15 +187,24 @@ def test_delete_matches_the_naive_reference(
             assert res.snapshot_id == head.snapshot_id
             assert head.summary.operation.value == "delete"
             props = head.summary.additional_properties
-            added = int(props["added-position-deletes"])
+            added = int(props.get("added-position-deletes", "0"))
             removed = int(props.get("removed-position-deletes", "0"))
+            # files every row of which the condition selects by metadata are removed whole
+            # (Iceberg's metadata delete): only live files, only rows the condition deletes
+            dropped = before - _data_files(cat)
+            assert int(props.get("deleted-data-files", "0")) == len(dropped)
+            assert all(
+                all(truth(r, live) is True for r in live if r["file"] == f) for f in dropped
+            )
+            by_position = [r for r in gone if r["file"] not in dropped]
             # v2: the new rows alone; v3: each file's whole vector, replacing the old one and
             # the file-scoped position delete files it merges (which may name one position
             # twice: their record counts, removed, can exceed the positions they held)
-            if v3:
-                assert added >= len(gone) and int(props["added-dvs"]) >= 1 and removed >= 0
+            if v3 and by_position:
+                assert added >= len(by_position) and int(props["added-dvs"]) >= 1
+                assert removed >= 0
             else:
-                assert added == len(gone)
+                assert added == len(by_position)
             assert table.metadata.format_version == (3 if v3 else 2)
         else:
             assert res.snapshot_id is None
@@ -325,12 +343,12 @@ def test_a_concurrent_append_conflicts_under_serializable_and_is_rebased_under_s
     # serializable (the default): a new file of partition a may hold rows `p = 'a'` matches
     before = _mor_files(w)
     with landing(append("a", 5)), pytest.raises(ConflictError, match="serializable"):
-        delete_rows("DELETE FROM c.t WHERE p = 'a' AND v = 0", catalog=catalog, spark=spark)
+        run_row_write("DELETE FROM c.t WHERE p = 'a' AND v = 0", catalog=catalog, spark=spark)
     assert _mor_files(w) == before  # nothing left behind
     assert _ids(catalog, spark) == [0, 1, 2, 3, 4, 5, 10, 11, 12, 13, 14]
     # a file of partition b cannot: rebased over
     with landing(append("b", 15)):
-        r = delete_rows("DELETE FROM c.t WHERE p = 'a' AND v = 0", catalog=catalog, spark=spark)
+        r = run_row_write("DELETE FROM c.t WHERE p = 'a' AND v = 0", catalog=catalog, spark=spark)
     # ids 0, 3 and 5 (the append that conflicted landed)
     assert r.rows == 3 and r.attempts == 2 and len(r.rebased_over) == 1
     assert _ids(catalog, spark) == [1, 2, 4, 10, 11, 12, 13, 14, 15]
@@ -338,7 +356,7 @@ def test_a_concurrent_append_conflicts_under_serializable_and_is_rebased_under_s
     with w.refresh().transaction() as tx:
         tx.set_properties({"write.delete.isolation-level": "snapshot"})
     with landing(append("a", 6)):
-        r = delete_rows("DELETE FROM c.t WHERE p = 'a' AND v = 1", catalog=catalog, spark=spark)
+        r = run_row_write("DELETE FROM c.t WHERE p = 'a' AND v = 1", catalog=catalog, spark=spark)
     assert r.rows == 2 and r.isolation == "snapshot" and r.attempts == 2  # ids 1, 4
     assert _ids(catalog, spark) == [2, 6, 10, 11, 12, 13, 14, 15]
 
@@ -359,7 +377,7 @@ def test_the_conflict_filter_holds_over_the_equality_delete_rewrite(
             w.append(pa.table(rows))
 
     with landing(land):
-        r = delete_rows("DELETE FROM c.t WHERE v = 0", catalog=catalog, spark=spark)
+        r = run_row_write("DELETE FROM c.t WHERE v = 0", catalog=catalog, spark=spark)
     assert r.rows == 3 and r.attempts == 2  # ids 0, 3 and 12, over both files
     assert _ids(catalog, spark) == [1, 2, 4, 7, 10, 13, 14]
 
@@ -379,7 +397,7 @@ def test_a_concurrent_delete_on_the_same_file_stops_it_leaving_nothing(
 
     before = _mor_files(w)
     with landing(delete), pytest.raises(ConflictError, match="position deletes"):
-        delete_rows("DELETE FROM c.t WHERE id < 2", catalog=catalog, spark=spark)
+        run_row_write("DELETE FROM c.t WHERE id < 2", catalog=catalog, spark=spark)
     assert _mor_files(w) == before
     assert _ids(catalog, spark) == [0, 1, 2, 3, 10, 11, 12, 13, 14]  # the other commit's alone
 
@@ -390,11 +408,11 @@ def test_a_concurrent_delete_on_the_same_file_stops_it_leaving_nothing(
             w.commit(deletes=[w.equality_delete_file([1], [{1: 11}], f.partition, f.spec_id)])
 
     with landing(eq), pytest.raises(ConflictError, match="equality deletes"):
-        delete_rows("DELETE FROM c.t WHERE p = 'b' AND id >= 11", catalog=catalog, spark=spark)
+        run_row_write("DELETE FROM c.t WHERE p = 'b' AND id >= 11", catalog=catalog, spark=spark)
     assert _ids(catalog, spark) == [0, 1, 2, 3, 10, 12, 13, 14]
     # one whose keys its condition cannot match (by the file's bounds) is rebased over
     with landing(eq):
-        r = delete_rows("DELETE FROM c.t WHERE p = 'b' AND id > 12", catalog=catalog, spark=spark)
+        r = run_row_write("DELETE FROM c.t WHERE p = 'b' AND id > 12", catalog=catalog, spark=spark)
     assert r.rows == 2 and r.attempts == 2
     assert _ids(catalog, spark) == [0, 1, 2, 3, 10, 12]
 
@@ -542,7 +560,7 @@ def test_a_branch_named_either_way_and_main_untouched(catalog: Any, spark: Any) 
     w = _three_files(catalog)
     main_head = w.refresh().current_snapshot().snapshot_id
     w.refresh().manage_snapshots().create_branch(main_head, "audit").commit()
-    r = delete_rows("DELETE FROM c.t WHERE v = 0", catalog=catalog, spark=spark, branch="audit")
+    r = run_row_write("DELETE FROM c.t WHERE v = 0", catalog=catalog, spark=spark, branch="audit")
     assert r.rows == 3 and r.branch == "audit"
     (res,) = mor_sql(
         "DELETE FROM c.t.branch_audit WHERE id = 1", catalog=catalog, spark=spark
@@ -568,7 +586,7 @@ def test_a_branch_named_either_way_and_main_untouched(catalog: Any, spark: Any) 
         "DELETE FROM c.t.branch_audit WHERE id = 2", catalog=catalog, check=False
     )
     with pytest.raises(MorError, match="branch 'audit' in the name"):
-        delete_rows(
+        run_row_write(
             "DELETE FROM c.t.branch_audit WHERE id = 2", catalog=catalog, spark=spark, branch="x"
         )
 
@@ -583,7 +601,7 @@ def test_v3_updated_rows_keep_their_row_ids(catalog: Any, spark: Any) -> None:
     was."""
     w = _three_files(catalog, "c.w")
     _as_v3(catalog, w, "c.t")
-    delete_rows("DELETE FROM c.t WHERE id = 4", catalog=catalog, spark=spark)  # ids assigned
+    run_row_write("DELETE FROM c.t WHERE id = 4", catalog=catalog, spark=spark)  # ids assigned
 
     def lineage() -> dict[int, tuple[int, int, str, int]]:
         sql = "SELECT id, _row_id, _last_updated_sequence_number, p, v FROM c.t"
@@ -592,12 +610,13 @@ def test_v3_updated_rows_keep_their_row_ids(catalog: Any, spark: Any) -> None:
 
     before = lineage()
     assert all(v[0] is not None for v in before.values())
-    r = update_rows(
+    r = run_row_write(
         "UPDATE c.t SET v = v + 100, p = CASE WHEN id = 0 THEN 'b' ELSE p END WHERE id IN (0, 11)",
         catalog=catalog,
         spark=spark,
     )
-    assert r.rows == 2 and len(r.data_written) == 1  # both rows now in partition b
+    # both rows now in partition b: one file per task of the rows query that held one
+    assert r.rows == 2 and 1 <= len(r.data_written) <= 2
     seq = catalog.load_table("c.t").current_snapshot().sequence_number
     after = lineage()
     for i, (rid, lus, p, v) in after.items():

@@ -37,6 +37,7 @@ from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
+from mor.planner.delete_index import names_one
 from mor.planner.errors import DataFileError, MorError
 from mor.planner.nodes import LINEAGE_COLUMNS
 
@@ -45,7 +46,6 @@ POSITION_DELETE_SCHEMA = Schema(
     NestedField(2147483545, "pos", LongType(), required=True),
 )
 FULL_METRICS = {"write.metadata.metrics.default": "full"}  # file_path bounds untruncated
-_FILE_PATH_ID = 2147483546
 
 
 def partition_record(partition: Any) -> Record:
@@ -70,19 +70,36 @@ def write_delete_file(
     sink = pa.BufferOutputStream()
     pq.write_table(rows, sink)
     data = sink.getvalue()
+    path = f"{table.metadata.location.rstrip('/')}/data/{prefix}-{uuid.uuid4()}-deletes.parquet"
+    write_object(table.io, path, data.to_pybytes())
+    meta = pq.read_metadata(pa.BufferReader(data))
+    return delete_file_of(path, meta, len(data), schema, content, partition, spec_id, equality_ids)
+
+
+def delete_file_of(
+    path: str,
+    meta: pq.FileMetaData,
+    size: int,
+    schema: Schema,
+    content: DataFileContent,
+    partition: Any,
+    spec_id: int,
+    equality_ids: Sequence[int] | None = None,
+) -> DataFile:
+    """The manifest record of a Parquet delete file (in `schema`, the delete file's own) from
+    its footer, with full column metrics (a position delete file's `file_path` bounds whole,
+    so that a reader sees which data file it names)."""
     stats = data_file_statistics_from_parquet_metadata(
-        pq.read_metadata(pa.BufferReader(data)),
+        meta,
         compute_statistics_plan(schema, FULL_METRICS),
         parquet_path_to_id_mapping(schema),
     )
-    path = f"{table.metadata.location.rstrip('/')}/data/{prefix}-{uuid.uuid4()}-deletes.parquet"
-    write_object(table.io, path, data.to_pybytes())
     f = DataFile.from_args(
         content=content,
         file_path=path,
         file_format=FileFormat.PARQUET,
         partition=partition_record(partition),
-        file_size_in_bytes=len(data),
+        file_size_in_bytes=size,
         equality_ids=None if equality_ids is None else list(equality_ids),
         **stats.to_serialized_dict(),
     )
@@ -136,23 +153,31 @@ def write_position_deletes(table: Table, data_file: Any, positions: pa.Array) ->
 
 
 def dv_file(
-    data_file: Any, puffin_path: str, puffin_size: int, offset: int, length: int, rows: int
+    data_file: str,
+    partition: Any,
+    spec_id: int,
+    puffin_path: str,
+    puffin_size: int,
+    offset: int,
+    length: int,
+    rows: int,
 ) -> DataFile:
-    """The manifest record of a deletion vector of `data_file` (its partition and spec), the
-    blob at `offset` of the Puffin file `puffin_path`, holding `rows` positions."""
+    """The manifest record of a deletion vector of `data_file` (as recorded; its partition
+    and spec), the blob at `offset` of the Puffin file `puffin_path`, holding `rows`
+    positions."""
     f = DataFile.from_args(
         _table_format_version=3,
         content=DataFileContent.POSITION_DELETES,
         file_path=puffin_path,
         file_format=FileFormat.PUFFIN,
-        partition=partition_record(data_file.partition),
+        partition=partition_record(partition),
         record_count=rows,
         file_size_in_bytes=puffin_size,
-        referenced_data_file=data_file.file_path,
+        referenced_data_file=data_file,
         content_offset=offset,
         content_size_in_bytes=length,
     )
-    f.spec_id = data_file.spec_id
+    f.spec_id = spec_id
     return f
 
 
@@ -184,13 +209,7 @@ def named_data_file(f: Any) -> str | None:
     """The one data file a position delete file names (its `file_path` bounds are equal, or
     its referenced data file), or None when it may name several."""
     ref = v3_field(f, "referenced_data_file")
-    if ref:
-        return str(ref)
-    lower = (f.lower_bounds or {}).get(_FILE_PATH_ID)
-    upper = (f.upper_bounds or {}).get(_FILE_PATH_ID)
-    if lower is not None and lower == upper:
-        return bytes(lower).decode("utf-8", errors="replace")
-    return None
+    return str(ref) if ref else names_one(f)
 
 
 def data_file_of(

@@ -56,7 +56,7 @@ from mor.planner.errors import MorError
 from mor.planner.manifests import read_records
 
 if TYPE_CHECKING:
-    from mor.writer.producer import Change
+    from mor.writer.operations import Operation
 
 
 class StaleChange(MorError):
@@ -149,7 +149,7 @@ def _int_equality_ids(schema: Schema) -> Schema:
 
 
 def added_manifests(
-    table: Table, change: Change, snapshot_id: int, written: list[str], prefix: str = "mor"
+    table: Table, change: Operation, snapshot_id: int, written: list[str], prefix: str = "mor"
 ) -> list[ManifestFile]:
     """New manifests, one per content and partition spec: the new delete files with no
     sequence number (they inherit the snapshot's), the new data files with `data_seq`;
@@ -190,7 +190,7 @@ def added_manifests(
 
 
 def rewritten_manifests(
-    table: Table, head: Snapshot | None, change: Change, snapshot_id: int, written: list[str]
+    table: Table, head: Snapshot | None, change: Operation, snapshot_id: int, written: list[str]
 ) -> list[ManifestFile]:
     """The head's manifests (none before the first snapshot), each one holding a removed
     file written again."""
@@ -274,7 +274,7 @@ def _write_avro(io: Any, path: str, schema: Any, meta: dict[str, str], records: 
 def _v3_rewrite(
     table: Table,
     listed: dict[str, Any],
-    change: Change,
+    change: Operation,
     snapshot_id: int,
     seq: int,
     written: list[str],
@@ -420,7 +420,7 @@ _LIST_NAMES = [f.name for f in MANIFEST_LIST_FILE_SCHEMAS[3].fields]
 def v3_manifest_list(
     table: Table,
     head: Snapshot | None,
-    change: Change,
+    change: Operation,
     ours: Sequence[ManifestFile],
     snapshot_id: int,
     seq: int,

@@ -2,9 +2,10 @@
 
 `TableWriter` makes a table and commits appends, position deletes and equality deletes to it,
 each commit one snapshot through the one snapshot producer (writer/producer.py, a row delta:
-`append`, or `overwrite` when it adds delete files), the data files written by pyiceberg's
-Parquet writer and the delete files by writer/files.py, all with full column metrics. Entries
-are written with null sequence numbers and inherit their snapshot's at read time.
+`append`, `overwrite` when it adds delete files too, `delete` with delete files alone), the
+data files written by pyiceberg's Parquet writer and the delete files by writer/files.py, all
+with full column metrics. Entries are written with null sequence numbers and inherit their
+snapshot's at read time.
 
 Used by the demo (mor/demo.py) and the tests; mor's own commands write tables through
 mor/maintenance.py.
@@ -33,7 +34,8 @@ from mor.writer.files import (
     position_rows,
     write_delete_file,
 )
-from mor.writer.producer import Change, SnapshotProducer
+from mor.writer.operations import appended
+from mor.writer.producer import SnapshotProducer
 
 
 class TableWriter:
@@ -122,7 +124,7 @@ class TableWriter:
     def commit(self, data: Sequence[DataFile] = (), deletes: Sequence[DataFile] = ()) -> int:
         """Commit data and delete files as one snapshot; returns its snapshot id."""
         head = self.refresh().metadata.snapshot_by_name("main")
-        done = self._producer.commit(Change.row_delta(list(data), list(deletes)), head)
+        done = self._producer.commit(appended(list(data), list(deletes)), head)
         self.refresh()
         return done.snapshot.snapshot_id
 

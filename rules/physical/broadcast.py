@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mor.planner.nodes import EqDeleteScan, IcebergScan, Plan
 from mor.planner.settings import current
-from mor.rules.physical.positions import PositionStrategy, _kib, position_strategy
+from mor.rules.physical.positions import PositionStrategy, kib, position_strategy
 from mor.rules.physical.reading import FileKey
 
 # the types whose values Spark stores in a row's variable-length part, and the width assumed
@@ -93,10 +93,10 @@ def keeps(weight: int, limit: int) -> bool:
 def side_text(what: str, broadcast: bool, rows: int, est: int, limit: int) -> str:
     """How EXPLAIN PHYSICAL names a delete side: broadcast, or shuffled and why."""
     if broadcast:
-        return f"broadcast({what}, ~{_kib(est)} est.)"
+        return f"broadcast({what}, ~{kib(est)} est.)"
     return (
-        f"{what} (shuffled, not broadcast: {rows} rows, ~{_kib(est)} est., limits "
-        f"{current().broadcast_rows} rows, {_kib(limit)})"
+        f"{what} (shuffled, not broadcast: {rows} rows, ~{kib(est)} est., limits "
+        f"{current().broadcast_rows} rows, {kib(limit)})"
     )
 
 

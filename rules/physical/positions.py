@@ -45,7 +45,7 @@ class PositionStrategy:
         if self.method == "bitmap":
             return (
                 f"filter by bitmaps of deleted positions ({self.data_files} data file(s), "
-                f"~{_kib(self.bitmap_bytes)}): one array per file in broadcast(bitmap file "
+                f"~{kib(self.bitmap_bytes)}): one array per file in broadcast(bitmap file "
                 f"table) joined on {key}, tested at _metadata.row_index"
             )
         on = (
@@ -56,7 +56,7 @@ class PositionStrategy:
         return f"left_anti join with {broadcast} on {on}"
 
 
-def _kib(n: int) -> str:
+def kib(n: int) -> str:
     if n < 1 << 10:
         return f"{n} B"
     return f"{n / 1024:.0f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"

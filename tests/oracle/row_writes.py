@@ -12,7 +12,7 @@ metadata, two branches of its life from there. Then random DELETE, UPDATE and ME
 column and UPDATEs moving rows to other partitions, identity and bucket; MERGEs upserting the
 table's own rows with shifted keys, from a query over the table, some deleting by a condition,
 some rows no source row matches, NULL keys matching nothing) run on both: through mor
-(`mor.dml.run_row_write`, pyiceberg's catalog, no Iceberg class involved) on `_mor`, through
+(`mor.row_writes.run_row_write`, pyiceberg's catalog, no Iceberg class involved) on `_mor`, through
 Iceberg's Spark SQL statement (merge-on-read mode) on `_ice`. After each:
 
 - Iceberg's reader reads both tables the same (on v3 with each row's `_row_id` and
@@ -115,7 +115,7 @@ def _run(
     from pyiceberg.catalog import load_catalog
 
     from mor import mor_sql
-    from mor.dml import run_row_write
+    from mor.row_writes import run_row_write
     from mor.writer.conflicts import ConflictError
     from tests.oracle.histories import Writer
 
