@@ -374,7 +374,11 @@ def _write_and_commit(
         if not (op.added or op.added_data or op.removed_data):
             return
         note("committing")
-        producer = SnapshotProducer(work.target.catalog, rw.name, rw.branch)
+        src = work.target.src  # its manifests read and written as its files are
+        mapped = src.path_map if src.path_map.pairs else None
+        producer = SnapshotProducer(
+            work.target.catalog, rw.name, rw.branch, io=src.io.inner, path_map=mapped
+        )
         done = producer.commit(op, work.target.head)
         committed = {f.file_path for f in (*op.added, *op.added_data)}
         report.snapshot = done.snapshot.snapshot_id

@@ -173,6 +173,8 @@ def test_deletes_updates_and_merges_match_icebergs_own_writer(postgres: object) 
         "update statements",
         "move statements",
         "merge statements",
+        "column-type statements (v2)",
+        "column-type statements (v3)",
     ):
         assert what in summary, what
     print(summary)

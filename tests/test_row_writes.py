@@ -193,9 +193,7 @@ def test_delete_matches_the_naive_reference(
             # (Iceberg's metadata delete): only live files, only rows the condition deletes
             dropped = before - _data_files(cat)
             assert int(props.get("deleted-data-files", "0")) == len(dropped)
-            assert all(
-                all(truth(r, live) is True for r in live if r["file"] == f) for f in dropped
-            )
+            assert all(all(truth(r, live) is True for r in live if r["file"] == f) for f in dropped)
             by_position = [r for r in gone if r["file"] not in dropped]
             # v2: the new rows alone; v3: each file's whole vector, replacing the old one and
             # the file-scoped position delete files it merges (which may name one position
@@ -624,3 +622,140 @@ def test_v3_updated_rows_keep_their_row_ids(catalog: Any, spark: Any) -> None:
             assert (rid, lus, p, v) == (before[i][0], seq, "b", before[i][3] + 100)
         else:
             assert (rid, lus, p, v) == before[i]
+
+
+def test_a_delete_removes_whole_the_files_its_condition_selects(catalog: Any, spark: Any) -> None:
+    """Files every row of which the condition selects by metadata (partition values, column
+    bounds) are removed from the snapshot, as Iceberg's metadata delete removes them, with
+    the position delete files that named them alone; no position is written for them, and
+    the rows counted are their live rows."""
+    w = _three_files(catalog)
+    a, b = sorted(w.refresh().inspect.data_files().column("file_path").to_pylist())
+    r = run_row_write("DELETE FROM c.t WHERE id = 1", catalog=catalog, spark=spark)
+    (pos_file,) = [f.path for f in r.written]
+    # by its partition value: all of a's live rows (4, one deleted before), the file and the
+    # position delete file that named it alone removed
+    r = run_row_write("DELETE FROM c.t WHERE p = 'a'", catalog=catalog, spark=spark)
+    assert (r.rows, r.written, [f.path for f in r.dropped]) == (4, [], [a])
+    snap = catalog.load_table("c.t").current_snapshot()
+    props = snap.summary.additional_properties
+    assert snap.summary.operation.value == "delete"
+    assert props["deleted-data-files"] == "1" and props["deleted-records"] == "5"
+    assert props["removed-delete-files"] == "1" and props["total-data-files"] == "1"
+    assert props["total-records"] == "5" and props["total-position-deletes"] == "0"
+    assert "added-position-deletes" not in props
+    files = catalog.load_table("c.t").inspect.files()
+    assert files.column("file_path").to_pylist() == [b] and pos_file not in str(files)
+    # by column bounds, with another conjunct evaluated by metadata too
+    r = run_row_write("DELETE FROM c.t WHERE id >= 10 AND p = 'b'", catalog=catalog, spark=spark)
+    assert r.rows == 5 and [f.path for f in r.dropped] == [b] and _ids(catalog, spark) == []
+    # a condition the metadata cannot settle for the whole file: positions, as before
+    w = _three_files(catalog)
+    r = run_row_write("DELETE FROM c.t WHERE p = 'a' AND v = 0", catalog=catalog, spark=spark)
+    assert r.rows == 2 and not r.dropped and len(r.written) == 1
+    r = run_row_write("DELETE FROM c.t WHERE id < 20 AND id % 2 = 0", catalog=catalog, spark=spark)
+    assert not r.dropped and r.rows == 5
+    got = Counter(tuple(x.values()) for x in w.refresh().scan().to_arrow().to_pylist())
+    assert got == Counter([(1, "a", 1), (11, "b", 2), (13, "b", 1)])  # pyiceberg reads it so
+
+
+def test_path_map_reaches_every_write(tmp_path: Path, spark: Any, realdata: dict) -> None:
+    """A table whose files are recorded under another prefix (a copy of the Dremio orders,
+    position delete files naming several data files) takes a DELETE, an UPDATE and a MERGE
+    through the call's path map: each reads its files, and commits the manifests it reads
+    and writes, where the map puts them; the table reads right through the same map after
+    each, and nothing is written under the recorded prefix."""
+    import json
+    import shutil
+
+    from mor.api import default_catalog
+
+    name = "dremio/multi_rowgroup_orders_with_deletes"
+    table = realdata[name]
+    copy = tmp_path / "orders"
+    shutil.copytree(ROOT / "tests" / "realdata" / table["maps_to"], copy)
+    meta_path = copy / "metadata" / Path(table["metadata"]).name
+    meta = json.loads(meta_path.read_text())
+    meta["location"] = str(copy)  # where it lies now; every file still recorded as written
+    meta_path.write_text(json.dumps(meta))
+    cat = default_catalog(str(tmp_path / "wh"))
+    cat.create_namespace("r")
+    cat.register_table(("r", "orders"), str(meta_path))
+    pm = {table["prefix_in_files"]: str(copy)}
+
+    def rows() -> Counter:
+        got = mor_sql(
+            "SELECT order_id, amount FROM r.orders", catalog=cat, path_map=pm, spark=spark
+        )
+        return Counter(tuple(r) for r in got.collect())
+
+    want = rows()
+    assert sum(want.values()) == table["expected"]["snapshots"][-1]["row_count"]
+    statements = [
+        ("DELETE FROM r.orders WHERE order_id % 10 = 3", lambda k, v: None if k % 10 == 3 else v),
+        (
+            "UPDATE r.orders SET amount = amount + 1 WHERE order_id % 10 = 4",
+            lambda k, v: v + 1 if k % 10 == 4 else v,
+        ),
+        (
+            "MERGE INTO r.orders t USING (SELECT order_id FROM r.orders WHERE order_id % 10 = 5) s "
+            "ON t.order_id = s.order_id WHEN MATCHED THEN DELETE",
+            lambda k, v: None if k % 10 == 5 else v,
+        ),
+    ]
+    for sql, change in statements:
+        (res,) = mor_sql(sql, catalog=cat, path_map=pm, spark=spark).collect()
+        assert res.snapshot_id is not None, sql
+        after: Counter = Counter()
+        for (k, v), n in want.items():
+            if change(k, v) is not None:
+                after[(k, change(k, v))] += n
+        assert rows() == after, sql
+        assert res.num_affected_rows == sum(n for (k, v), n in want.items() if change(k, v) != v), (
+            sql
+        )
+        want = after
+    assert not os.path.exists(table["prefix_in_files"])
+    assert cat.load_table("r.orders").metadata_location.startswith(str(copy))
+
+
+def test_the_shell_runs_deletes_updates_and_merges(
+    tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`mor shell` runs a DELETE, an UPDATE and a MERGE as `mor run` does (with its --branch
+    and --dry-run), and a query after them sees what they committed."""
+    import io
+
+    from mor.api import default_catalog
+    from mor.cli import main
+
+    wh = tmp_path / "wh"
+    cat = default_catalog(str(wh))
+    _three_files(cat)
+    script = [
+        "DELETE FROM c.t WHERE v = 0;",
+        "UPDATE c.t SET v = 100 WHERE id = 1;",
+        "MERGE INTO c.t t USING (SELECT 99 AS id, 'b' AS p, 5L AS v) s ON t.id = s.id",
+        "  WHEN NOT MATCHED THEN INSERT *;",
+        "SELECT id, v FROM c.t WHERE id IN (1, 99) ORDER BY id;",
+        "EXPLAIN DELETE FROM c.t WHERE id = 2;",
+    ]
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(script) + "\n"))
+    code = main(["shell", "--warehouse", str(wh)])
+    out, err = capsys.readouterr()
+    assert code == 0 and err == "", err
+    assert "c.t: deleted 3 rows of 2 data files" in out
+    assert "c.t: updated 1 rows of 1 data files" in out
+    assert "c.t: merged 1 rows (0 updated, 0 deleted, 1 inserted" in out
+    assert "| 1  | 100 |" in out and "| 99 | 5   |" in out
+    assert "DELETE FROM c.t: deletes the rows (_file, _pos) of this query" in out
+    assert _ids(cat, spark) == [1, 2, 4, 10, 11, 13, 14, 99]
+    # the shell's --dry-run: counted, nothing committed
+    head = cat.load_table("c.t").current_snapshot().snapshot_id
+    monkeypatch.setattr("sys.stdin", io.StringIO("DELETE FROM c.t WHERE id > 10;\n"))
+    assert main(["shell", "--warehouse", str(wh), "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    # 11, 13, 14 by position; the MERGE's file (99 alone) removed whole
+    want = "would delete 4 rows of 2 data files, writing 1 position delete files, 1 data files"
+    assert f"{want} removed whole" in out, out + err
+    assert cat.load_table("c.t").current_snapshot().snapshot_id == head

@@ -19,7 +19,7 @@ wrote is told apart from what other writers did (it never deletes a file it did 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -105,6 +105,26 @@ def delete_file_of(
     )
     f.spec_id = spec_id
     return f
+
+
+class MappedIO(FileIO):
+    """The FileIO a commit reads and writes a table's files through when a path map applies
+    to them (a table copied or moved): every path, as the table records it, opened where
+    the map puts it; the paths recorded stay the table's own."""
+
+    def __init__(self, inner: FileIO, path_map: Callable[[str], str]) -> None:
+        super().__init__(properties=inner.properties)
+        self.inner = inner
+        self._map = path_map
+
+    def new_input(self, location: str) -> Any:
+        return self.inner.new_input(self._map(location))
+
+    def new_output(self, location: str) -> Any:
+        return self.inner.new_output(self._map(location))
+
+    def delete(self, location: Any) -> None:
+        self.inner.delete(self._map(location if isinstance(location, str) else location.location))
 
 
 def write_object(io: FileIO, path: str, data: bytes) -> None:

@@ -28,13 +28,14 @@ import gzip
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import Snapshot
@@ -48,7 +49,7 @@ from pyiceberg.table.update import (
 from mor.planner.errors import MorError
 from mor.writer import conflicts, manifests
 from mor.writer.conflicts import ConflictError
-from mor.writer.files import delete_files
+from mor.writer.files import MappedIO, delete_files
 from mor.writer.operations import Operation
 
 RETRIES = 4
@@ -76,12 +77,29 @@ class SnapshotProducer:
         branch: str = "main",
         retries: int = RETRIES,
         prefix: str = "mor",
+        io: FileIO | None = None,
+        path_map: Callable[[str], str] | None = None,
     ) -> None:
         self.catalog = catalog
         self.identifier = identifier
         self.branch = branch
         self.retries = retries
         self.prefix = prefix  # in the names of the manifests and manifest lists it writes
+        # the table's files are read and written through `io` (default: the catalog's, of
+        # each load), every path through `path_map` (a table copied or moved)
+        self.io = io
+        self.path_map = path_map
+
+    def _load(self) -> Table:
+        """The table as the catalog has it now, its files reached through the producer's
+        FileIO and path map."""
+        table = self.catalog.load_table(self.identifier)
+        if self.io is None and self.path_map is None:
+            return table
+        io = self.io if self.io is not None else table.io
+        if self.path_map is not None:
+            io = MappedIO(io, self.path_map)
+        return Table(table.name(), table.metadata, table.metadata_location, io, self.catalog)
 
     def _attempting(self, attempt: int) -> None:
         """Called right before each attempt asks the catalog (tests land a concurrent commit
@@ -90,7 +108,7 @@ class SnapshotProducer:
     def commit(self, op: Operation, base: Snapshot | None) -> Committed:
         """Commit `op`, computed on `base` (the head of the branch then; None for a
         table without a snapshot on it yet), as one snapshot."""
-        table = self.catalog.load_table(self.identifier)
+        table = self._load()
         version = table.metadata.format_version
         if version not in (2, 3):
             raise MorError(
@@ -132,7 +150,7 @@ class SnapshotProducer:
             except CommitFailedException:
                 delete_files(table.io, written[mark:])  # this attempt's list and rewrites
                 del written[mark:]
-                table = self.catalog.load_table(self.identifier)
+                table = self._load()
                 continue
             return Committed(snapshot, attempt, rebased)
         raise ConflictError(
