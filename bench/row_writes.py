@@ -1,175 +1,329 @@
-"""mor's DELETE, UPDATE and MERGE against Iceberg's own merge-on-read ones, on one table, in one
-run.
+"""mor's DELETE, UPDATE and MERGE against Iceberg's own merge-on-read ones: time and the
+driver's memory, each statement in a new process, first call and repeated.
 
-    .venv/bin/python -m bench.row_writes --rows 6000000 --reps 3
-    .venv/spark41/bin/python -m bench.row_writes --version 3
+    .venv/bin/python -m bench.row_writes --rows 20000000
+    .venv/spark41/bin/python -m bench.row_writes --rows 20000000 --version 3
+    .venv/bin/python -m bench.row_writes --rows 2000000 --statements update_1 update_30
 
 bench/tables.py's table (Iceberg's Java writer: 8 data files, 1% position deletes through
-Spark's DELETE, 10% equality deletes over two id sets through RowDelta, as a CDC table carries)
-is registered in a JDBC catalog on PostgreSQL that Iceberg's Spark catalog and pyiceberg's
-SqlCatalog share (tests/pgcatalog.py). Each statement runs on the same snapshot by both
-peers, in an order that alternates, in the same Spark session (the same cores), each followed
-by `rollback_to_snapshot` to the snapshot read:
+Spark's DELETE, `--eq` equality deletes through RowDelta) is registered in a JDBC catalog on
+PostgreSQL that Iceberg's Spark catalog and pyiceberg's SqlCatalog share
+(tests/pgcatalog.py). For each statement and peer a new process starts Spark
+(`spark.driver.memory=1g`, local[2], Iceberg's runtime in both so that the JVMs are alike),
+registers the table's snapshot under a fresh name and runs the statement on it ("first": the
+first statement of the process), then on a second registration ("again"). Each run is timed,
+and the driver's memory sampled every 20 ms while it runs: the Python process's and the
+Spark driver JVM's resident size, as growth over the run's start and as the JVM's peak.
 
-- `spread`: 1% of the rows, every data file touched (`id % 100 = 7`: keys scattered, as a
-  GDPR purge);
-- `range`: 1% of the rows, one contiguous range of ids (one data file touched);
-- `none`: a condition no row matches (what a statement costs with nothing to write);
-- `update`: an UPDATE of two columns of 1% of the rows, every data file touched;
-- `update_range`: an UPDATE of one column of 1% of the rows, one contiguous range of ids;
-- `merge`: a MERGE of 100,000 rows (at 6M; a query over the table, keys shifted by 3) that
-  updates the rows it matches (every column) and inserts the others.
+- Iceberg: `spark.sql(<statement>)` (merge-on-read: position delete files on v2, deletion
+  vectors on v3, the updated rows as new data files);
+- mor: `mor.row_writes.run_row_write` (mor.dml's on a checkout from before 2026-12-04).
 
-Iceberg: `spark.sql("DELETE FROM lake.b.t WHERE ...")` / `UPDATE` / `MERGE` (merge-on-read: position
-delete files on v2, deletion vectors on v3, and the updated rows as new data files). mor:
-`mor.row_writes.run_row_write`, first with its process caches
-cleared ("first": what a new `mor run` pays, the JVM warm) and then repeated. Before any time
-is printed, the rows each peer's commit leaves must be equal, read by Iceberg's reader (count
-and two sums of a 64-bit hash of every column). Prints the medians and the ratio mor /
-Iceberg (below 1.0: mor is faster).
+Before any figure is printed, Iceberg's reader reads the same rows (count and two sums of a
+64-bit hash of every column) from each peer's table after each run. Prints, per statement,
+the seconds and ratio mor / Iceberg (below 1.0: mor is faster) and the memory beside them.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import json
+import os
+import subprocess
 import sys
 import tempfile
+import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 STATEMENTS = {
-    "spread": "DELETE FROM <t> WHERE id % 100 = 7",
-    "range": "DELETE FROM <t> WHERE id >= <lo> AND id < <hi>",
-    "none": "DELETE FROM <t> WHERE id < 0",
-    "update": "UPDATE <t> SET v = v + 1, grp = concat(grp, '!') WHERE id % 100 = 7",
-    "update_range": "UPDATE <t> SET v = v + 1 WHERE id >= <lo> AND id < <hi>",
-    # an upsert of 100,000 rows (at 6M): keys of every file, most matched, those whose target
-    # row was deleted inserted
-    "merge": (
-        "MERGE INTO <t> t USING (SELECT id + 3 AS id, k, grp, v + 1 AS v, pad FROM <t> "
-        "WHERE id % 60 = 7) s ON t.id = s.id "
+    # 1% and 30% of the rows, keys scattered over every data file
+    "delete_1": "DELETE FROM <t> WHERE id % 100 = 7",
+    "delete_30": "DELETE FROM <t> WHERE id % 10 IN (1, 4, 7)",
+    "update_1": "UPDATE <t> SET v = v + 1, grp = concat(grp, '!') WHERE id % 100 = 7",
+    "update_30": "UPDATE <t> SET v = v + 1, grp = concat(grp, '!') WHERE id % 10 IN (1, 4, 7)",
+    # a source of 10% of the rows, half of them matched (updated), half not (inserted)
+    "merge_10": (
+        "MERGE INTO <t> t USING (SELECT id + CASE WHEN id % 20 = 3 THEN 0 ELSE 1000000000 END "
+        "AS id, k, grp, v + 1 AS v, pad FROM <t> WHERE id % 10 = 3) s ON t.id = s.id "
         "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
     ),
+    # 1% of the ids, one contiguous range (one data file touched)
+    "range": "DELETE FROM <t> WHERE id >= <lo> AND id < <hi>",
+    "update_range": "UPDATE <t> SET v = v + 1 WHERE id >= <lo> AND id < <hi>",
+    # no row matches: what a statement costs with nothing to write
+    "none": "DELETE FROM <t> WHERE id < 0",
 }
+DEFAULT = ["delete_1", "delete_30", "update_1", "update_30", "merge_10", "range", "none"]
 
 # decimal sums: a sum of 64-bit hashes overflows a bigint, an error under Spark 4's ANSI mode
 FINGERPRINT = (
     "SELECT count(*), sum(CAST(xxhash64(id, k, grp, v, pad) AS DECIMAL(38, 0))), "
     "sum(pmod(xxhash64(id, k, grp, v, pad), 1000003)) FROM {t}"
 )
+MiB = 1 << 20
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=6_000_000)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--eq", type=float, default=0.1, help="equality deletes in the table")
-    ap.add_argument("--work", default=None, help="folder for the tables (default: a temp dir)")
+    ap.add_argument("--rows", type=int, default=20_000_000)
+    ap.add_argument("--eq", type=float, default=0.0, help="equality deletes in the table")
     ap.add_argument("--version", type=int, choices=(2, 3), default=2)
-    ap.add_argument("--statements", nargs="*", default=list(STATEMENTS), choices=list(STATEMENTS))
+    ap.add_argument("--statements", nargs="*", default=DEFAULT, choices=list(STATEMENTS))
+    ap.add_argument("--peers", nargs="*", default=["iceberg", "mor"], choices=["iceberg", "mor"])
+    ap.add_argument("--work", default=None, help="folder for the tables (default: a temp dir)")
+    ap.add_argument("--mor", default=None, help="a mor checkout the mor processes import")
+    ap.add_argument("--json", default=None, help="write the figures here")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--statement", help=argparse.SUPPRESS)
+    ap.add_argument("--pg", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.worker:
+        return _worker(args)
 
-    from pyiceberg.catalog import load_catalog
+    from tests.pgcatalog import Postgres
 
-    from bench.harness import clear_caches
-    from bench.tables import build
-    from mor.row_writes import run_row_write
+    work = Path(args.work or tempfile.mkdtemp(prefix="mor-writes-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    with Postgres(keep=str(work / "pg")) as pg:
+        pgarg = f"{pg.port}/{pg.database}"
+        base = _run_worker(args, work, pgarg, "build", "")
+        print(
+            f"DELETE, UPDATE and MERGE on {args.rows:,} rows, 8 files, pos 1%, eq {args.eq:.0%}, "
+            f"v{args.version}; {_spark_version()}; a new process per statement and peer, "
+            "spark.driver.memory=1g"
+        )
+        print(
+            f"  {'statement':<12} {'rows':>10} {'Iceberg':>8} {'again':>7} {'mor':>7} {'again':>7}"
+            f" {'mor/Ice':>8} {'again':>6}   {'Python MiB (Ice/mor)':>22}   "
+            f"{'JVM growth MiB (Ice/mor)':>26}   {'JVM peak MiB':>14}"
+        )
+        figures = {}
+        for i, name in enumerate(args.statements):
+            peers = args.peers if i % 2 == 0 else list(reversed(args.peers))
+            got = {p: _run_worker(args, work, pgarg, p, name, base) for p in peers}
+            figures[name] = got
+            if set(got) == {"iceberg", "mor"}:
+                for run in ("first", "again"):
+                    a, b = got["iceberg"][run]["fingerprint"], got["mor"][run]["fingerprint"]
+                    if not _same(a, b):
+                        print(f"{name} ({run}): the rows after it differ: mor {b}, Iceberg {a}")
+                        return 1
+            _print(name, got)
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=1))
+    return 0
+
+
+def _spark_version() -> str:
+    from importlib.metadata import version
+
+    return f"pyspark {version('pyspark')}"
+
+
+def _print(name: str, got: dict[str, Any]) -> None:
+    ice, mor = got.get("iceberg"), got.get("mor")
+
+    def t(peer: Any, run: str) -> str:
+        return f"{peer[run]['seconds']:.2f}" if peer else "-"
+
+    def ratio(run: str) -> str:
+        return f"{mor[run]['seconds'] / ice[run]['seconds']:.2f}" if ice and mor else "-"
+
+    def mem(key: str, run: str = "first") -> str:
+        return "/".join(f"{p[run][key] / MiB:.0f}" if p else "-" for p in (ice, mor))
+
+    rows = (mor or ice)["first"]["rows"]
+    py = f"{mem('py_growth')} ({mem('py_growth', 'again')})"
+    jvm = f"{mem('jvm_growth')} ({mem('jvm_growth', 'again')})"
+    print(
+        f"  {name:<12} {rows:>10,} {t(ice, 'first'):>8} {t(ice, 'again'):>7} "
+        f"{t(mor, 'first'):>7} {t(mor, 'again'):>7} {ratio('first'):>8} {ratio('again'):>6}   "
+        f"{py:>22}   {jvm:>26}   {mem('jvm_peak'):>14}"
+    )
+
+
+def _run_worker(
+    args: argparse.Namespace, work: Path, pg: str, peer: str, statement: str, base: Any = None
+) -> Any:
+    """One process: the table built (peer `build`: its metadata file), or one statement run
+    twice by one peer (its figures)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    root = str(Path(__file__).resolve().parent.parent)
+    # the mor processes import mor from `--mor` when given (a checkout of another revision)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in ((args.mor if peer == "mor" else None), root, env.get("PYTHONPATH")) if p
+    )
+    cmd = [
+        sys.executable, "-m", "bench.row_writes", "--worker", peer, "--statement", statement,
+        "--pg", pg, "--work", str(work), "--rows", str(args.rows), "--eq", str(args.eq),
+        "--version", str(args.version),
+    ]  # fmt: skip
+    if base is not None:
+        env["MOR_BENCH_BASE"] = json.dumps(base)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=7200)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        sys.stderr.write(done.stderr[-4000:])
+        raise SystemExit(f"the {peer} process of {statement or 'the table'} failed")
+    return json.loads(lines[-1])
+
+
+def _worker(args: argparse.Namespace) -> int:
     from tests.oracle.runtime import iceberg_session
     from tests.pgcatalog import CATALOG, Postgres
 
-    work = Path(args.work or tempfile.mkdtemp(prefix="mor-writes-bench-"))
+    port, database = args.pg.split("/")
+    pg = Postgres.running(int(port), database)
+    work = Path(args.work)
     warehouse = f"file://{work}/lake"
-    with Postgres() as pg:
-        spark = iceberg_session(work / "java", conf=pg.spark_conf(warehouse))
-        eq_sets = 2 if args.eq else 1
-        local = build(spark, work / "java", args.rows, 0.01, args.eq, eq_sets, version=args.version)
-        meta = (
-            spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-                spark._jsparkSession, local
-            )
-            .operations()
-            .current()
-            .metadataFileLocation()
-        )
-        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {CATALOG}.b")
-        spark.sql(
-            f"CALL {CATALOG}.system.register_table(table => 'b.t', metadata_file => '{meta}')"
-        )
+    conf = {**pg.spark_conf(warehouse), "spark.driver.memory": "1g"}
+    spark = iceberg_session(work / "java", conf=conf)
+    if args.worker == "build":
+        print(json.dumps(_build(spark, work, args, CATALOG)))
+        return 0
+    base = json.loads(os.environ["MOR_BENCH_BASE"])
+    lo = args.rows // 2
+    sql = (
+        STATEMENTS[args.statement]
+        .replace("<lo>", str(lo))
+        .replace("<hi>", str(lo + args.rows // 100))
+    )
+    out: dict[str, Any] = {}
+    if args.worker == "mor":
+        from pyiceberg.catalog import load_catalog
+
         cat = load_catalog(CATALOG, **pg.pyiceberg_properties(warehouse))
-        java = f"{CATALOG}.b.t"
-        base = cat.load_table("b.t").current_snapshot().snapshot_id
-        lo = args.rows // 2
-        hi = lo + args.rows // 100
-        conds = {
-            k: STATEMENTS[k].replace("<lo>", str(lo)).replace("<hi>", str(hi))
-            for k in args.statements
+    for run in ("first", "again"):
+        name = f"b.{args.worker}_{args.statement}_{run}_{uuid.uuid4().hex[:8]}"
+        call = f"table => '{name}', metadata_file => '{base['metadata']}'"
+        spark.sql(f"CALL {CATALOG}.system.register_table({call})")
+        if args.worker == "iceberg":
+            statement = sql.replace("<t>", f"{CATALOG}.{name}")
+
+            def go(statement: str = statement) -> int:
+                spark.sql(statement).collect()
+                return -1
+        else:
+            run_row_write = _mor_runner()
+            statement = sql.replace("<t>", name)
+
+            def go(statement: str = statement) -> int:
+                return int(run_row_write(statement, catalog=cat, spark=spark).rows)
+
+        with _Sampler(_jvm_pid()) as mem:
+            t0 = time.perf_counter()
+            rows = go()
+            seconds = time.perf_counter() - t0
+        spark.sql(f"REFRESH TABLE {CATALOG}.{name}")
+        fp = spark.sql(FINGERPRINT.format(t=f"{CATALOG}.{name}")).first()
+        out[run] = {
+            "seconds": seconds,
+            "rows": rows if rows >= 0 else base["rows"] - int(fp[0]),
+            "fingerprint": [str(x) for x in fp],
+            **mem.figures(),
         }
-
-        def fingerprint() -> tuple:
-            spark.sql(f"REFRESH TABLE {java}")
-            return tuple(spark.sql(FINGERPRINT.format(t=java)).first())
-
-        def rollback() -> None:
-            spark.sql(f"CALL {CATALOG}.system.rollback_to_snapshot('b.t', {base})")
-            spark.sql(f"REFRESH TABLE {java}")
-
-        print(
-            f"DELETE, UPDATE and MERGE on {args.rows:,} rows, 8 files, pos 1%, eq {args.eq:.0%}, "
-            f"v{args.version}, reps {args.reps} (medians, s)"
-        )
-        print(
-            f"  {'statement':<12} {'rows':>8} {'Iceberg':>8} {'mor first':>10} {'mor again':>10}"
-            f" {'first/Ice':>10} {'again/Ice':>10}"
-        )
-        for name, cond in conds.items():
-            times: dict[str, list[float]] = {"Iceberg": [], "first": [], "again": []}
-            want: tuple | None = None
-            deleted = 0
-
-            def iceberg(cond: str = cond) -> None:
-                spark.sql(cond.replace("<t>", java))
-
-            def first(cond: str = cond) -> None:
-                nonlocal deleted
-                clear_caches()
-                deleted = run_row_write(cond.replace("<t>", "b.t"), catalog=cat, spark=spark).rows
-
-            def again(cond: str = cond) -> None:
-                run_row_write(cond.replace("<t>", "b.t"), catalog=cat, spark=spark)
-
-            for r in range(args.reps + 1):  # the first round warms all up, untimed
-                order = [("Iceberg", iceberg), ("first", first), ("again", again)]
-                for who, run in order if r % 2 else list(reversed(order)):
-                    spark.sql(f"REFRESH TABLE {java}")
-                    t0 = time.perf_counter()
-                    run()
-                    took = time.perf_counter() - t0
-                    got = fingerprint()
-                    if want is None:
-                        want = got
-                    elif not _same(got, want):
-                        print(f"{who}: the rows after {name} differ: {got} against {want}")
-                        return 1
-                    if r:
-                        times[who].append(took)
-                    rollback()
-            m = {k: statistics.median(v) for k, v in times.items()}
-            print(
-                f"  {name:<12} {deleted:>8,} {m['Iceberg']:>8.2f} {m['first']:>10.2f} "
-                f"{m['again']:>10.2f} {m['first'] / m['Iceberg']:>10.2f} "
-                f"{m['again'] / m['Iceberg']:>10.2f}"
-            )
+    print(json.dumps(out))
     return 0
+
+
+def _mor_runner() -> Any:
+    """The write entry point of the mor checkout this process imports."""
+    try:
+        from mor.row_writes import run_row_write
+    except ImportError:  # a checkout from before 2026-12-04
+        from mor.dml import run_row_write  # type: ignore[no-redef]
+    return run_row_write
+
+
+def _build(spark: Any, work: Path, args: argparse.Namespace, catalog: str) -> dict[str, Any]:
+    from bench.tables import build
+
+    eq_sets = 2 if args.eq else 1
+    local = build(spark, work / "java", args.rows, 0.01, args.eq, eq_sets, version=args.version)
+    meta = (
+        spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, local)
+        .operations()
+        .current()
+        .metadataFileLocation()
+    )
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {catalog}.b")
+    rows = spark.sql(f"SELECT count(*) FROM {local}").first()[0]
+    return {"metadata": meta, "rows": rows}
+
+
+def _jvm_pid() -> int | None:
+    """The Spark driver JVM this process started (a descendant of it running java)."""
+    me = os.getpid()
+    todo, seen = [me], set()
+    while todo:
+        pid = todo.pop()
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                kids = [int(x) for x in f.read().split()]
+        except OSError:
+            kids = []
+        for k in kids:
+            try:
+                with open(f"/proc/{k}/comm") as f:
+                    if f.read().strip() == "java":
+                        return k
+            except OSError:
+                continue
+            todo.append(k)
+    return None
+
+
+def _rss(pid: int | str) -> int:
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class _Sampler:
+    """The resident size of this process and of the JVM, every 20 ms while a run lasts."""
+
+    def __init__(self, jvm: int | None) -> None:
+        self.jvm = jvm
+        self.py0 = self.py = _rss("self")
+        self.jvm0 = self.jvm_max = _rss(jvm) if jvm else 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.02):
+            self.py = max(self.py, _rss("self"))
+            if self.jvm:
+                self.jvm_max = max(self.jvm_max, _rss(self.jvm))
+
+    def __enter__(self) -> _Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.py = max(self.py, _rss("self"))
+
+    def figures(self) -> dict[str, int]:
+        return {
+            "py_growth": self.py - self.py0,
+            "jvm_growth": self.jvm_max - self.jvm0,
+            "jvm_peak": self.jvm_max,
+        }
 
 
 def _same(a: Any, b: Any) -> bool:
     """The same rows; sums of doubles may differ in their last bits with the order they are
     added in."""
+
+    def num(x: str) -> float:
+        return float(x)
+
     return all(
-        x == y or (isinstance(x, float) and abs(x - y) <= 1e-9 * max(abs(x), abs(y)))
-        for x, y in zip(a, b)
+        x == y or abs(num(x) - num(y)) <= 1e-9 * max(abs(num(x)), abs(num(y))) for x, y in zip(a, b)
     )
 
 

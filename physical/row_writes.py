@@ -1,11 +1,12 @@
 """The Spark job of a row-level write (DELETE, UPDATE, MERGE): its rows stay on the executors.
 
-One Spark action over the statement's rows query (a DataFrame mor built): stage 1 runs in the
-rows query's own tasks (physical/tasks/row_files.rows_stage: each data file's positions
-gathered, new rows written as data files), the records are repartitioned by data file, and
-stage 2 writes each data file's positions (a position delete file, or a deletion vector merged
-with its current deletes). The driver collects one record per file written (paths, sizes,
-counts, footers, a vector's place in its Puffin file) and nothing per row.
+One Spark action over the statement's rows query (a DataFrame mor built): its tasks
+(physical/tasks/row_files.rows_stage) write the new rows as data files and each data file's
+positions as a position delete file or a deletion vector merged with its current deletes. When
+several tasks wrote positions for one data file (a file Spark split, rows a join spread), a
+second job of a few tasks joins them (`merge_stage`). The driver collects one record per file
+written (paths, sizes, counts, footers, a vector's place in its Puffin file) and nothing per
+row.
 
 The tasks write with pyarrow through the table's own store settings: the file system of the
 table's FileIO (pyiceberg's PyArrowFileIO: local folders, S3 with the catalog's vended
@@ -21,7 +22,7 @@ from pyarrow.fs import LocalFileSystem
 
 from mor.physical.spark.spark_errors import spark_failure
 from mor.physical.tasks import by_value
-from mor.physical.tasks.row_files import RECORD_DDL, deletes_stage, rows_stage
+from mor.physical.tasks.row_files import RECORD, RECORD_DDL, merge_stage, rows_stage
 from mor.planner.errors import MorError, UnsupportedError
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ class RowWriteJob:
     `folder`: where the files go; `check`: a MERGE's cardinality rule; `schema`: the data
     files' Arrow schema (serialized; None for a DELETE); `partition`, `sort`, `codec`,
     `target_bytes`: how they are laid out; `current` and `filesystems`: v3, per data file as
-    recorded the deletes a new vector merges (physical/tasks/row_files.deletes_stage)."""
+    recorded the deletes a new vector merges (physical/tasks/row_files._PositionsWriter)."""
 
     kind: str
     table: str
@@ -84,34 +85,50 @@ class RowWriteJob:
 
 def run_row_write_job(df: DataFrame, job: RowWriteJob) -> list[dict[str, Any]]:
     """Run the job over the rows query `df`: the records of the files written (as dicts of
-    physical/tasks/row_files.RECORD), one Spark action. A failure inside the tasks is one
+    physical/tasks/row_files.RECORD), one Spark action, and a second one of a few tasks when
+    several tasks wrote positions for one data file. A failure inside the tasks is one
     MorError line."""
     by_value()
     place = job.folder
-    common = {"fs": place.fs, "folder": place.path, "table": job.table, "check": job.check}
-    first = rows_stage(
-        {
-            **common,
-            "kind": job.kind,
-            "schema": job.schema,
-            "partition": [list(p) for p in job.partition],
-            "sort": [list(s) for s in job.sort],
-            "codec": job.codec,
-            "target_bytes": job.target_bytes,
-        }
-    )
-    second = deletes_stage(
-        {
-            **common,
-            "v3": job.v3,
-            "current": job.current,
-            "filesystems": job.filesystems,
-            "created_by": job.created_by,
-        }
-    )
-    records = df.mapInArrow(first, RECORD_DDL).repartition("file").mapInArrow(second, RECORD_DDL)
+    args = {
+        "fs": place.fs,
+        "folder": place.path,
+        "table": job.table,
+        "check": job.check,
+        "kind": job.kind,
+        "v3": job.v3,
+        "current": job.current,
+        "filesystems": job.filesystems,
+        "created_by": job.created_by,
+        "schema": job.schema,
+        "partition": [list(p) for p in job.partition],
+        "sort": [list(s) for s in job.sort],
+        "codec": job.codec,
+        "target_bytes": job.target_bytes,
+    }
+    records = _collected(df.mapInArrow(rows_stage(args), RECORD_DDL))
+    per_file: dict[str, int] = {}
+    for r in records:
+        if r["kind"] in POSITIONS:
+            per_file[r["file"]] = per_file.get(r["file"], 0) + 1
+    split = {f for f, n in per_file.items() if n > 1}
+    if split:  # their parts joined into one file each
+        parts = [r for r in records if r["kind"] in POSITIONS and r["file"] in split]
+        rows = [tuple(r[k] for k in RECORD.names) for r in parts]
+        joined = df.sparkSession.createDataFrame(rows, RECORD_DDL).repartition("file")
+        records = [r for r in records if not (r["kind"] in POSITIONS and r["file"] in split)]
+        records += _collected(joined.mapInArrow(merge_stage(args), RECORD_DDL))
+    return [r for r in records if r["kind"] != "matched"]
+
+
+POSITIONS = ("delete_file", "dv", "matched")  # the records of a data file's positions
+
+
+def _collected(records: DataFrame) -> list[dict[str, Any]]:
+    """The records (a few rows: one per file written), as dicts; Spark's failure in one
+    line."""
     try:
-        got = records.collect()  # a few rows: one per file written
+        got = records.collect()
     except MorError:
         raise
     except Exception as e:  # noqa: BLE001 - Spark's failure (a task's `mor: ...` too), one line

@@ -74,6 +74,14 @@ class Postgres:
         self.database = DATABASE
         self.shared = None if keep or not share else os.environ.get(SHARED)
 
+    @classmethod
+    def running(cls, port: int, database: str) -> Postgres:
+        """The server another process runs (its port and database), to name the catalog on
+        it from this one: nothing is started or stopped."""
+        pg = cls(share=False)
+        pg.port, pg.database = port, database
+        return pg
+
     @property
     def jdbc_uri(self) -> str:
         return f"jdbc:postgresql://127.0.0.1:{self.port}/{self.database}"

@@ -47,7 +47,7 @@ from pyroaring import BitMap64
 
 from mor.physical.deletes.dv import decode
 from mor.physical.tasks import MODULES, roaring, transforms
-from mor.physical.tasks.row_files import RECORD, deletes_stage, rows_stage
+from mor.physical.tasks.row_files import RECORD, merge_stage, rows_stage
 
 pytestmark = [pytest.mark.check]
 
@@ -291,7 +291,9 @@ def test_stage_one_writes_rows_as_the_table_types_them(tmp_path: Path) -> None:
     out = _records(list(rows_stage(_args(tmp_path))(iter(rows.to_batches(max_chunksize=5)))))
     data = [r for r in out if r["kind"] == "data"]
     positions = {
-        r["file"]: roaring.decode64(r["blob"]).to_pylist() for r in out if r["kind"] == "positions"
+        r["file"]: pq.read_table(tmp_path / "w" / r["name"]).column("pos").to_pylist()
+        for r in out
+        if r["kind"] == "delete_file"
     }
     (counts,) = [r for r in out if r["kind"] == "counts"]
     assert counts["updated"] == 24 and counts["inserted"] == counts["deleted"] == 0
@@ -334,32 +336,28 @@ def test_stage_one_refuses_values_the_columns_cannot_hold(tmp_path: Path) -> Non
         list(rows_stage(_args(tmp_path))(iter(null_id.to_batches())))
 
 
-def test_stage_two_writes_positions_per_data_file(tmp_path: Path) -> None:
+def _deleting(tmp_path: Path, rows: list[tuple[str, list[int]]], **more: Any) -> list:
+    """The records of one task of a DELETE's rows query over (data file, positions)."""
+    batch = pa.table(
+        {
+            "_file": [f for f, ps in rows for _ in ps],
+            "_pos": pa.array([p for _, ps in rows for p in ps], pa.int64()),
+        }
+    )
+    args = {"kind": "DELETE", "fs": pafs.LocalFileSystem(), "folder": str(tmp_path), "table": "t",
+            **more}  # fmt: skip
+    return _records(list(rows_stage(args)(iter(batch.to_batches(max_chunksize=2)))))
+
+
+def test_each_data_files_positions_are_written_once(tmp_path: Path) -> None:
     """v2: one position delete file per data file, naming it alone, positions sorted and each
-    once (two tasks' records of one file joined); v3: one vector per data file holding its
-    new positions and every position its current vector and position delete files delete,
-    the vectors of the task in one Puffin file."""
-    fs = pafs.LocalFileSystem()
-    first = [(f, pos) for f, pos in (("a", [5, 1]), ("b", [0, 2]))]
-    second = [("a", [3, 5])]  # another task's rows of a (5 twice: a MERGE without the rule)
-    records = [
-        pa.RecordBatch.from_pylist(
-            [
-                {
-                    "kind": "positions",
-                    "file": f,
-                    "blob": roaring.encode64(pa.array(sorted(set(p)), pa.int64())),
-                    "rows": len(p),
-                }
-            ],
-            schema=RECORD,
-        )  # fmt: skip
-        for f, p in first + second
-    ] + [pa.RecordBatch.from_pylist([{"kind": "counts", "deleted": 6}], schema=RECORD)]
-    v2_args = {"v3": False, "fs": fs, "folder": str(tmp_path / "v2"), "table": "t"}
-    v2 = _records(list(deletes_stage(v2_args)(iter(records))))
+    once; v3: one vector per data file holding its new positions and every position its
+    current vector and position delete files delete, the task's vectors in one Puffin file."""
+    rows = [("a", [5, 1]), ("b", [0, 2]), ("a", [3, 5])]
+    v2 = _deleting(tmp_path / "v2", rows)
     files = {r["file"]: r for r in v2 if r["kind"] == "delete_file"}
-    assert [r["kind"] for r in v2].count("counts") == 1
+    (counts,) = [r for r in v2 if r["kind"] == "counts"]
+    assert counts["deleted"] == 6 and set(files) == {"a", "b"}
     for f, want in (("a", [1, 3, 5]), ("b", [0, 2])):
         t = pq.read_table(tmp_path / "v2" / files[f]["name"]).to_pylist()
         assert t == [{"file_path": f, "pos": p} for p in want] and files[f]["deleted"] == len(want)
@@ -371,9 +369,9 @@ def test_stage_two_writes_positions_per_data_file(tmp_path: Path) -> None:
         "a": [("l", str(tmp_path / "old.puffin"), 4, len(old), 2)],
         "b": [("l", str(tmp_path / "pos.parquet"), None, None, None)],
     }
-    args = {"v3": True, "fs": fs, "folder": str(tmp_path / "v3"), "table": "t",
-            "current": current, "filesystems": {"l": fs}}  # fmt: skip
-    v3 = [r for r in _records(list(deletes_stage(args)(iter(records)))) if r["kind"] == "dv"]
+    fs = pafs.LocalFileSystem()
+    written = _deleting(tmp_path / "v3", rows, v3=True, current=current, filesystems={"l": fs})
+    v3 = [r for r in written if r["kind"] == "dv"]
     assert len({r["name"] for r in v3}) == 1  # one Puffin file for the task
     for r in v3:
         raw = (tmp_path / "v3" / r["name"]).read_bytes()
@@ -382,26 +380,58 @@ def test_stage_two_writes_positions_per_data_file(tmp_path: Path) -> None:
         assert r["deleted"] == {"a": 3, "b": 2}[r["file"]]
 
 
-def test_a_target_row_matched_twice_across_tasks_stops_a_merge(tmp_path: Path) -> None:
-    """Spark's cardinality rule, checked where the matched positions of a data file meet."""
-    records = [
-        pa.RecordBatch.from_pylist(
-            [
-                {
-                    "kind": "positions",
-                    "file": "a",
-                    "blob": roaring.encode64(pa.array([4], pa.int64())),
-                    "matched": roaring.encode64(pa.array([4], pa.int64())),
-                    "rows": 1,
-                }
-            ],
-            schema=RECORD,
-        )  # fmt: skip
-    ] * 2
-    args = {"v3": False, "fs": pafs.LocalFileSystem(), "folder": str(tmp_path), "table": "db.t",
-            "check": True}  # fmt: skip
+def test_a_data_files_positions_from_several_tasks_are_joined(tmp_path: Path) -> None:
+    """Two tasks' files for one data file (a file Spark split) read back and joined into the
+    one a single task would have written: v2 one delete file, v3 one vector holding the
+    current positions too, each position counted once."""
+    fs = pafs.LocalFileSystem()
+    old = roaring.dv_blob(pa.array([7], pa.int64()))
+    (tmp_path / "old.puffin").write_bytes(b"PFA1" + old)
+    for v3 in (False, True):
+        folder = tmp_path / f"v{3 if v3 else 2}"
+        more: dict[str, Any] = {"v3": v3}
+        if v3:
+            where = str(tmp_path / "old.puffin")
+            more |= {"current": {"a": [("l", where, 4, len(old), 1)]}, "filesystems": {"l": fs}}
+        parts = _deleting(folder, [("a", [1, 4])], **more)
+        parts += _deleting(folder, [("a", [4, 9])], **more)
+        parts = [r for r in parts if r["kind"] in ("delete_file", "dv")]
+        assert len(parts) == 2
+        args = {"fs": fs, "folder": str(folder), "table": "t", **more}
+        batches = [pa.RecordBatch.from_pylist([r], schema=RECORD) for r in parts]
+        (joined,) = _records(list(merge_stage(args)(iter(batches))))
+        if v3:
+            raw = (folder / joined["name"]).read_bytes()
+            blob = raw[joined["offset"] : joined["offset"] + joined["length"]]
+            assert decode(blob, "x", joined["rows"]).to_pylist() == [1, 4, 7, 9]
+        else:
+            assert pq.read_table(folder / joined["name"]).column("pos").to_pylist() == [1, 4, 9]
+        assert joined["deleted"] == 3
+
+
+def test_a_target_row_matched_twice_stops_a_merge(tmp_path: Path) -> None:
+    """Spark's cardinality rule: a target row two source rows match, within a task and
+    where two tasks' matched positions of a data file meet."""
+    merge = {"kind": "MERGE", "check": True, "fs": pafs.LocalFileSystem(),
+             "folder": str(tmp_path), "table": "db.t"}  # fmt: skip
+
+    def task(*positions: int) -> list:
+        batch = pa.table(
+            {
+                "_file": ["a"] * len(positions),
+                "_pos": pa.array(positions, pa.int64()),
+                "_mor_act": pa.array([2] * len(positions), pa.int8()),
+                "_mor_matched": [True] * len(positions),
+            }
+        )
+        return list(rows_stage(merge)(iter(batch.to_batches())))
+
+    with pytest.raises(ValueError, match="position 4 of a.*MERGE_CARDINALITY_VIOLATION"):
+        task(4, 4)
+    records = [r for r in _records(task(4) + task(4, 6)) if r["kind"] == "delete_file"]
+    batches = [pa.RecordBatch.from_pylist([r], schema=RECORD) for r in records]
     with pytest.raises(ValueError, match="MERGE_CARDINALITY_VIOLATION"):
-        list(deletes_stage(args)(iter(records)))
+        list(merge_stage(merge)(iter(batches)))
 
 
 # --- what the executors need --------------------------------------------------------------
@@ -459,4 +489,4 @@ print(sorted(out.column('kind').to_pylist()))
         [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=120
     )
     assert got.returncode == 0, got.stderr
-    assert got.stdout.strip() == "['counts', 'positions', 'positions']"
+    assert got.stdout.strip() == "['counts', 'delete_file', 'delete_file']"

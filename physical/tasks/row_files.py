@@ -1,25 +1,26 @@
-"""The two stages of a row-level write (DELETE, UPDATE, MERGE), run by Spark's tasks with
-pyarrow: no row reaches the driver, which gets one record per file written.
+"""What the tasks of a row-level write (DELETE, UPDATE, MERGE) run, with pyarrow: no row
+reaches the driver, which gets one record per file written.
 
-Stage 1 runs in the tasks of the statement's rows query (`rows_stage`). Each batch holds, per
-row the statement changes, its data file and position (`_file`, `_pos`), for a MERGE the
-action of the clause that applies (`_mor_act`) and whether a source row matched it
-(`_mor_matched`), and for rows written again or inserted every column's new value (and on v3
-its `_row_id`). The task keeps the positions each data file loses, and writes the new rows as
-Parquet data files of the table's current partition spec, each file's rows in the table's sort
-order. It returns per data file its positions (a Roaring bitmap), per file written its name,
-rows, bytes, footer and partition, and its counts.
+`rows_stage` runs in the tasks of the statement's rows query. Each batch holds, per row the
+statement changes, its data file and position (`_file`, `_pos`), for a MERGE the action of the
+clause that applies (`_mor_act`) and whether a source row matched it (`_mor_matched`), and for
+rows written again or inserted every column's new value (and on v3 its `_row_id`). The task
+writes the new rows as Parquet data files of the table's current partition spec, each file's
+rows in the table's sort order, and then each data file's positions it holds: one position
+delete file naming that data file alone (v2), or a deletion vector holding them with every
+position the data file's current vector and file-scoped position delete files delete (v3),
+the vectors of a task in one Puffin file (`_PositionsWriter`). It returns per file written its
+name, rows, bytes, footer (and partition, or vector's place), and its counts.
 
-Stage 2 (`deletes_stage`) gets every positions record of a data file in one task (the records
-are repartitioned by data file): it joins them (a MERGE's cardinality rule is checked here
-across tasks: a target row matched twice) and writes them as one position delete file naming
-that data file alone (v2), or as a deletion vector holding them with every position the data
-file's current vector and file-scoped position delete files delete (v3), the vectors of a task
-in one Puffin file. The other records pass through.
+A data file's rows are usually all in one task (a task reads a file whole). When several
+tasks wrote positions for one data file (Spark split it, or a join spread its rows), the
+driver has a second, small job join them: `merge_stage` reads those files back and writes
+the one a single task would have (a MERGE's cardinality rule checked over them too).
 
 Files go straight to their final names under the statement's folder (`folder`, through the
-pyarrow file system `fs`); a failed or repeated task attempt's files are referenced by no
-record, and the driver clears the folder of whatever it does not commit.
+pyarrow file system `fs`); a failed or repeated task attempt's files, and the parts a
+`merge_stage` joined, are referenced by no record the commit takes, and the driver clears the
+folder of whatever it does not commit.
 """
 
 from __future__ import annotations
@@ -104,26 +105,27 @@ def _create(fs: Any, path: str) -> Any:
 def _write(fs: Any, path: str, table: pa.Table, codec: str, row_group_rows: int) -> tuple:
     """`table` as a Parquet file at `path`: its size and footer."""
     with _create(fs, path) as stream:
-        writer = pq.ParquetWriter(stream, table.schema, compression=codec)
+        writer = pq.ParquetWriter(stream, table.schema, compression=codec, store_schema=False)
         writer.write_table(table, row_group_size=max(1, row_group_rows))
         writer.close()
         size = stream.tell()
     return size, _footer(writer)
 
 
-# --- stage 1 ------------------------------------------------------------------------------
+# --- the rows query's tasks -----------------------------------------------------------------
 
 
 def rows_stage(
     args: dict[str, Any],
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The function stage 1's tasks run over the rows query's Arrow batches.
+    """The function the tasks of the rows query run over its Arrow batches.
 
     `args`: `kind` (DELETE, UPDATE or MERGE), `check` (a MERGE's cardinality rule applies),
-    and to write rows: `fs`, `folder`, `schema` (the data files' Arrow schema, serialized,
-    field ids in its metadata), `table` (its name, in errors), `partition` (per partition
-    field: (name, transform, source type, source column path)), `sort` (per sort field:
-    (transform, source type, column path, descending, nulls first)), `codec`,
+    `fs`, `folder` (where the files go), `table` (its name, in errors), `v3`, and on v3
+    `current`, `filesystems`, `created_by` (`_PositionsWriter`); to write rows: `schema`
+    (the data files' Arrow schema, serialized, field ids in its metadata), `partition` (per
+    partition field: (name, transform, source type, source column path)), `sort` (per sort
+    field: (transform, source type, column path, descending, nulls first)), `codec`,
     `target_bytes` (a file is closed from this much Arrow data)."""
     kind, check = args["kind"], args.get("check", False)
 
@@ -131,7 +133,7 @@ def rows_stage(
         removed: dict[str, list[pa.Array]] = {}
         matched: dict[str, list[pa.Array]] = {}
         counts = {"updated": 0, "deleted": 0, "inserted": 0}
-        writer = _DataWriter(args) if kind != "DELETE" else None
+        writer: _DataWriter | None = None
         for batch in batches:
             if not batch.num_rows:
                 continue
@@ -151,44 +153,59 @@ def rows_stage(
                 if check:
                     _gather(t.filter(t.column("_mor_matched")), matched)
             _gather(gone, removed)
-            if writer is not None and new is not None:
+            if new is not None and new.num_rows:
+                writer = writer or _DataWriter(args)
                 writer.add(new)
         table = args.get("table", "")
+        seen: dict[str, pa.Array] = {}
         for path, parts in matched.items():  # a row this task holds matched twice
-            matched[path] = [_sorted(parts)]
-            _duplicates(matched[path][0], path, table)
+            seen[path] = _sorted(parts)
+            _duplicates(seen[path], path, table)
         if writer is not None:
             yield from writer.close()
-        for path in sorted(set(removed) | set(matched)):
-            gone_pos = pc.unique(_sorted(removed.get(path, [])))
-            yield _record(
-                "positions",
-                file=path,
-                blob=encode64(gone_pos),
-                matched=encode64(matched[path][0]) if path in matched else None,
-                rows=len(gone_pos),
-            )
+        out = _PositionsWriter(args)
+        for path in sorted(set(removed) | set(seen)):
+            out.add(path, _distinct(_sorted(removed.get(path, []))), seen.get(path))
+        yield from out.close()
         yield _record("counts", **counts)
 
     return run
 
 
 def _gather(t: pa.Table, into: dict[str, list[pa.Array]]) -> None:
-    """Each row's position appended to its data file's list."""
+    """Each row's position appended to its data file's list (rows of one file come in runs:
+    a task reads a file's rows in order)."""
     if not t.num_rows:
         return
-    by = t.select(["_file", "_pos"]).group_by("_file").aggregate([("_pos", "list")])
-    for path, positions in zip(by.column("_file").to_pylist(), by.column("_pos_list")):
-        if path is None:  # an inserted row: no data file
-            continue
-        into.setdefault(path, []).append(positions.values.cast(pa.int64()))
+    files = t.column("_file").combine_chunks()
+    positions = t.column("_pos").combine_chunks().cast(pa.int64())
+    runs = pc.run_end_encode(files)
+    start = 0
+    for path, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist()):
+        if path is not None:  # an inserted row: no data file
+            into.setdefault(path, []).append(positions.slice(start, end - start))
+        start = end
 
 
 def _sorted(parts: list[pa.Array]) -> pa.Array:
+    """The positions of `parts` in order (as they come, when they come in order)."""
     if not parts:
         return pa.array([], pa.int64())
-    whole = pa.concat_arrays(parts)
+    whole = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
+    if len(whole) < 2:
+        return whole
+    if pc.all(pc.greater_equal(whole.slice(1), whole.slice(0, len(whole) - 1))).as_py():
+        return whole
     return pc.take(whole, pc.sort_indices(whole))
+
+
+def _distinct(ordered: pa.Array) -> pa.Array:
+    """Sorted positions, each once."""
+    if len(ordered) < 2:
+        return ordered
+    if pc.all(pc.greater(ordered.slice(1), ordered.slice(0, len(ordered) - 1))).as_py():
+        return ordered
+    return pc.unique(ordered)
 
 
 def _duplicates(positions: pa.Array, path: str, table: str) -> None:
@@ -393,73 +410,142 @@ def _uuid_bytes(text: str) -> bytes:
         raise ValueError(f"{text!r} is not a UUID") from None
 
 
-# --- stage 2 ------------------------------------------------------------------------------
+# --- each data file's positions ---------------------------------------------------------
 
 
-def deletes_stage(
+class _PositionsWriter:
+    """A task's positions, per data file: a position delete file naming that file alone (v2),
+    or a deletion vector holding them with every position the file's current vector and
+    position delete files delete (v3), the task's vectors in one Puffin file. A MERGE's
+    matched positions of the file (sorted) ride in its record, for the cardinality rule
+    across tasks (`merge_stage`)."""
+
+    def __init__(self, args: dict[str, Any]) -> None:
+        self.args = args
+        self.fs, self.folder = args["fs"], args["folder"].rstrip("/")
+        self.v3 = bool(args.get("v3"))
+        self.task = _task_number()
+        self.current = _CurrentDeletes(args)
+        self.vectors: list[tuple[str, bytes, int, int, bytes | None]] = []
+        self.out: list[pa.RecordBatch] = []
+
+    def add(
+        self,
+        path: str,
+        new: pa.Array,
+        matched: pa.Array | None,
+        merged: pa.Array | None = None,
+        deleted: int | None = None,
+    ) -> None:
+        """`new`: the positions the statement deletes (sorted, distinct); `merged` (v3): the
+        vector's positions when they are known already (current ones included), `deleted`
+        how many of them the statement deletes (default: `new`'s)."""
+        blob = encode64(matched) if matched is not None else None
+        deleted = len(new) if deleted is None else deleted
+        if not len(new):
+            if blob is not None:
+                self.out.append(_record("matched", file=path, matched=blob))
+            return
+        if self.v3:
+            if merged is None:
+                current = self.current.positions(path)
+                merged = _distinct(_sorted([new, *current])) if current else new
+            self.vectors.append((path, dv_blob(merged), len(merged), deleted, blob))
+            return
+        name = f"{self.task}-{uuid.uuid4()}-deletes.parquet"
+        # one path in every row: a dictionary of one value (what Parquet stores anyway)
+        paths = pa.DictionaryArray.from_arrays(
+            pa.repeat(pa.scalar(0, pa.int32()), len(new)), pa.array([path], pa.string())
+        )
+        schema = _position_delete_schema()
+        rows = pa.Table.from_arrays(
+            [paths, new], schema=schema.set(0, schema.field(0).with_type(paths.type))
+        )
+        size, footer = _write(self.fs, f"{self.folder}/{name}", rows, "zstd", len(new))
+        self.out.append(
+            _record(
+                "delete_file",
+                file=path,
+                name=name,
+                rows=len(new),
+                size=size,
+                footer=footer,
+                deleted=deleted,
+                matched=blob,
+            )  # fmt: skip
+        )
+
+    def close(self) -> Iterator[pa.RecordBatch]:
+        if self.vectors:
+            name = f"{self.task}-{uuid.uuid4()}-deletes.puffin"
+            data, placed = puffin_file(
+                [(p, b, n) for p, b, n, _, _ in self.vectors],
+                self.args.get("created_by", "mor"),
+            )
+            with _create(self.fs, f"{self.folder}/{name}") as stream:
+                stream.write(data)
+            for (path, _, n, new, blob), (offset, length) in zip(self.vectors, placed):
+                self.out.append(
+                    _record(
+                        "dv",
+                        file=path,
+                        name=name,
+                        rows=n,
+                        size=len(data),
+                        offset=offset,
+                        length=length,
+                        deleted=new,
+                        matched=blob,
+                    )  # fmt: skip
+                )
+        yield from self.out
+
+
+def merge_stage(
     args: dict[str, Any],
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The function stage 2's tasks run over stage 1's records, those of a data file all in
-    one task. `args`: `v3`, `fs` and `folder` (where the files go), `check`, `table`, and on
-    v3 `current` (per data file as recorded: the deletes it has now, each (file system
-    key, path, offset, length, cardinality) of a vector, or (key, path, None, None, None) of
-    a position delete file), `filesystems` (key -> file system), `created_by`."""
+    """For the data files more than one task of the rows query wrote positions for (a file
+    Spark split, rows a join spread): the function tasks run over those tasks' records, a
+    data file's all in one task. Each file's files (position delete files, vectors) are read
+    back and joined into one, as one task would have written it (a MERGE's cardinality rule
+    checked over their matched positions). `args` as `rows_stage`'s."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         by_file: dict[str, list[dict[str, Any]]] = {}
         for batch in batches:
             for r in batch.to_pylist():
-                if r["kind"] == "positions":
-                    by_file.setdefault(r["file"], []).append(r)
-                else:
-                    yield pa.RecordBatch.from_pylist([r], schema=RECORD)
-        if by_file:
-            yield from _deletes(args, by_file)
+                by_file.setdefault(r["file"], []).append(r)
+        out = _PositionsWriter(args)
+        for path in sorted(by_file):
+            records = by_file[path]
+            matched = [decode64(r["matched"]) for r in records if r["matched"] is not None]
+            if args.get("check") and len(matched) > 1:
+                _duplicates(_sorted([m.cast(pa.int64()) for m in matched]), path, args["table"])
+            parts = [_written(out, r) for r in records if r["kind"] != "matched"]
+            if not parts:
+                continue
+            union = _distinct(_sorted(parts))
+            if out.v3:  # each part holds the file's current positions too
+                current = out.current.positions(path)
+                known = len(_distinct(_sorted(current))) if current else 0
+                out.add(path, union, None, merged=union, deleted=len(union) - known)
+            else:
+                out.add(path, union, None)
+        yield from out.close()
 
     return run
 
 
-def _deletes(args: dict[str, Any], by_file: dict[str, list[dict[str, Any]]]) -> Iterator:
-    task = _task_number()
-    fs, folder = args["fs"], args["folder"].rstrip("/")
-    vectors: list[tuple[str, bytes, int, int]] = []
-    reader = _CurrentDeletes(args)
-    for path in sorted(by_file):
-        records = by_file[path]
-        if args.get("check"):
-            matched = [decode64(r["matched"]) for r in records if r["matched"] is not None]
-            if len(matched) > 1:
-                _duplicates(_sorted([m.cast(pa.int64()) for m in matched]), path, args["table"])
-        parts = [decode64(r["blob"]).cast(pa.int64()) for r in records]
-        new = pc.unique(_sorted(parts))
-        if not len(new):
-            continue
-        if not args["v3"]:
-            name = f"{task}-{uuid.uuid4()}-deletes.parquet"
-            rows = pa.table(
-                [pa.array([path] * len(new), pa.string()), new],
-                schema=_position_delete_schema(),
-            )
-            size, footer = _write(fs, f"{folder}/{name}", rows, "zstd", len(new))
-            yield _record(
-                "delete_file", file=path, name=name, rows=len(new), size=size, footer=footer,
-                deleted=len(new),
-            )  # fmt: skip
-            continue
-        merged = pc.unique(_sorted([new, *reader.positions(path)]))
-        vectors.append((path, dv_blob(merged), len(merged), len(new)))
-    if vectors:
-        name = f"{task}-{uuid.uuid4()}-deletes.puffin"
-        data, placed = puffin_file(
-            [(p, blob, n) for p, blob, n, _ in vectors], args.get("created_by", "mor")
-        )
-        with _create(fs, f"{folder}/{name}") as stream:
-            stream.write(data)
-        for (path, _, n, new), (offset, length) in zip(vectors, placed):
-            yield _record(
-                "dv", file=path, name=name, rows=n, size=len(data), offset=offset,
-                length=length, deleted=new,
-            )  # fmt: skip
+def _written(out: _PositionsWriter, r: dict[str, Any]) -> pa.Array:
+    """The positions a task wrote for a data file (its file, or its vector's blob)."""
+    where = f"{out.folder}/{r['name']}"
+    if r["kind"] == "delete_file":
+        written = pq.read_table(where, columns=["pos"], filesystem=out.fs)
+        return written.column("pos").combine_chunks()
+    with out.fs.open_input_file(where) as f:
+        f.seek(r["offset"])
+        blob = f.read(r["length"])
+    return dv_positions(blob, where)
 
 
 def _position_delete_schema() -> pa.Schema:
