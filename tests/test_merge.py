@@ -29,6 +29,7 @@ from test_semantics import PART_SPEC, SCHEMA, op
 
 from legs import soak_in
 from mor import MorError, explain, mor_sql
+from mor.row_writes import run_row_write
 
 pytestmark = [pytest.mark.spark41, pytest.mark.connect]
 
@@ -385,3 +386,59 @@ def test_an_insert_gives_a_column_it_does_not_name_its_write_default(
     }
     assert got[100] == 9  # the write-default
     assert {got[i] for i in got if i != 100} == {7}  # older rows: the initial default
+
+
+def test_a_data_files_rows_spread_over_tasks_get_one_file_each(catalog: Any, spark: Any) -> None:
+    """A join that spreads one data file's rows over several tasks (a sort-merge join over
+    shuffle partitions that are not coalesced): each data file still gets one position
+    delete file (the tasks' parts joined by a second job), every row changed once, and a
+    target row two tasks match stops the statement with nothing committed. On v3 one vector
+    per data file, as the spec asks."""
+    settings = {
+        "spark.sql.autoBroadcastJoinThreshold": "-1",
+        "spark.sql.adaptive.enabled": "false",
+        "spark.sql.shuffle.partitions": "4",
+    }
+    before = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        for v3 in (False, True):
+            if v3:
+                catalog.drop_table("c.t")
+                _as_v3(catalog, _three_files(catalog, "c.w"), "c.t")
+            else:
+                _three_files(catalog, "c.t")
+            r = run_row_write(
+                "MERGE INTO c.t t USING (SELECT id, v FROM c.t) s ON t.id = s.id "
+                "WHEN MATCHED AND t.v = 0 THEN DELETE WHEN MATCHED THEN UPDATE SET v = s.v + 10",
+                catalog=catalog,
+                spark=spark,
+            )
+            assert (r.deleted, r.updated) == (3, 7)
+            # one position delete file (v3: one vector) per data file the rows were in
+            assert (
+                sorted(f.data_file for f in r.written)
+                == sorted(set(r.written[0:0]) | {f.data_file for f in r.written})
+                and len(r.written) == 2
+            )
+            got = sorted(tuple(r) for r in mor_sql("SELECT id, v FROM c.t", catalog=catalog,
+                                                   spark=spark).collect())  # fmt: skip
+            assert got == [(i, i % 3 + 10) for i in (0, 1, 2, 3, 4, 10, 11, 12, 13, 14) if i % 3]
+            added = catalog.load_table("c.t").current_snapshot().summary.additional_properties
+            assert added["added-dvs" if v3 else "added-position-delete-files"] == "2"
+            head = catalog.load_table("c.t").current_snapshot().snapshot_id
+            with pytest.raises(MorError, match="MERGE_CARDINALITY_VIOLATION"):
+                mor_sql(
+                    "MERGE INTO c.t t USING (SELECT id FROM c.t UNION ALL SELECT id FROM c.t) s "
+                    "ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = 0",
+                    catalog=catalog,
+                    spark=spark,
+                )
+            assert catalog.load_table("c.t").current_snapshot().snapshot_id == head
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
