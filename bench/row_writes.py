@@ -74,7 +74,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--statements", nargs="*", default=DEFAULT, choices=list(STATEMENTS))
     ap.add_argument("--peers", nargs="*", default=["iceberg", "mor"], choices=["iceberg", "mor"])
     ap.add_argument("--work", default=None, help="folder for the tables (default: a temp dir)")
-    ap.add_argument("--mor", default=None, help="a mor checkout the mor processes import")
+    ap.add_argument(
+        "--mor",
+        default=None,
+        help="a folder holding the `mor` package the mor processes import (another revision's)",
+    )
+    ap.add_argument(
+        "--master",
+        default="local[2]",
+        help="Spark's master (local-cluster[2,1,1024]: executors in JVMs of their own, so that "
+        "the driver JVM's memory is the driver's alone)",
+    )
     ap.add_argument("--json", default=None, help="write the figures here")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--statement", help=argparse.SUPPRESS)
@@ -92,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         base = _run_worker(args, work, pgarg, "build", "")
         print(
             f"DELETE, UPDATE and MERGE on {args.rows:,} rows, 8 files, pos 1%, eq {args.eq:.0%}, "
-            f"v{args.version}; {_spark_version()}; a new process per statement and peer, "
-            "spark.driver.memory=1g"
+            f"v{args.version}; {_spark_version()} {args.master}; a new process per statement and "
+            "peer, spark.driver.memory=1g"
         )
         print(
             f"  {'statement':<12} {'rows':>10} {'Iceberg':>8} {'again':>7} {'mor':>7} {'again':>7}"
@@ -159,11 +169,12 @@ def _run_worker(
     cmd = [
         sys.executable, "-m", "bench.row_writes", "--worker", peer, "--statement", statement,
         "--pg", pg, "--work", str(work), "--rows", str(args.rows), "--eq", str(args.eq),
-        "--version", str(args.version),
+        "--version", str(args.version), "--master", args.master,
     ]  # fmt: skip
     if base is not None:
         env["MOR_BENCH_BASE"] = json.dumps(base)
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=7200)
+    # run from the work folder: a checkout in the current folder would shadow `--mor`'s
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=7200, cwd=str(work))
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     if done.returncode != 0 or not lines:
         sys.stderr.write(done.stderr[-4000:])
@@ -179,7 +190,7 @@ def _worker(args: argparse.Namespace) -> int:
     pg = Postgres.running(int(port), database)
     work = Path(args.work)
     warehouse = f"file://{work}/lake"
-    conf = {**pg.spark_conf(warehouse), "spark.driver.memory": "1g"}
+    conf = {**pg.spark_conf(warehouse), "spark.driver.memory": "1g", "spark.master": args.master}
     spark = iceberg_session(work / "java", conf=conf)
     if args.worker == "build":
         print(json.dumps(_build(spark, work, args, CATALOG)))
