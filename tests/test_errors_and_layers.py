@@ -320,10 +320,16 @@ def test_the_layer_folders_are_the_mor_packages_in_the_tree() -> None:
 
 
 def test_physical_groups_build_on_each_other_one_way() -> None:
-    """Inside physical/, spark/ builds on nothing else of the layer, scan/ on spark/, deletes/ on
-    scan/ and spark/, and the modules at the top (the compiler, EXPLAIN, the merge-on-read scan,
-    the jobs) on all three: no group imports one above it."""
-    below = {"spark": {"spark"}, "scan": {"spark", "scan"}, "deletes": {"spark", "scan", "deletes"}}
+    """Inside physical/, tasks/ (what Spark's tasks run: pyarrow alone) and spark/ build on
+    nothing else of the layer, scan/ on spark/, deletes/ on scan/, spark/ and tasks/, and the
+    modules at the top (the compiler, EXPLAIN, the merge-on-read scan, the jobs) on all four:
+    no group imports one above it."""
+    below = {
+        "tasks": {"tasks"},
+        "spark": {"spark"},
+        "scan": {"spark", "scan"},
+        "deletes": {"spark", "scan", "deletes", "tasks"},
+    }
     groups = set(below)
     for group, allowed in below.items():
         paths = sorted((ROOT / "physical" / group).glob("*.py"))

@@ -16,19 +16,16 @@ a vector is never read around. No pyspark here: tests/test_dv.py tests it withou
 
 from __future__ import annotations
 
-import json
-import struct
 import zlib
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap64
 
+from mor.physical.tasks.roaring import MAGIC, PUFFIN_MAGIC, ROW_POSITION, puffin_file
 from mor.planner.errors import DataFileError
 
-MAGIC = b"\xd1\xd3\x39\x64"
-PUFFIN_MAGIC = b"PFA1"
-ROW_POSITION = 2147483645  # the field id of _pos: what a deletion vector's blob is over
+__all__ = ["MAGIC", "PUFFIN_MAGIC", "ROW_POSITION", "decode", "encode", "puffin"]
 
 
 def encode(positions: list[int]) -> bytes:
@@ -76,32 +73,9 @@ def puffin(
     vectors: list[tuple[str, list[int]]], created_by: str
 ) -> tuple[bytes, list[tuple[int, int]]]:
     """A Puffin file holding one deletion vector per (data file path as recorded, positions),
-    and each blob's (offset, length), in the order given. The layout is the Puffin spec's:
-    magic, the blobs uncompressed, then the footer (magic, its JSON payload naming each
-    blob's type `deletion-vector-v1`, field `_pos`, snapshot id and sequence number -1 as
-    the spec asks of a vector, its offset, length, referenced data file and cardinality),
-    the payload's length (4 bytes, little-endian), 4 bytes of flags (none: uncompressed)
-    and the magic again."""
-    out = bytearray(PUFFIN_MAGIC)
-    placed, meta = [], []
-    for path, positions in vectors:
-        blob = encode(positions)
-        placed.append((len(out), len(blob)))
-        meta.append(
-            {
-                "type": "deletion-vector-v1",
-                "fields": [ROW_POSITION],
-                "snapshot-id": -1,
-                "sequence-number": -1,
-                "offset": len(out),
-                "length": len(blob),
-                "properties": {
-                    "referenced-data-file": path,
-                    "cardinality": str(len(set(positions))),
-                },
-            }
-        )
-        out += blob
-    payload = json.dumps({"blobs": meta, "properties": {"created-by": created_by}}).encode()
-    out += PUFFIN_MAGIC + payload + struct.pack("<i", len(payload)) + bytes(4) + PUFFIN_MAGIC
-    return bytes(out), placed
+    and each blob's (offset, length), in the order given (the layout: tasks/roaring.py's
+    `puffin_file`, the blobs encoded here)."""
+    return puffin_file(
+        [(path, encode(positions), len(set(positions))) for path, positions in vectors],
+        created_by,
+    )
