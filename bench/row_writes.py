@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             peers = args.peers if i % 2 == 0 else list(reversed(args.peers))
             got = {p: _run_worker(args, work, pgarg, p, name, base) for p in peers}
             figures[name] = got
-            if set(got) == {"iceberg", "mor"}:
+            if set(got) == {"iceberg", "mor"} and not any("error" in g for g in got.values()):
                 for run in ("first", "again"):
                     a, b = got["iceberg"][run]["fingerprint"], got["mor"][run]["fingerprint"]
                     if not _same(a, b):
@@ -134,7 +134,12 @@ def _spark_version() -> str:
 
 
 def _print(name: str, got: dict[str, Any]) -> None:
-    ice, mor = got.get("iceberg"), got.get("mor")
+    for peer, g in got.items():
+        if "error" in g:
+            print(f"  {name:<12} {peer} failed: {g['error']}")
+    ice, mor = (g if g and "error" not in g else None for g in (got.get("iceberg"), got.get("mor")))
+    if ice is None and mor is None:
+        return
 
     def t(peer: Any, run: str) -> str:
         return f"{peer[run]['seconds']:.2f}" if peer else "-"
@@ -177,8 +182,12 @@ def _run_worker(
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=7200, cwd=str(work))
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     if done.returncode != 0 or not lines:
-        sys.stderr.write(done.stderr[-4000:])
-        raise SystemExit(f"the {peer} process of {statement or 'the table'} failed")
+        if not statement:
+            sys.stderr.write(done.stderr[-4000:])
+            raise SystemExit("the process building the table failed")
+        # a peer that fails a statement (out of memory, say) is reported as such
+        why = [ln for ln in done.stderr.splitlines() if "Error" in ln or "error" in ln]
+        return {"error": (why[-1] if why else f"exit {done.returncode}")[:160]}
     return json.loads(lines[-1])
 
 

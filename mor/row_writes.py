@@ -30,7 +30,8 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -379,8 +380,9 @@ def _write_and_commit(
         producer = SnapshotProducer(
             work.target.catalog, rw.name, rw.branch, io=src.io.inner, path_map=mapped
         )
-        done = producer.commit(op, work.target.head)
-        committed = {f.file_path for f in (*op.added, *op.added_data)}
+        with held_interrupts():  # Ctrl-C waits for the catalog's answer: committed, or not at all
+            done = producer.commit(op, work.target.head)
+            committed = {f.file_path for f in (*op.added, *op.added_data)}
         report.snapshot = done.snapshot.snapshot_id
         report.attempts = done.attempts
         report.rebased_over = done.rebased_over
@@ -390,6 +392,27 @@ def _write_and_commit(
     finally:
         if not unknown:
             _clear(place, folder, committed)
+
+
+@contextmanager
+def held_interrupts() -> Iterator[None]:
+    """An interrupt (SIGINT) during the block is held until it ends, then raised: a commit
+    is asked of the catalog whole, and what it wrote is known to be committed or not (on the
+    main thread; elsewhere Python delivers no signal)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    before = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+    if held:
+        raise KeyboardInterrupt
 
 
 def _clear(place: Any, folder: str, keep: set[str]) -> None:

@@ -759,3 +759,19 @@ def test_the_shell_runs_deletes_updates_and_merges(
     want = "would delete 4 rows of 2 data files, writing 1 position delete files, 1 data files"
     assert f"{want} removed whole" in out, out + err
     assert cat.load_table("c.t").current_snapshot().snapshot_id == head
+
+
+def test_an_interrupt_during_a_commit_waits_for_the_catalogs_answer() -> None:
+    """Ctrl-C while the catalog is asked to commit is held until it answers, then raised:
+    what the statement wrote is known to be committed or not (its files kept or removed)."""
+    import signal
+
+    from mor.row_writes import held_interrupts
+
+    reached = []
+    with pytest.raises(KeyboardInterrupt):
+        with held_interrupts():
+            os.kill(os.getpid(), signal.SIGINT)
+            reached.append("the commit went on")
+    assert reached == ["the commit went on"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
