@@ -19,10 +19,17 @@ from __future__ import annotations
 import zlib
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyroaring import BitMap64
 
-from mor.physical.tasks.roaring import MAGIC, PUFFIN_MAGIC, ROW_POSITION, puffin_file
+from mor.physical.tasks.roaring import (
+    MAGIC,
+    PUFFIN_MAGIC,
+    ROW_POSITION,
+    VectorError,
+    checked_positions,
+    dv_vector,
+    puffin_file,
+)
 from mor.planner.errors import DataFileError
 
 __all__ = ["MAGIC", "PUFFIN_MAGIC", "ROW_POSITION", "decode", "encode", "puffin"]
@@ -37,36 +44,19 @@ def encode(positions: list[int]) -> bytes:
 def decode(blob: bytes, where: str, cardinality: int | None = None) -> pa.Array:
     """The deleted positions of a blob (int64, ascending). `where` names the blob in errors
     ("deletion vector <puffin file> at offset N of <table>"); `cardinality`, the manifest
-    entry's record count, must match when given."""
-    if len(blob) < 12:
-        raise DataFileError(f"{where} is {len(blob)} bytes: too short for a deletion vector")
-    length = int.from_bytes(blob[:4], "big")
-    if length != len(blob) - 8:
-        raise DataFileError(
-            f"{where}: its length field says {length} bytes of vector and magic, the manifest "
-            f"entry's size leaves {len(blob) - 8}"
-        )
-    vector = blob[4:-4]
-    if vector[:4] != MAGIC:
-        raise DataFileError(
-            f"{where}: magic {vector[:4].hex()} is not a deletion vector's ({MAGIC.hex()})"
-        )
-    crc = int.from_bytes(blob[-4:], "big")
-    if zlib.crc32(vector) != crc:
-        raise DataFileError(f"{where}: CRC-32 mismatch (the blob is corrupt)")
+    entry's record count, must match when given. The envelope is checked as the tasks check
+    it (tasks/roaring.py); the bitmap is decoded by pyroaring, in C, on the driver."""
     try:
-        bitmap = BitMap64.deserialize(vector[4:])
-    except (ValueError, OverflowError) as e:
-        raise DataFileError(f"{where}: the Roaring bitmap does not decode ({e})") from e
-    values = bitmap.to_array()  # array('Q') in native order, as Arrow's buffers are
-    positions = pa.Array.from_buffers(pa.uint64(), len(values), [None, pa.py_buffer(values)])
-    if cardinality is not None and len(positions) != cardinality:
-        raise DataFileError(
-            f"{where} holds {len(positions)} positions, its manifest entry records {cardinality}"
-        )
-    if len(positions) and positions[-1].as_py() >= 1 << 63:
-        raise DataFileError(f"{where}: a position past 2^63 - 1")
-    return pc.cast(positions, pa.int64())
+        vector = dv_vector(blob, where)
+        try:
+            bitmap = BitMap64.deserialize(vector)
+        except (ValueError, OverflowError) as e:
+            raise VectorError(f"{where}: the Roaring bitmap does not decode ({e})") from None
+        values = bitmap.to_array()  # array('Q') in native order, as Arrow's buffers are
+        positions = pa.Array.from_buffers(pa.uint64(), len(values), [None, pa.py_buffer(values)])
+        return checked_positions(positions, where, cardinality)
+    except VectorError as e:
+        raise DataFileError(str(e)) from None
 
 
 def puffin(

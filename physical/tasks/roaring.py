@@ -231,26 +231,30 @@ def dv_blob(positions: pa.Array) -> bytes:
     return struct.pack(">I", len(vector)) + vector + struct.pack(">I", zlib.crc32(vector))
 
 
-def dv_positions(blob: bytes, where: str, cardinality: int | None = None) -> pa.Array:
-    """The positions (int64, ascending) of a `deletion-vector-v1` blob; a VectorError naming
-    `where` for a blob that is not one, or holds other than `cardinality` positions."""
+def dv_vector(blob: bytes, where: str) -> bytes:
+    """The portable Roaring bytes of a `deletion-vector-v1` blob, its length field, magic and
+    CRC checked; a VectorError naming `where` for a blob that is not one."""
     if len(blob) < 12:
         raise VectorError(f"{where} is {len(blob)} bytes: too short for a deletion vector")
     (length,) = struct.unpack(">I", blob[:4])
     if length != len(blob) - 8:
         raise VectorError(
-            f"{where}: its length field says {length} bytes, the manifest entry leaves "
-            f"{len(blob) - 8}"
+            f"{where}: its length field says {length} bytes of vector and magic, the manifest "
+            f"entry's size leaves {len(blob) - 8}"
         )
     vector = blob[4:-4]
     if vector[:4] != MAGIC:
-        raise VectorError(f"{where}: magic {vector[:4].hex()} is not a deletion vector's")
+        raise VectorError(
+            f"{where}: magic {vector[:4].hex()} is not a deletion vector's ({MAGIC.hex()})"
+        )
     if zlib.crc32(vector) != struct.unpack(">I", blob[-4:])[0]:
         raise VectorError(f"{where}: CRC-32 mismatch (the blob is corrupt)")
-    try:
-        positions = decode64(vector[4:])
-    except VectorError as e:
-        raise VectorError(f"{where}: {e}") from None
+    return vector[4:]
+
+
+def checked_positions(positions: pa.Array, where: str, cardinality: int | None) -> pa.Array:
+    """Decoded positions (uint64, ascending) as int64, their count held to the manifest
+    entry's `cardinality` when given; a VectorError naming `where` otherwise."""
     if cardinality is not None and len(positions) != cardinality:
         raise VectorError(
             f"{where} holds {len(positions)} positions, its manifest entry records {cardinality}"
@@ -258,6 +262,17 @@ def dv_positions(blob: bytes, where: str, cardinality: int | None = None) -> pa.
     if len(positions) and positions[-1].as_py() >= 1 << 63:
         raise VectorError(f"{where}: a position past 2^63 - 1")
     return positions.cast(pa.int64())
+
+
+def dv_positions(blob: bytes, where: str, cardinality: int | None = None) -> pa.Array:
+    """The positions (int64, ascending) of a `deletion-vector-v1` blob; a VectorError naming
+    `where` for a blob that is not one, or holds other than `cardinality` positions."""
+    vector = dv_vector(blob, where)
+    try:
+        positions = decode64(vector)
+    except VectorError as e:
+        raise VectorError(f"{where}: {e}") from None
+    return checked_positions(positions, where, cardinality)
 
 
 def puffin_file(
