@@ -12,7 +12,7 @@ from pyiceberg.catalog import Catalog
 
 from mor.planner.errors import MorError, TableNotFoundError
 from mor.planner.settings import default_catalog_name, user_config, warehouse_dir
-from mor.planner.sources import catalog_failure, load_named_catalog
+from mor.planner.sources import load_named_catalog
 
 DEFAULT_CATALOG_NAME = "mor"
 
@@ -45,12 +45,7 @@ def resolve_catalog(catalog: Catalog | str | None, warehouse: str | None = None)
             )
         return default_catalog(warehouse)
     if isinstance(catalog, str):
-        try:
-            return load_named_catalog(catalog)
-        except MorError:
-            raise
-        except Exception as e:  # noqa: BLE001 - pyiceberg raises several kinds here
-            raise catalog_failure(catalog, e) from e
+        return load_named_catalog(catalog)
     if isinstance(catalog, Catalog):
         return catalog
     raise MorError(f"catalog must be a pyiceberg Catalog, a catalog name or None, not {catalog!r}")

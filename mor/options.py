@@ -81,8 +81,7 @@ WRITES.add_argument(
 WRITES.add_argument(
     "--dry-run",
     action="store_true",
-    help="DELETE, UPDATE and MERGE statements report the rows they would change and commit "
-    "nothing",
+    help="DELETE, UPDATE and MERGE statements report the rows they would change and commit nothing",
 )
 
 SETTINGS = _parent()

@@ -378,7 +378,7 @@ class Resolver:
             raise TableNotFoundError(f"table {'.'.join(parts)}: no catalog is configured")
         if len(parts) == 3:
             if parts[0] != catalog.name:
-                catalog = _load_named_catalog(parts[0])
+                catalog = load_named_catalog(parts[0])
             parts = parts[1:]
         if len(parts) != 2:
             raise TableNotFoundError(
@@ -483,6 +483,17 @@ def variants_understood() -> Iterator[None]:
 
 
 def load_named_catalog(name: str) -> Catalog:
+    """A catalog by name (`_configured_catalog`); a failure to load or reach it is one
+    MorError naming the catalog and the cause."""
+    try:
+        return _configured_catalog(name)
+    except MorError:
+        raise
+    except Exception as e:  # noqa: BLE001 - pyiceberg raises several kinds here
+        raise catalog_failure(name, e) from e
+
+
+def _configured_catalog(name: str) -> Catalog:
     """A catalog by name: pyiceberg's configuration (~/.pyiceberg.yaml, PYICEBERG_CATALOG__*),
     with the properties of the config file's [catalogs.NAME] over it, and under both the
     store settings of the environment (AWS_*) and the config file's [file-io]: the catalog
@@ -500,15 +511,6 @@ def load_named_catalog(name: str) -> Catalog:
     )
     under = {k: v for k, v in store.items() if k not in configured}
     return load_catalog(name, **{**under, **props})
-
-
-def _load_named_catalog(name: str) -> Catalog:
-    try:
-        return load_named_catalog(name)
-    except MorError:
-        raise
-    except Exception as e:  # noqa: BLE001 - pyiceberg raises several kinds here
-        raise catalog_failure(name, e) from e
 
 
 # what a failure to connect looks like, by the exception classes a catalog's client raises
