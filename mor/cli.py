@@ -688,7 +688,10 @@ def cmd_changes(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
             sys.stdout.flush()
         rows = f", {len(got)} row{'' if len(got) == 1 else 's'}"
-    batch.commit()
+    from mor import interrupts
+
+    with interrupts.held(lambda: f"the checkpoint moved past batch {batch.batch_id}"):
+        batch.commit()
     print(f"mor: {what}{rows}" + (f" -> {out}" if out else ""), file=sys.stderr)
     return 0
 
@@ -782,7 +785,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """The command line (`argv`: the arguments; None: this process's, as the `mor` command,
+    which then ends at once after an interrupt's line)."""
+    from mor import interrupts
+
+    before = interrupts.install()  # first: Ctrl-C from here on is one line and exit 130
+    try:
+        return _main(argv)
+    except BaseException as e:  # noqa: BLE001 - an interrupt while the command is read
+        return _failed(e, "--debug" in (argv or sys.argv), console=argv is None)
+    finally:
+        if argv is not None:  # called in-process: the caller's handlers back
+            interrupts.uninstall(before)
+
+
+def _main(argv_given: list[str] | None) -> int:
+    argv = list(sys.argv[1:] if argv_given is None else argv_given)
     debug = "--debug" in argv
     if not debug:
         # pyspark 4 logs each failed query to stderr as JSON ("SQLQueryContextLogger") before
@@ -797,6 +815,15 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
+    from mor import interrupts
+
+    if not debug:
+        # py4j logs a call an interrupt broke, with its traceback (on its own logger, or the
+        # root one): after an interrupt the one line is mor's
+        import logging
+
+        for name in ("py4j", ""):
+            logging.getLogger(name).addFilter(lambda record: not interrupts.interrupted())
     try:
         commands = {
             "run": cmd_run,
@@ -816,18 +843,36 @@ def main(argv: list[str] | None = None) -> int:
 
         with applied(pairs(getattr(args, "set", []), "--set", "NAME=VALUE"), "--set"):
             return commands[args.cmd](args)
-    except UsageError as e:
+    except BaseException as e:  # noqa: BLE001 - each kind becomes one line and an exit code
+        return _failed(e, debug, console=argv_given is None)
+
+
+def _failed(e: BaseException, debug: bool, console: bool) -> int:
+    """The one line a failed or interrupted command ends with, and its exit code. An
+    interrupt is reported whatever error it became on its way up (a py4j call it broke, a
+    cancelled Spark job), and a console run then ends at once: nothing is printed after
+    the line (pyspark's and py4j's shutdown would)."""
+    from mor import interrupts
+
+    if isinstance(e, SystemExit):
+        raise e
+    if isinstance(e, KeyboardInterrupt) or interrupts.interrupted():
         if debug:
-            traceback.print_exc()
-        print(f"mor: {e}", file=sys.stderr)
-        return 2
-    except MorError as e:
-        if debug:
-            traceback.print_exc()
-        print(f"mor: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
+            traceback.print_exception(e)
+        progress.clear()
+        print(interrupts.line(e), file=sys.stderr)
+        if console:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            interrupts.stop_children()
+            os._exit(130)
         return 130
+    if not isinstance(e, (UsageError, MorError)):
+        raise e
+    if debug:
+        traceback.print_exception(e)
+    print(f"mor: {e}", file=sys.stderr)
+    return 2 if isinstance(e, UsageError) else e.exit_code
 
 
 if __name__ == "__main__":

@@ -223,10 +223,20 @@ class Reported(Protocol):
 def commit_change(report: Reported, read: HeadRead, change: Operation) -> None:
     """Commit `change` on the read's head through the one snapshot producer; what it made
     goes to `report`."""
-    done = SnapshotProducer(read.catalog, read.name, read.branch).commit(change, read.head)
-    report.snapshot = done.snapshot.snapshot_id
-    report.attempts = done.attempts
-    report.rebased_over = done.rebased_over
+    from mor import interrupts
+
+    made: list[int] = []
+    operation = change.summary.get("mor.operation", "the commit")
+
+    def outcome() -> str:
+        return f"{operation} of {read.name} committed as snapshot {made[0]} before it took effect"
+
+    with interrupts.held(outcome):  # never asked once interrupted; the catalog's answer awaited
+        done = SnapshotProducer(read.catalog, read.name, read.branch).commit(change, read.head)
+        made.append(done.snapshot.snapshot_id)
+        report.snapshot = done.snapshot.snapshot_id  # known before a held signal is raised
+        report.attempts = done.attempts
+        report.rebased_over = done.rebased_over
 
 
 def undo_written(io: FileIO, paths: list[str], error: BaseException) -> None:

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from mor import interrupts
 from mor.commits import (
     DeleteKey,
     FileOut,
@@ -172,7 +173,8 @@ def convert_equality_deletes(
     found: dict[str, pa.Array] = {}
     if chosen:
         note(f"resolving the equality deletes of {len(chosen)} data files")
-        found = deleted_positions(session_of(spark), only_files(read.plan, chosen))
+        with interrupts.spark_action():
+            found = deleted_positions(session_of(spark), only_files(read.plan, chosen))
     for p in found:
         if p not in chosen:
             raise InternalError(f"{table}: resolved {p}, which is no live data file")
@@ -455,11 +457,20 @@ def _rewrite(
     try:
         if rewritten:
             note(f"rewriting {len(rewritten)} data files of {len(groups)} partitions")
-            added = _write_groups(read, schema, groups, folder, session_of(spark))
+            with interrupts.spark_action():
+                added = _write_groups(read, schema, groups, folder, session_of(spark))
         report.written = [FileOut(f.file_path, f.record_count, f.file_size_in_bytes) for f in added]
         change = _compaction(read, report, rewritten, removed, added)
         note("committing")
         commit_change(report, read, change)
+    except KeyboardInterrupt as e:
+        if report.snapshot is not None:
+            raise  # committed before the interrupt took effect (its detail says so)
+        interrupts.settle()  # the cancelled tasks write no more
+        _clear(tbl.io, folder)
+        raise interrupts.Interrupted(
+            f"compact of {read.name} did not commit; the files it wrote were removed"
+        ) from e
     except BaseException:
         _clear(tbl.io, folder)
         raise

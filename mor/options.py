@@ -14,6 +14,7 @@ import sys
 import threading
 from typing import Any
 
+from mor import interrupts
 from mor.planner.errors import MorError
 
 
@@ -126,8 +127,8 @@ def spark_session(args: argparse.Namespace, s3a: bool = False) -> Any:
     if remote:
         if args.master:
             raise UsageError("give either --remote (Spark Connect) or --master, not both")
-        return remote_session(remote, conf)
-    return local_session(args.master, conf, s3a=s3a)
+        return interrupts.watch(remote_session(remote, conf))
+    return interrupts.watch(local_session(args.master, conf, s3a=s3a))
 
 
 _S3 = re.compile(r"(?i)\bs3[an]?://")
@@ -204,7 +205,7 @@ class EarlySession:
 
         if is_connect(spark):
             return spark
-        _cancel_on_interrupt(spark)  # pyspark does this only for a context made on main
+        interrupts.watch(spark)  # an interrupt cancels its jobs
         if s3a:
             try:
                 check_s3a(spark, pairs(self._args.conf, "--conf"))
@@ -214,27 +215,12 @@ class EarlySession:
         return spark
 
 
-def _cancel_on_interrupt(spark: Any) -> None:
-    """Ctrl-C cancels the session's jobs, then interrupts, as pyspark arranges for a
-    context created on the main thread."""
-    import signal
-
-    if threading.current_thread() is not threading.main_thread():
-        return
-    sc = spark.sparkContext
-
-    def interrupted(signum: int, frame: Any) -> None:
-        sc.cancelAllJobs()
-        raise KeyboardInterrupt()
-
-    signal.signal(signal.SIGINT, interrupted)
-
-
 def run_spark(fn: Any, plan: Any = None) -> Any:
     """Run a Spark action; its failure becomes one MorError line
     (physical/spark/spark_errors.py)."""
     try:
-        return fn()
+        with interrupts.spark_action():
+            return fn()
     except MorError:
         raise
     except Exception as e:  # noqa: BLE001 - Spark errors arrive as Py4J/Analysis/gRPC exceptions

@@ -30,11 +30,11 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mor import interrupts
 from mor.catalogs import resolve_catalog
 from mor.commits import FileOut, SparkArg, session_of
 from mor.execution import QueryExecution, mor_errors
@@ -303,7 +303,7 @@ def _live_rows(run: QueryExecution, rw: RowWrite, version: int | None, paths: se
 
 def _spark(fn: Callable[[], Any], df: Any) -> Any:
     """A Spark action over one of mor's DataFrames; its failure as one line."""
-    with mor_errors(df):
+    with mor_errors(df), interrupts.spark_action():
         try:
             return fn()
         except MorError:
@@ -366,11 +366,17 @@ def _write_and_commit(
     place = arrow_place(work.target.src.io, work.target.src.read_path(folder))
     committed: set[str] = set()
     unknown = False
+    made: list[int] = []  # the snapshot committed
+
+    def outcome() -> str:
+        return f"{rw.kind} on {rw.name} committed as snapshot {made[0]} before it took effect"
+
     try:
         records: list[dict[str, Any]] = []
         if df is not None:
             note(f"changing rows of {rw.name}")
-            records = run_row_write_job(df, _job(work, place))
+            with interrupts.spark_action():
+                records = run_row_write_job(df, _job(work, place))
         op = _operation(work, report, records, folder)
         if not (op.added or op.added_data or op.removed_data):
             return
@@ -380,63 +386,59 @@ def _write_and_commit(
         producer = SnapshotProducer(
             work.target.catalog, rw.name, rw.branch, io=src.io.inner, path_map=mapped
         )
-        with held_interrupts():  # Ctrl-C waits for the catalog's answer: committed, or not at all
+        # never asked once interrupted; a signal while the catalog is asked waits for its
+        # answer: committed, or not at all
+        with interrupts.held(outcome):
             done = producer.commit(op, work.target.head)
             committed = {f.file_path for f in (*op.added, *op.added_data)}
+            made.append(done.snapshot.snapshot_id)
         report.snapshot = done.snapshot.snapshot_id
         report.attempts = done.attempts
         report.rebased_over = done.rebased_over
     except CommitUnknownError:
         unknown = True  # the commit may have landed: its files stay (the error names them)
         raise
+    except KeyboardInterrupt as e:
+        if made:
+            raise
+        stopped = interrupts.settle()  # the cancelled tasks write no more
+        left = _clear(place, folder, committed)
+        what = f"{rw.kind} on {rw.name} did not commit"
+        if left or not stopped:
+            raise interrupts.Interrupted(
+                f"{what}; files it wrote may remain: `mor orphans {rw.name}` lists them"
+            ) from e
+        raise interrupts.Interrupted(f"{what}; the files it wrote were removed") from e
     finally:
         if not unknown:
             _clear(place, folder, committed)
 
 
-@contextmanager
-def held_interrupts() -> Iterator[None]:
-    """An interrupt (SIGINT) during the block is held until it ends, then raised: a commit
-    is asked of the catalog whole, and what it wrote is known to be committed or not (on the
-    main thread; elsewhere Python delivers no signal)."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held: list[int] = []
-    before = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
-    if held:
-        raise KeyboardInterrupt
-
-
-def _clear(place: Any, folder: str, keep: set[str]) -> None:
+def _clear(place: Any, folder: str, keep: set[str]) -> int:
     """Delete the files of the statement's folder no commit references (a failed or repeated
-    task attempt's; all of them when nothing was committed); an empty local folder too."""
+    task attempt's; all of them when nothing was committed); an empty local folder too. The
+    number of such files left (-1: a store that refused the listing)."""
     from pyarrow.fs import FileSelector, FileType
 
     fs, root = place.fs, place.path.rstrip("/")
     try:
         infos = fs.get_file_info(FileSelector(root, recursive=True, allow_not_found=True))
     except OSError:  # a store that refused the listing: what is left is `mor orphans`'
-        return
+        return -1
+    left = 0
     for i in infos:
         recorded = folder + i.path[len(root) :]
         if i.type == FileType.File and recorded not in keep:
             try:
                 fs.delete_file(i.path)
             except OSError:
-                continue
+                left += 1
     if not keep and type(fs).__name__ == "LocalFileSystem":
         try:
             fs.delete_dir(root)
         except OSError:
             pass
+    return left
 
 
 def _job(work: _Work, place: Any) -> Any:

@@ -64,7 +64,12 @@ class Shell:
 
         s3a = plan is not None and reads_s3a(plan, counts=True)
         if self._spark is None:
-            self._spark = spark_session(self.args, s3a=s3a)
+            from mor import interrupts
+
+            # Ctrl-C while the session starts waits for it: a start broken half-way leaves
+            # pyspark unable to start another, and the shell runs on
+            with interrupts.held():
+                self._spark = spark_session(self.args, s3a=s3a)
         elif s3a:
             from mor.physical.spark.session import check_s3a
 
@@ -138,13 +143,20 @@ class Shell:
         except MorError as e:
             self.err(f"mor: {e}\n")
             return
+        from mor import interrupts
+
         for stmt in stmts:
             try:
                 self.out(self.one(stmt, format_rows, run_spark))
-            except MorError as e:
+            except (MorError, KeyboardInterrupt) as e:
+                if isinstance(e, KeyboardInterrupt) or interrupts.interrupted():
+                    if interrupts.terminating():
+                        raise
+                    # the statement's jobs are cancelled; the rest of the input is not run
+                    self.err(interrupts.line(e) + "\n")
+                    interrupts.reset()
+                    return
                 self.err(f"mor: {e}\n")
-            except KeyboardInterrupt:
-                self.err("mor: interrupted\n")
 
     def one(self, stmt: Any, fmt: Any, run_spark: Any) -> str:
         """One statement, run as `mor run` runs it, with the shell's options: a query's rows
@@ -197,6 +209,11 @@ def _prompt_lines() -> Iterator[str]:
                 print()
                 return
             except KeyboardInterrupt:
+                from mor import interrupts
+
+                if interrupts.terminating():
+                    raise
+                interrupts.reset()  # Ctrl-C at the prompt drops the line typed
                 print()
                 buffer_open = False
                 continue

@@ -174,6 +174,7 @@ def start() -> tuple[Any, Any]:
         from pyspark.sql import SparkSession
 
         server = ConnectServer()
+        os.environ["MOR_TEST_CONNECT_URL"] = server.url  # for tests that run `mor --remote`
         return SparkSession.builder.remote(server.url).getOrCreate(), server
     from mor.physical import local_session
 

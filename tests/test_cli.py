@@ -534,7 +534,6 @@ def test_early_session_restarts_spark_when_the_plan_needs_s3a(
         options, "spark_session", lambda args, s3a=False: calls.append(f"start s3a={s3a}") or s3a
     )
     monkeypatch.setattr(session, "is_connect", lambda spark: False)
-    monkeypatch.setattr(options, "_cancel_on_interrupt", lambda spark: None)
 
     def check(spark: Any, conf: Any = None) -> None:
         if not spark:

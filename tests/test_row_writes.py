@@ -762,17 +762,19 @@ def test_the_shell_runs_deletes_updates_and_merges(
 
 
 def test_an_interrupt_during_a_commit_waits_for_the_catalogs_answer() -> None:
-    """Ctrl-C while the catalog is asked to commit is held until it answers, then raised:
-    what the statement wrote is known to be committed or not (its files kept or removed)."""
+    """Ctrl-C while the catalog is asked to commit is held until it answers, then raised
+    saying what the block made: what the statement wrote is known to be committed or not
+    (its files kept or removed). Outside the CLI the caller's handler is put back."""
     import signal
 
-    from mor.row_writes import held_interrupts
+    from mor import interrupts
 
     reached = []
     before = signal.getsignal(signal.SIGINT)  # Python's, or the SparkContext's in a session
-    with pytest.raises(KeyboardInterrupt):
-        with held_interrupts():
+    with pytest.raises(interrupts.Interrupted) as got:
+        with interrupts.held(lambda: "committed as snapshot 7"):
             os.kill(os.getpid(), signal.SIGINT)
             reached.append("the commit went on")
     assert reached == ["the commit went on"]
+    assert interrupts.line(got.value) == "mor: interrupted: committed as snapshot 7"
     assert signal.getsignal(signal.SIGINT) is before
