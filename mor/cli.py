@@ -15,6 +15,8 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from mor import progress
@@ -279,17 +281,23 @@ def _statements(args: argparse.Namespace, text: str | None = None) -> list[State
 
 
 def _run_in_turn(args: argparse.Namespace, runs: list[StatementExecution]) -> int:
-    """`mor run` of statements among which writes or EXPLAINs: each runs in turn (a query sees
-    what the statements before it committed); a write prints one line of what it did (a JSON
-    object with --format json), an EXPLAIN its plan, a query its rows."""
+    """`mor run` of statements among which writes or EXPLAINs: every statement is checked
+    first (its SQL, tables, columns, types, a write's clauses: `StatementExecution.check`),
+    and an error in any runs none; then each runs in turn (a query sees what the statements
+    before it committed); a write prints one line of what it did (a JSON object with
+    --format json), an EXPLAIN its plan, a query its rows. A failure only running finds (a
+    conflict, a store error, an interrupt) stops the script there, and its line names the
+    statements that committed before it."""
     import json
+
+    from mor import interrupts
+    from mor.planner.nodes import line_col
 
     if args.format == "parquet" or args.output:
         raise UsageError(
             "--output and --format parquet write query results: run DELETE, UPDATE, MERGE and "
             "EXPLAIN statements apart"
         )
-    # (a query is planned when it runs, after the writes before it committed)
     on_s3 = any(_writes_on_s3(args, r) for r in runs if r.is_write)
     sessions: list[Any] = []
 
@@ -299,23 +307,46 @@ def _run_in_turn(args: argparse.Namespace, runs: list[StatementExecution]) -> in
             sessions.append(spark_session(args, s3a=on_s3))
         return sessions[0]
 
-    for i, r in enumerate(runs, start=1):
+    for r in runs:
         r.spark = session
-        if r.is_write:
-            report = r.write()
-            progress.clear()
-            out = json.dumps(report.as_dict()) if args.format == "json" else report.line()
-            sys.stdout.write(out + "\n")
-            continue
-        if r.is_explain:
-            sys.stdout.write(r.explain())
-            continue
-        df = r.query.use(session()).dataframe
-        if args.limit is not None:
-            df = df.limit(args.limit)
-        with progress.spark_stages(session(), f"statement {i}/{len(runs)}"):
-            cols, rows = run_spark(lambda df=df: (df.columns, df.collect()), r.query.plan)
-        sys.stdout.write(format_rows(cols, rows, args.format))
+    if len(runs) > 1:
+        progress.note(f"checking {len(runs)} statements ...")
+        for r in runs:
+            r.check()
+    committed: list[str] = []
+    try:
+        for i, r in enumerate(runs, start=1):
+            if r.is_write:
+                report = r.write()
+                progress.clear()
+                if report.snapshot is not None and not report.dry_run:
+                    line = line_col(r.statement.source, r.statement.offset)[0]
+                    committed.append(
+                        f"statement {i} ({report.statement} at line {line}, snapshot "
+                        f"{report.snapshot})"
+                    )
+                out = json.dumps(report.as_dict()) if args.format == "json" else report.line()
+                sys.stdout.write(out + "\n")
+                sys.stdout.flush()
+                continue
+            if r.is_explain:
+                sys.stdout.write(r.explain())
+                continue
+            df = r.query.use(session()).dataframe
+            if args.limit is not None:
+                df = df.limit(args.limit)
+            with progress.spark_stages(session(), f"statement {i}/{len(runs)}"):
+                cols, rows = run_spark(lambda df=df: (df.columns, df.collect()), r.query.plan)
+            sys.stdout.write(format_rows(cols, rows, args.format))
+    except (MorError, KeyboardInterrupt) as e:
+        if not committed:
+            raise
+        before = "; committed before it: " + ", ".join(committed)
+        if isinstance(e, KeyboardInterrupt) or interrupts.interrupted():
+            detail = interrupts.detail_of(e)
+            raise interrupts.Interrupted((detail or "the script stopped") + before) from e
+        e.args = (f"{e}{before}",)
+        raise
     return 0
 
 
@@ -381,7 +412,23 @@ def _catalog(args: argparse.Namespace) -> Any:
     return resolve_catalog(args.catalog, args.warehouse) if args.catalog else None
 
 
+@contextmanager
+def _named_file(args: argparse.Namespace) -> Iterator[None]:
+    """An error in a .sql file's statements names the file (its line and column are in it)."""
+    try:
+        yield
+    except MorError as e:
+        if getattr(args, "file", None) and not str(e).startswith(f"{args.file}: "):
+            e.args = (f"{args.file}: {e}",)
+        raise
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
+    with _named_file(args):
+        return _explain(args)
+
+
+def _explain(args: argparse.Namespace) -> int:
     runs = _statements(args)
     if args.analyze or not args.no_check:
         # one session for every statement, with s3a when ANALYZE's counts read s3a:// paths
@@ -403,6 +450,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    with _named_file(args):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     text = _sql_text(args)
     if args.format == "parquet" and not args.output:
         raise UsageError("--format parquet needs --output PATH")

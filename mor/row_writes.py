@@ -180,11 +180,14 @@ def run_row_write(
     dry_run: bool = False,
     spark: SparkArg = None,
     progress: Callable[[str], None] | None = None,
+    check_only: bool = False,
 ) -> RowWriteReport:
     """Run a DELETE, UPDATE or MERGE statement (Spark SQL) as one merge-on-read commit on
     `branch` of its table (Spark's `ns.t.branch_<name>` names one too), its files read
     through `path_map` and `io_properties` as a query's are. `spark`: a session, or a
-    function making one; `progress(text)`: called at each phase."""
+    function making one; `progress(text)`: called at each phase. `check_only`: stop once
+    the statement is checked (its target, branch, clauses, and Spark's analysis of its rows
+    query with the written values' types), before any Spark job."""
     started = time.perf_counter()
     note = progress or (lambda text: None)
     stmt = one_statement(sql) if isinstance(sql, str) else sql
@@ -217,6 +220,8 @@ def run_row_write(
         run.use(session_of(spark))
     with told_in(stmt, rq.moved, rw.kind):
         df = _rows(run, rq)  # Spark analyses the statement: its errors, even with no file left
+    if check_only:
+        return report
     if rw.kind != "MERGE" and all(p in dropped for p in tasks):
         df = None  # no data file to read: no Spark job
     gone = _live_rows(run, rw, version, dropped) if dropped else 0

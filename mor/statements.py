@@ -97,6 +97,35 @@ class StatementExecution:
     @cached_property
     def query(self) -> QueryExecution:
         """The query's execution (a query's, or the rows query of a write under EXPLAIN)."""
+        return self._query_execution()
+
+    def check(self) -> None:
+        """What running the statement would refuse, found without running it: the SQL, its
+        tables, columns and types as Spark's analysis resolves them, a write's target,
+        branch, SET values and MERGE clauses. No Spark job runs and nothing is kept: the run
+        plans again when its turn comes (after the writes before it committed), as a script
+        checked whole before its first statement runs needs (`mor run FILE`)."""
+        if self.is_write:
+            from mor.row_writes import run_row_write
+
+            with applied(self.settings):
+                run_row_write(
+                    self.statement,
+                    catalog=self.catalog,
+                    warehouse=self.warehouse,
+                    path_map=self.path_map,
+                    io_properties=self.io_properties,
+                    branch=self.branch,
+                    spark=self.session if self.spark is not None else None,
+                    check_only=True,
+                )
+            return
+        run = self._query_execution()
+        if self.spark is not None:
+            run.use(self.session())
+        run.dataframe  # noqa: B018 - built: Spark has analysed it
+
+    def _query_execution(self) -> QueryExecution:
         sql: str | Statement = self.statement
         if is_row_write(self.statement.tree):
             sql = self._rows_query()[0]

@@ -580,3 +580,41 @@ def test_early_session_is_wanted_only_where_the_plan_cannot_change_it(
     assert not wanted("SELECT * FROM demo.orders", mode="auto")
     monkeypatch.setattr("os.cpu_count", lambda: 8)
     assert wanted("SELECT * FROM demo.orders", mode="auto")
+
+
+def test_a_script_is_checked_whole_before_its_first_statement_runs(
+    tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An error in statement 3 runs none: no rows printed, the DELETE of statement 2 not
+    committed; the line names the file, line and column. A failure only running finds (a
+    MERGE's cardinality rule) stops the script there and names what committed before it."""
+    from mor.api import default_catalog
+    from mor.demo import build_demo_table
+
+    d = tmp_path / "wh"
+    build_demo_table(str(d))
+    head = default_catalog(str(d)).load_table("demo.orders").metadata.current_snapshot_id
+    script = tmp_path / "s.sql"
+    script.write_text(
+        "SELECT count(*) AS n FROM demo.orders;\n"
+        "DELETE FROM demo.orders WHERE order_id = 6;\n"
+        "SELECT nope FROM demo.orders;\n"
+    )
+    code, out, err = _run(capsys, "run", str(script), "--warehouse", str(d))
+    _one_line_error(code, 1, out, err, f"{script}: ", "nope", "line 3, column 8")
+    table = default_catalog(str(d)).load_table("demo.orders")
+    assert table.metadata.current_snapshot_id == head
+
+    script.write_text(
+        "DELETE FROM demo.orders WHERE order_id = 6;\n"
+        "MERGE INTO demo.orders t USING (SELECT 5 AS id UNION ALL SELECT 5) s\n"
+        "  ON t.order_id = s.id WHEN MATCHED THEN UPDATE SET amount = 1;\n"
+        "SELECT count(*) FROM demo.orders;\n"
+    )
+    code, out, err = _run(capsys, "run", str(script), "--warehouse", str(d))
+    table = default_catalog(str(d)).load_table("demo.orders")
+    snap = table.metadata.current_snapshot_id
+    assert code == 1 and snap != head
+    assert out.startswith("demo.orders: deleted 1 rows") and out.count("\n") == 1, out
+    assert err.count("\n") == 1 and "MERGE_CARDINALITY_VIOLATION" in err, err
+    assert err.endswith(f"; committed before it: statement 1 (DELETE at line 1, snapshot {snap})\n")
