@@ -17,6 +17,7 @@ import gzip
 import json
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from mor.planner.errors import (
     CatalogAccessError,
     CatalogUnreachableError,
+    ConfigError,
     MetadataError,
     MorError,
     TableNotFoundError,
@@ -490,7 +492,20 @@ def load_named_catalog(name: str) -> Catalog:
     except MorError:
         raise
     except Exception as e:  # noqa: BLE001 - pyiceberg raises several kinds here
-        raise catalog_failure(name, e) from e
+        raise catalog_failure(name, e, configured=_is_configured(name)) from e
+
+
+def _is_configured(name: str) -> bool:
+    """Whether any configuration names the catalog: the config file's [catalogs.NAME], or
+    pyiceberg's (~/.pyiceberg.yaml, PYICEBERG_CATALOG__NAME__*)."""
+    from pyiceberg.catalog import _ENV_CONFIG
+
+    from mor.planner.settings import user_config
+
+    try:
+        return bool(user_config().catalogs.get(name) or _ENV_CONFIG.get_catalog_config(name))
+    except Exception:  # noqa: BLE001 - a configuration it cannot read names nothing
+        return False
 
 
 def _configured_catalog(name: str) -> Catalog:
@@ -522,7 +537,7 @@ _UNREACHABLE = frozenset({
 _CREDENTIALS_IN_URL = re.compile(r"(://[^:/@\s]+):[^@\s]+@")
 
 
-def catalog_failure(name: str, e: BaseException) -> MorError:
+def catalog_failure(name: str, e: BaseException, configured: bool = True) -> MorError:
     """Why the catalog `name` could not be loaded, in one line: a server that cannot be
     reached or refused the connection (CatalogUnreachableError) told apart from a name that is
     not configured (TableNotFoundError); a password in a URL it quotes is masked."""
@@ -540,7 +555,43 @@ def catalog_failure(name: str, e: BaseException) -> MorError:
     reason = _CREDENTIALS_IN_URL.sub(r"\1:***@", _short(e))
     if unreachable:
         return CatalogUnreachableError(f"catalog {name!r} cannot be reached: {reason}")
+    missing = next((x.name for x in chain if isinstance(x, ModuleNotFoundError) and x.name), None)
+    if missing:
+        top = missing.split(".")[0]
+        package = _PACKAGES.get(top, top)
+        return ConfigError(
+            f"catalog {name!r} needs the Python module {top!r}, which is not installed in "
+            f"this environment ({sys.executable}): pip install {package}"
+        )
+    if any(type(x).__name__ == "NotInstalledError" for x in chain):
+        return ConfigError(f"catalog {name!r} cannot be loaded: {reason}")
+    if reason.startswith("URI missing"):
+        from mor.planner.settings import user_config
+
+        if not configured:
+            return TableNotFoundError(
+                f"unknown catalog {name!r}: no [catalogs.{name}] in {user_config().path}, "
+                f"and pyiceberg's configuration (~/.pyiceberg.yaml, "
+                f"PYICEBERG_CATALOG__{name.upper()}__*) names none"
+            )
+        return ConfigError(
+            f"catalog {name!r} has no uri: set `uri` under [catalogs.{name}] in "
+            f"{user_config().path}, or PYICEBERG_CATALOG__{name.upper()}__URI"
+        )
     return TableNotFoundError(f"unknown catalog {name!r}: {reason}")
+
+
+# the package to install for a module a catalog's client imports, where the names differ
+_PACKAGES = {
+    "psycopg2": "psycopg2-binary",
+    "psycopg": "'psycopg[binary]'",
+    "sqlalchemy": "sqlalchemy",
+    "boto3": "'pyiceberg[glue]'",
+    "hive_metastore": "'pyiceberg[hive]'",
+    "thrift": "'pyiceberg[hive]'",
+    "pymysql": "pymysql",
+    "google": "'pyiceberg[bigquery]'",
+}
 
 
 def _metadata_fault(e: BaseException) -> str:

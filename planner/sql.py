@@ -83,7 +83,10 @@ def _split(source: str) -> list[Statement]:
     try:
         tokens = sqlglot.Dialect.get_or_raise(DIALECT).tokenize(source)
     except TokenError as e:
-        raise SqlSyntaxError(str(e).splitlines()[0]) from e
+        near = str(e).splitlines()[0].removeprefix("Error tokenizing ").strip()
+        raise SqlSyntaxError(
+            f"cannot read the SQL near {near}: a quote or comment that is not closed?"
+        ) from e
     groups: list[list[Token]] = [[]]
     for t in tokens:
         if t.token_type == TokenType.SEMICOLON:
@@ -122,8 +125,11 @@ def _parse(text: str, offset: int, source: str) -> exp.Expression:
         stmts = [s for s in sqlglot.parse(text, read=DIALECT) if s is not None]
     except ParseError as e:
         first = e.errors[0] if e.errors else {}
-        desc = str(first.get("description") or e).split(". Line")[0]
-        desc = re.sub(r"<Token token_type: [^,]+, text: ([^,]*), line.*?>", r"'\1'", desc)
+        desc = readable_syntax_error(
+            str(first.get("description") or e).split(". Line")[0],
+            first.get("highlight") or "",
+            not (first.get("end_context") or "").strip(),
+        )
         line, col = first.get("line"), first.get("col")
         if line is None or col is None:
             raise SqlSyntaxError(desc) from e
@@ -137,6 +143,57 @@ def _parse(text: str, offset: int, source: str) -> exp.Expression:
     if len(stmts) != 1:
         raise SqlSyntaxError("expected one statement", *line_col(source, offset))
     return stmts[0]
+
+
+# what a clause or operator sqlglot found incomplete needs next, in SQL's words
+_NEEDS = {
+    "Where": "a condition after WHERE",
+    "Having": "a condition after HAVING",
+    "Qualify": "a condition after QUALIFY",
+    "Not": "a condition after NOT",
+    "Order": "an expression after ORDER BY",
+    "Group": "an expression after GROUP BY",
+    "Limit": "a number after LIMIT",
+    "Offset": "a number after OFFSET",
+    "Union": "a query after UNION",
+    "Intersect": "a query after INTERSECT",
+    "Except": "a query after EXCEPT",
+    "Between": "AND and an upper bound after BETWEEN",
+    "Whens": "WHEN MATCHED or WHEN NOT MATCHED clauses after MERGE's ON condition",
+    "Join": "a table after JOIN",
+    "Alias": "a name after AS",
+    "In": "values or a query after IN",
+    "Cast": "a type after AS",
+}
+_CLASS = re.compile(r"Required keyword: '(\w+)' missing for <class '[\w.]*?(\w+)'>")
+
+
+def readable_syntax_error(desc: str, token: str, at_end: bool) -> str:
+    """sqlglot's description of a parse error in SQL's words: the token it stopped at and
+    what was expected there, never a parser class (`at_end`: the token is the statement's
+    last)."""
+    where = "at the end of the statement" if at_end else f"at '{token}'"
+    m = _CLASS.search(desc)
+    if m:
+        kind = m.group(2)
+        if kind in _NEEDS:
+            return f"expected {_NEEDS[kind]}, {where}"
+        if at_end:
+            return f"expected an expression after '{token}', at the end of the statement"
+        return f"expected an expression before '{token}'"
+    if desc.startswith("Invalid expression / Unexpected token"):
+        return f"unexpected '{token}'" if token else "unexpected end of the statement"
+    m = re.match(r"Expecting (\S+)", desc)
+    if m:
+        return f"expected '{m.group(1)}' {where}"
+    m = re.match(r"Expected (.+?) (?:after (\S+)|but got .*)$", desc)
+    if m:
+        what = {"TYPE": "a type"}.get(m.group(1), m.group(1))
+        return f"expected {what}" + (f" after {m.group(2)}" if m.group(2) else "") + f", {where}"
+    desc = re.sub(r"<Token token_type: TokenType\.SENTINEL.*?>", "the end of the statement", desc)
+    desc = re.sub(r"<Token token_type: [^,]+, text: ([^,]*), line.*?>", r"'\1'", desc)
+    desc = re.sub(r"<class '[\w.]*?(\w+)'>", lambda c: c.group(1).lower(), desc)
+    return desc
 
 
 def check_is_query(stmt: exp.Expression) -> None:

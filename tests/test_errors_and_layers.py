@@ -458,3 +458,116 @@ def test_time_travel_without_a_value_is_one_line(catalog: object) -> None:
     small_table(catalog)
     with pytest.raises(SqlSyntaxError, match=r"s.t: VERSION AS OF needs a value"):
         explain("SELECT * FROM s.t VERSION AS OF AS x", catalog=catalog, check=False)
+
+
+SYNTAX_ERRORS = [
+    ("SELECT 1 * FROM t", "expected an expression before 'FROM'"),
+    ("SELECT a FROM t WHERE", "expected a condition after WHERE, at the end of the statement"),
+    ("SELECT a FROM t WHERE a =", "expected an expression after '='"),
+    ("SELECT (1 FROM t", "expected ')' at 'FROM'"),
+    ("SELECT a FROM t ORDER BY", "expected an expression after ORDER BY"),
+    ("SELECT a b c FROM t", "unexpected 'c'"),
+    ("SELECT * FROM t WHERE a BETWEEN 1", "expected AND and an upper bound after BETWEEN"),
+    ("SELECT CAST(a AS) FROM t", "expected a type after CAST, at ')'"),
+    ("SELECT CASE WHEN a THEN 1 FROM t", "expected END after CASE"),
+    ("DELETE FROM", "expected table name, at the end of the statement"),
+    ("MERGE INTO t USING s", "expected WHEN MATCHED or WHEN NOT MATCHED clauses"),
+    ("WITH x AS SELECT 1 SELECT * FROM x", "expected '(' at 'SELECT'"),
+    ("SELECT a FROM t UNION", "expected a query after UNION"),
+    ("SELECT 'abc", "a quote or comment that is not closed"),
+]
+
+
+def _flags() -> set[str]:
+    """Every option any mor command takes."""
+    import argparse
+
+    from mor.cli import _parser
+
+    out: set[str] = set()
+    parsers = [_parser()]
+    while parsers:
+        p = parsers.pop()
+        for a in p._actions:
+            out.update(a.option_strings)
+            if isinstance(a, argparse._SubParsersAction):
+                parsers.extend(a.choices.values())
+    return out
+
+
+def _in_users_words(line: str, flags: set[str]) -> None:
+    """No parser or Python class, no flag mor lacks, one line."""
+    import re
+
+    assert line.startswith("mor: ") and "\n" not in line.strip(), line
+    for foreign in (
+        "<class",
+        "sqlglot",
+        "Token(",
+        "token_type",
+        "Traceback",
+        "pyiceberg.exceptions",
+        "Error:",
+    ):
+        assert foreign not in line, line
+    for flag in re.findall(r"(?<![\w-])--[a-z][\w-]*", line):
+        assert flag in flags, f"{line}: names {flag}, which mor does not take"
+
+
+def test_errors_speak_the_users_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sweep of the error paths that need no Spark (syntax errors, catalogs that cannot load,
+    usage errors): each is one line in SQL's or mor's words, naming the token and what was
+    expected at it, the package to install for a catalog's missing driver, and only flags
+    mor has."""
+    flags = _flags()
+    monkeypatch.delenv("PYICEBERG_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.pyiceberg.yaml
+    monkeypatch.setenv("MOR_WAREHOUSE", str(tmp_path / "wh"))
+    for sql, want in SYNTAX_ERRORS:
+        code = main(["explain", "--no-check", "-e", sql])
+        err = capsys.readouterr().err
+        assert code == 1 and want in err, (sql, err)
+        _in_users_words(err, flags)
+    cfg = tmp_path / "mor.toml"
+    cfg.write_text(
+        '[catalogs.nouri]\ntype = "rest"\n'
+        '[catalogs.pg2]\ntype = "sql"\nuri = "postgresql+nosuchdriver://u:SECRET@127.0.0.1:1/db"\n'
+    )
+    monkeypatch.setenv("MOR_CONFIG", str(cfg))
+    cases = [
+        (["tables", "--catalog", "nouri"], "catalog 'nouri' has no uri: set `uri` under"),
+        (["tables", "--catalog", "nosuch"], "unknown catalog 'nosuch'"),
+        (["run", "-e", "SELECT 1", "--set", "nope"], "--set needs NAME=VALUE"),
+        (["run", "-e", "SELECT 1", "--path-map", "x"], "--path-map needs OLD=NEW"),
+        (["run", str(tmp_path / "none.sql")], "no such SQL file"),
+        (["run", "-e", "  ;  "], "the input holds no SQL"),
+    ]
+    for argv, want in cases:
+        main(argv)
+        err = capsys.readouterr().err
+        assert want in err, (argv, err)
+        _in_users_words(err, flags)
+    main(["tables", "--catalog", "pg2"])  # a driver sqlalchemy cannot load: named as such
+    err = capsys.readouterr().err
+    assert "pg2" in err and "SECRET" not in err, err
+    _in_users_words(err, flags)
+
+
+def test_a_missing_catalog_driver_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A catalog whose client module is missing (psycopg2 for postgresql+psycopg2://) names
+    the module and the package to install, not pyiceberg's 'SQLAlchemy support'."""
+    from mor.planner.errors import ConfigError
+    from mor.planner.sources import catalog_failure
+
+    try:
+        try:
+            raise ModuleNotFoundError("No module named 'psycopg2'", name="psycopg2")
+        except ModuleNotFoundError as inner:
+            raise RuntimeError("SQLAlchemy support not installed: pip install ...") from inner
+    except RuntimeError as e:
+        got = catalog_failure("downpw", e)
+    assert isinstance(got, ConfigError)
+    assert "catalog 'downpw' needs the Python module 'psycopg2'" in str(got)
+    assert str(got).endswith("pip install psycopg2-binary")
