@@ -578,6 +578,8 @@ def catalog_failure(name: str, e: BaseException, configured: bool = True) -> Mor
             f"catalog {name!r} has no uri: set `uri` under [catalogs.{name}] in "
             f"{user_config().path}, or PYICEBERG_CATALOG__{name.upper()}__URI"
         )
+    if configured:  # configured, and its client refused the configuration
+        return ConfigError(f"catalog {name!r} cannot be loaded: {reason}")
     return TableNotFoundError(f"unknown catalog {name!r}: {reason}")
 
 
