@@ -16,7 +16,8 @@ files (the rules of SEMANTICS.md), plus, for exact counts, the position delete f
   data files, the delete files that apply, each data file again per equality id set it is
   anti-joined with, and Spark's cost of opening a file (`spark.sql.files.openCostInBytes`,
   4 MiB) per file; divided by the live rows' bytes (data bytes times 1 - delete ratio) in files
-  of the target size (`write.target-file-size-bytes`) with no delete file, plus their opening.
+  of the target size (`write.target-file-size-bytes`) with no delete file, plus their opening;
+  the table's figure sums its partitions' costs (each compacted on its own).
 - `advice` (health_advice.py) names the Spark procedure to run (Iceberg's
   `rewrite_data_files`, `rewrite_position_delete_files`, `expire_snapshots`) with the figure
   that triggered it.
@@ -62,10 +63,14 @@ class _Counts:
     deletes: set[int] = field(default_factory=set)  # delete file ids that apply here
     target: int = TARGET_FILE_SIZE  # the table's target data file size
 
-    def report(self, exact: bool) -> dict[str, Any]:
-        deleted = self.position_deleted + round(self.equality_deleted)
-        deleted = min(deleted, self.data_records)
-        ratio = deleted / self.data_records if self.data_records else 0.0
+    def deleted(self) -> int:
+        return min(self.position_deleted + round(self.equality_deleted), self.data_records)
+
+    def costs(self) -> tuple[float, float]:
+        """What a scan of these files reads (bytes, each file's opening counted), and what it
+        would read of the same live rows compacted: their bytes in files of the target size,
+        no delete file."""
+        ratio = self.deleted() / self.data_records if self.data_records else 0.0
         live_bytes = self.data_bytes * (1 - ratio)
         files = (
             self.data_files
@@ -74,8 +79,16 @@ class _Counts:
             + self.deletion_vectors
         )
         read = self.data_bytes + self.delete_file_bytes + self.probe_bytes + OPEN_COST * files
-        # the same rows compacted: their bytes in files of the target size, no delete file
         ideal = live_bytes + OPEN_COST * max(1, math.ceil(live_bytes / self.target))
+        return read, ideal
+
+    def report(self, exact: bool, parts: Iterable[_Counts] = ()) -> dict[str, Any]:
+        """The counts and figures; `parts`: the partitions these counts sum, each compacted
+        on its own (rows of two partitions never share a file), for the read figure."""
+        deleted = self.deleted()
+        ratio = deleted / self.data_records if self.data_records else 0.0
+        costs = [p.costs() for p in parts] or [self.costs()]
+        read, ideal = sum(c[0] for c in costs), sum(c[1] for c in costs)
         return {
             "data_files": self.data_files,
             "data_records": self.data_records,
@@ -162,7 +175,7 @@ def health(
     partitions = _partitions(files, parts, first, estimated)
     report = {
         **out,
-        **total.report(not estimated),
+        **total.report(not estimated, parts.values()),
         "data_files_over_delete_file_threshold": total.over_threshold,
         "dangling_delete_files": len(dangling),
         "position_delete_files_per_data_file": round(sum(stacks) / len(stacks), 2)

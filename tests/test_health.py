@@ -257,3 +257,38 @@ def test_partition_where_is_omitted_for_transforms(catalog: Any) -> None:
     ident = resolver.by_name(("h", "ident"))
     two = [{"spec_id": 0, "values": {"1000": "x'y"}}, {"spec_id": 0, "values": {"1000": None}}]
     assert _where(ident, two) == "(s = 'x''y') OR (s IS NULL)"
+
+
+def test_health_after_convert_and_compact_reports_what_a_reader_pays_now(
+    tmp_path: Path, spark: Any, capsys: Any
+) -> None:
+    """After convert-equality-deletes the equality deletes' cost is gone (positions stay);
+    after compact no delete file is left and a reader pays what the compacted rows cost:
+    1.00x, the table figure being its partitions' (each compacted on its own: rows of two
+    partitions never share a file)."""
+    from mor.demo import build_demo_table
+
+    wh = str(tmp_path / "wh")
+    build_demo_table(wh)
+
+    def report() -> dict[str, Any]:
+        code = main(["health", "demo.orders", "--warehouse", wh, "--format", "json"])
+        out = capsys.readouterr()
+        assert code == 0, out.err
+        return json.loads(out.out)
+
+    before = report()
+    assert before["equality_delete_files"] and before["read_amplification"] > 2
+    assert main(["convert-equality-deletes", "demo.orders", "--warehouse", wh]) == 0
+    capsys.readouterr()
+    converted = report()
+    assert converted["equality_delete_files"] == 0 and converted["position_delete_files"]
+    assert 1 < converted["read_amplification"] < before["read_amplification"]
+    assert main(["compact", "demo.orders", "--warehouse", wh, "--delete-file-threshold", "1"]) == 0
+    capsys.readouterr()
+    compacted = report()
+    assert compacted["position_delete_files"] == 0 and compacted["deleted_records"] == 0
+    assert len(compacted["partitions"]) == 2
+    assert compacted["read_amplification"] == 1.0
+    assert all(p["read_amplification"] == 1.0 for p in compacted["partitions"])
+    assert not compacted["advice"]
