@@ -187,7 +187,21 @@ class StatementExecution:
                 "updates or deletes and writing those it updates or inserts"
             ),
         }[rw.kind]
-        return rq.text, head + "\n"
+        if table.metadata.format_version >= 3:
+            deletes = (
+                "one deletion vector per data file changed (merged with the file's current "
+                "deletes), the vectors of a task in one Puffin file"
+            )
+        else:
+            deletes = "one file-scoped position delete file per data file changed"
+        writes = f"writes {deletes}"
+        if rw.kind != "DELETE":
+            writes += ", and the new rows as Parquet data files placed by the table's spec"
+        else:
+            writes += (
+                "; a data file whose every row the condition selects by metadata is removed whole"
+            )
+        return rq.text, f"{head}\n{writes}; one commit (a row delta, as Iceberg's writer makes)\n"
 
     # --- EXPLAIN ---------------------------------------------------------------------------
 

@@ -618,3 +618,29 @@ def test_a_script_is_checked_whole_before_its_first_statement_runs(
     assert out.startswith("demo.orders: deleted 1 rows") and out.count("\n") == 1, out
     assert err.count("\n") == 1 and "MERGE_CARDINALITY_VIOLATION" in err, err
     assert err.endswith(f"; committed before it: statement 1 (DELETE at line 1, snapshot {snap})\n")
+
+
+def test_explain_is_one_statement_language(
+    wh: Path, spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`EXPLAIN [VERBOSE|PHYSICAL|ANALYZE]` runs in `mor run` and `mor_sql` as in the shell;
+    EXPLAIN of a write shows the rows' plan and what it would write, and commits nothing."""
+    from mor import mor_sql
+    from mor.api import default_catalog
+
+    head = default_catalog(str(wh)).load_table("demo.orders").metadata.current_snapshot_id
+    sql = "EXPLAIN PHYSICAL DELETE FROM demo.orders WHERE order_id = 5"
+    code, out, err = _run(capsys, "run", "--warehouse", str(wh), "-e", sql)
+    assert code == 0, err
+    assert out.startswith("DELETE FROM demo.orders: deletes the rows (_file, _pos)")
+    assert "writes one file-scoped position delete file per data file changed" in out
+    assert "== Physical" in out
+    merge = (
+        "EXPLAIN MERGE INTO demo.orders t USING (SELECT 5 AS id) s ON t.order_id = s.id "
+        "WHEN MATCHED THEN UPDATE SET amount = 1"
+    )
+    got = mor_sql(merge, catalog=default_catalog(str(wh)), spark=spark).collect()
+    assert len(got) == 1 and got[0]["plan"].startswith("MERGE INTO demo.orders: acts on")
+    assert "the new rows as Parquet data files" in got[0]["plan"]
+    table = default_catalog(str(wh)).load_table("demo.orders")
+    assert table.metadata.current_snapshot_id == head
