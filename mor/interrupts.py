@@ -120,16 +120,25 @@ def _cancel_jobs() -> None:
     sessions = list(_S.sessions)
     done = _S.cancelled
 
+    def cancel() -> None:
+        for spark in sessions:
+            try:
+                if _is_connect(spark):
+                    spark.interruptAll()
+                else:
+                    spark.sparkContext.cancelAllJobs()
+            except Exception:  # noqa: BLE001,S112 - a session already gone has no jobs
+                continue
+
     def run() -> None:
+        # again while the main thread is still in its action: a job submitted just after a
+        # cancel (the action was still being planned) is cancelled by the next one
+        deadline = time.monotonic() + 120
         try:
-            for spark in sessions:
-                try:
-                    if _is_connect(spark):
-                        spark.interruptAll()
-                    else:
-                        spark.sparkContext.cancelAllJobs()
-                except Exception:  # noqa: BLE001,S112 - a session already gone has no jobs
-                    continue
+            cancel()
+            while _S.in_action and time.monotonic() < deadline:
+                time.sleep(0.5)
+                cancel()
         finally:
             done.set()
 

@@ -33,8 +33,9 @@ BIG_FILES = 8  # two tasks at a time on local[2]: a write's first files come lon
 
 
 @pytest.fixture(scope="module")
-def wh(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An embedded catalog with t.small (16 rows) and t.big (8 data files of 400,000 rows)."""
+def wh(tmp_path_factory: pytest.TempPathFactory, spark: object) -> Path:
+    """An embedded catalog with t.small (16 rows) and t.big (8 data files of 400,000 rows);
+    `spark`: the leg's session (on the Connect leg, the server `--remote` names)."""
     wh = tmp_path_factory.mktemp("interrupts")
     cat = default_catalog(str(wh))
     cat.create_namespace("t")
@@ -86,7 +87,7 @@ class Run:
         when: Callable[[subprocess.Popen[str]], bool],
         sig: int = signal.SIGINT,
     ) -> None:
-        env = {**os.environ, "MOR_WAREHOUSE": str(wh)}
+        env = {**os.environ, "MOR_WAREHOUSE": str(wh), "PYTHONFAULTHANDLER": "1"}
         env.pop("SPARK_REMOTE", None)
         p = subprocess.Popen(
             [sys.executable, "-m", "mor.cli", *argv],
@@ -103,7 +104,14 @@ class Run:
             time.sleep(0.05)
         p.send_signal(sig)
         signalled = time.monotonic()
-        self.out, self.err = p.communicate(timeout=120)
+        try:
+            self.out, self.err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.kill(p.pid, signal.SIGABRT)  # PYTHONFAULTHANDLER: its threads' stacks on stderr
+            time.sleep(2)
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate()
+            raise AssertionError(f"mor did not end 120 s after the signal: {err[-3000:]}") from None
         self.code = p.returncode
         self.seconds = time.monotonic() - signalled
         self.left = _group_left(p.pid)
