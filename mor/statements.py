@@ -106,19 +106,7 @@ class StatementExecution:
         plans again when its turn comes (after the writes before it committed), as a script
         checked whole before its first statement runs needs (`mor run FILE`)."""
         if self.is_write:
-            from mor.row_writes import run_row_write
-
-            with applied(self.settings):
-                run_row_write(
-                    self.statement,
-                    catalog=self.catalog,
-                    warehouse=self.warehouse,
-                    path_map=self.path_map,
-                    io_properties=self.io_properties,
-                    branch=self.branch,
-                    spark=self.session if self.spark is not None else None,
-                    check_only=True,
-                )
+            self._row_write(check_only=True)
             return
         run = self._query_execution()
         if self.spark is not None:
@@ -151,6 +139,9 @@ class StatementExecution:
 
     def write(self) -> RowWriteReport:
         """Run the DELETE, UPDATE or MERGE (or count what it would change, `dry_run`)."""
+        return self._row_write(check_only=False)
+
+    def _row_write(self, check_only: bool) -> RowWriteReport:
         from mor.row_writes import run_row_write
 
         with applied(self.settings):
@@ -163,7 +154,8 @@ class StatementExecution:
                 branch=self.branch,
                 dry_run=self.dry_run,
                 spark=self.session if self.spark is not None else None,
-                progress=self.progress,
+                progress=None if check_only else self.progress,
+                check_only=check_only,
             )
 
     def _rows_query(self) -> tuple[str, str]:
