@@ -875,7 +875,8 @@ def _main(argv_given: list[str] | None) -> int:
         import logging
 
         for name in ("py4j", ""):
-            logging.getLogger(name).addFilter(lambda record: not interrupts.interrupted())
+            if interrupts.quiet_after not in logging.getLogger(name).filters:
+                logging.getLogger(name).addFilter(interrupts.quiet_after)
     try:
         commands = {
             "run": cmd_run,

@@ -156,6 +156,8 @@ def settle(timeout: float = 15.0) -> bool:
     """Wait until the cancelled jobs have stopped (their tasks may still write for a moment
     after a job is cancelled: Spark kills a Python task's worker `spark.python.task.killTimeout`
     after it, 2 s by default). True when they are known to have stopped."""
+    if _S.fired is None:  # not an interrupt of this run's (mor_sql: Python's own handler)
+        return False
     deadline = time.monotonic() + timeout
     if not _S.cancelled.wait(timeout):
         return False
@@ -272,6 +274,12 @@ def detail_of(e: BaseException | None) -> str:
         e = e.__cause__ or e.__context__
         seen += 1
     return ""
+
+
+def quiet_after(record: Any) -> bool:
+    """A logging filter: nothing is logged once the run is interrupted (py4j logs the call
+    an interrupt broke, with its traceback)."""
+    return _S.fired is None
 
 
 def line(e: BaseException | None) -> str:
