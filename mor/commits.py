@@ -225,15 +225,16 @@ def commit_change(report: Reported, read: HeadRead, change: Operation) -> None:
     goes to `report`."""
     from mor import interrupts
 
-    made: list[int] = []
     operation = change.summary.get("mor.operation", "the commit")
 
     def outcome() -> str:
-        return f"{operation} of {read.name} committed as snapshot {made[0]} before it took effect"
+        return (
+            f"{operation} of {read.name} committed as snapshot {report.snapshot} before it "
+            "took effect"
+        )
 
     with interrupts.held(outcome):  # never asked once interrupted; the catalog's answer awaited
         done = SnapshotProducer(read.catalog, read.name, read.branch).commit(change, read.head)
-        made.append(done.snapshot.snapshot_id)
         report.snapshot = done.snapshot.snapshot_id  # known before a held signal is raised
         report.attempts = done.attempts
         report.rebased_over = done.rebased_over

@@ -149,7 +149,9 @@ def _cancel_jobs() -> None:
 
 
 def _is_connect(spark: Any) -> bool:
-    return not hasattr(spark, "_jsparkSession")
+    from mor.physical.spark.session import is_connect  # a session exists: pyspark is loaded
+
+    return is_connect(spark)
 
 
 def settle(timeout: float = 15.0) -> bool:
@@ -233,36 +235,58 @@ def held(outcome: Any = None) -> Iterator[None]:
         raise Interrupted(outcome() if outcome is not None else "")
 
 
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from /proc; where there is none, from pgrep)."""
+    import os
+    import subprocess
+
+    if not os.path.isdir("/proc"):  # macOS
+        try:
+            out = subprocess.run(
+                ["pgrep", "-P", str(pid)], capture_output=True, text=True, timeout=5
+            ).stdout
+            return [int(p) for p in out.split()]
+        except (OSError, subprocess.SubprocessError, ValueError):
+            return []
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                stat = f.read()
+        except OSError:  # ended meanwhile
+            continue
+        if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:  # the field after the state
+            pids.append(int(entry))
+    return pids
+
+
 def stop_children() -> None:
     """SIGTERM to this process's child processes: the JVM of a local Spark session. Its
     stdin closing ends it when this process exits, except when the interrupt came while
     it started: pyspark then removes the file the JVM was to write its port to, and the
     JVM, its start failed, lives on (its gateway thread waits for a connection)."""
     import os
-    import subprocess
 
-    me = os.getpid()
-    pids: list[int] = []
-    try:
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                    stat = f.read()
-                if int(stat[stat.rindex(")") + 2 :].split()[1]) == me:
-                    pids.append(int(entry))
-    except OSError:  # no /proc (macOS): ask pgrep
-        try:
-            out = subprocess.run(
-                ["pgrep", "-P", str(me)], capture_output=True, text=True, timeout=5
-            ).stdout
-            pids = [int(p) for p in out.split()]
-        except (OSError, subprocess.SubprocessError, ValueError):
-            return
-    for pid in pids:
+    for pid in child_pids(os.getpid()):
         try:
             os.kill(pid, signal.SIGTERM)
         except OSError:
             continue
+
+
+def not_committed(what: str, table: str, clear: Any) -> Interrupted:
+    """The interrupt of a write that did not commit, once its cancelled tasks have stopped
+    and `clear()` (the number of its files left; -1: the store refused to list them) has
+    removed what it wrote: the line says whether anything may remain, and where to look."""
+    stopped = settle()
+    left = clear()
+    if left or not stopped:
+        return Interrupted(
+            f"{what} did not commit; files it wrote may remain: `mor orphans {table}` lists them"
+        )
+    return Interrupted(f"{what} did not commit; the files it wrote were removed")
 
 
 def detail_of(e: BaseException | None) -> str:

@@ -466,11 +466,8 @@ def _rewrite(
     except KeyboardInterrupt as e:
         if report.snapshot is not None:
             raise  # committed before the interrupt took effect (its detail says so)
-        interrupts.settle()  # the cancelled tasks write no more
-        _clear(tbl.io, folder)
-        raise interrupts.Interrupted(
-            f"compact of {read.name} did not commit; the files it wrote were removed"
-        ) from e
+        what = f"compact of {read.name}"
+        raise interrupts.not_committed(what, read.name, lambda: _clear(tbl.io, folder)) from e
     except BaseException:
         _clear(tbl.io, folder)
         raise
@@ -589,17 +586,19 @@ def _compaction(
     )
 
 
-def _clear(io: FileIO, folder: str, keep: frozenset[str] = frozenset()) -> None:
+def _clear(io: FileIO, folder: str, keep: frozenset[str] = frozenset()) -> int:
     """Delete what mor wrote under `folder` but `keep` (best effort: a file that cannot be
-    deleted is referenced by no snapshot); a local folder left empty is removed."""
+    deleted is referenced by no snapshot); a local folder left empty is removed. The number
+    of files left (-1: a store that refused the listing; a folder never made lists empty)."""
     import os
     import shutil
 
     try:
         made = list_files(io, folder)
-    except Exception:  # noqa: BLE001 - nothing written, or a store that refused listing
-        made = []
-    delete_files(io, [p for p in made if p not in keep])
+    except Exception:  # noqa: BLE001 - a store that refused listing: `mor orphans` finds them
+        return -1
+    left = delete_files(io, [p for p in made if p not in keep])
     local = folder.removeprefix("file://").removeprefix("file:")
     if not keep and "://" not in local and os.path.isdir(local):
         shutil.rmtree(local, ignore_errors=True)
+    return len(left)

@@ -371,10 +371,11 @@ def _write_and_commit(
     place = arrow_place(work.target.src.io, work.target.src.read_path(folder))
     committed: set[str] = set()
     unknown = False
-    made: list[int] = []  # the snapshot committed
 
     def outcome() -> str:
-        return f"{rw.kind} on {rw.name} committed as snapshot {made[0]} before it took effect"
+        return (
+            f"{rw.kind} on {rw.name} committed as snapshot {report.snapshot} before it took effect"
+        )
 
     try:
         records: list[dict[str, Any]] = []
@@ -396,24 +397,19 @@ def _write_and_commit(
         with interrupts.held(outcome):
             done = producer.commit(op, work.target.head)
             committed = {f.file_path for f in (*op.added, *op.added_data)}
-            made.append(done.snapshot.snapshot_id)
-        report.snapshot = done.snapshot.snapshot_id
-        report.attempts = done.attempts
-        report.rebased_over = done.rebased_over
+            report.snapshot = done.snapshot.snapshot_id  # known before a held signal is raised
+            report.attempts = done.attempts
+            report.rebased_over = done.rebased_over
     except CommitUnknownError:
         unknown = True  # the commit may have landed: its files stay (the error names them)
         raise
     except KeyboardInterrupt as e:
-        if made:
-            raise
-        stopped = interrupts.settle()  # the cancelled tasks write no more
-        left = _clear(place, folder, committed)
-        what = f"{rw.kind} on {rw.name} did not commit"
-        if left or not stopped:
-            raise interrupts.Interrupted(
-                f"{what}; files it wrote may remain: `mor orphans {rw.name}` lists them"
-            ) from e
-        raise interrupts.Interrupted(f"{what}; the files it wrote were removed") from e
+        if report.snapshot is not None:
+            raise  # committed before the interrupt took effect (its detail says so)
+        what = f"{rw.kind} on {rw.name}"
+        raise interrupts.not_committed(
+            what, rw.name, lambda: _clear(place, folder, committed)
+        ) from e
     finally:
         if not unknown:
             _clear(place, folder, committed)

@@ -24,6 +24,7 @@ import pytest
 
 from mor.api import default_catalog
 from mor.cli import main
+from mor.interrupts import child_pids
 
 pytestmark = [pytest.mark.connect]
 
@@ -62,19 +63,6 @@ def _remote() -> list[str]:
 
 def _connect() -> bool:
     return bool(os.environ.get("MOR_TEST_CONNECT_URL"))
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
-                out.append(int(entry))
-    return out
 
 
 class Run:
@@ -150,7 +138,7 @@ def _jvm_for(seconds: float) -> Callable[[subprocess.Popen[str]], bool]:
     seen: list[float] = []
 
     def when(p: subprocess.Popen[str]) -> bool:
-        if not seen and _children(p.pid):
+        if not seen and child_pids(p.pid):
             seen.append(time.monotonic())
         return bool(seen) and time.monotonic() - seen[0] >= seconds
 
@@ -172,7 +160,7 @@ def test_before_spark_runs(wh: Path) -> None:
 def test_while_the_session_starts(wh: Path) -> None:
     """Classic: the JVM is up but the session not yet made (pyspark would leave that JVM
     running: it is stopped). On Connect: while the client connects."""
-    when = _after(1.5) if _connect() else (lambda p: bool(_children(p.pid)))
+    when = _after(1.5) if _connect() else (lambda p: bool(child_pids(p.pid)))
     _interrupted(Run(wh, ["run", *_remote(), "-e", SLOW], when))
 
 
