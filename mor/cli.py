@@ -842,18 +842,18 @@ def main(argv: list[str] | None = None) -> int:
     from mor import interrupts
 
     before = interrupts.install()  # first: Ctrl-C from here on is one line and exit 130
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
     try:
-        return _main(argv)
-    except BaseException as e:  # noqa: BLE001 - an interrupt while the command is read
-        return _failed(e, "--debug" in (argv or sys.argv), console=argv is None)
+        return _main(args, debug)
+    except BaseException as e:  # noqa: BLE001 - each kind becomes one line and an exit code
+        return _failed(e, debug, console=argv is None)
     finally:
         if argv is not None:  # called in-process: the caller's handlers back
             interrupts.uninstall(before)
 
 
-def _main(argv_given: list[str] | None) -> int:
-    argv = list(sys.argv[1:] if argv_given is None else argv_given)
-    debug = "--debug" in argv
+def _main(argv: list[str], debug: bool) -> int:
     if not debug:
         # pyspark 4 logs each failed query to stderr as JSON ("SQLQueryContextLogger") before
         # raising it: the CLI reports the error itself, in one line
@@ -863,41 +863,35 @@ def _main(argv_given: list[str] | None) -> int:
         # pyiceberg warns on stderr about what mor reports itself or works around (a bucket's
         # region it could not resolve, ...): the CLI's stderr is one line per error
         logging.getLogger("pyiceberg").setLevel(logging.ERROR)
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as e:
-        return int(e.code or 0)
-    from mor import interrupts
-
-    if not debug:
         # py4j logs a call an interrupt broke, with its traceback (on its own logger, or the
         # root one): after an interrupt the one line is mor's
-        import logging
+        from mor import interrupts
 
         for name in ("py4j", ""):
             if interrupts.quiet_after not in logging.getLogger(name).filters:
                 logging.getLogger(name).addFilter(interrupts.quiet_after)
     try:
-        commands = {
-            "run": cmd_run,
-            "explain": cmd_explain,
-            "tables": cmd_tables,
-            "describe": cmd_describe,
-            "health": cmd_health,
-            "convert-equality-deletes": cmd_convert,
-            "compact": cmd_compact,
-            "orphans": cmd_orphans,
-            "changes": cmd_changes,
-            "shell": cmd_shell,
-            "config": cmd_config,
-            "demo": cmd_demo,
-        }
-        from mor.planner.settings import applied
+        args = _parser().parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    commands = {
+        "run": cmd_run,
+        "explain": cmd_explain,
+        "tables": cmd_tables,
+        "describe": cmd_describe,
+        "health": cmd_health,
+        "convert-equality-deletes": cmd_convert,
+        "compact": cmd_compact,
+        "orphans": cmd_orphans,
+        "changes": cmd_changes,
+        "shell": cmd_shell,
+        "config": cmd_config,
+        "demo": cmd_demo,
+    }
+    from mor.planner.settings import applied
 
-        with applied(pairs(getattr(args, "set", []), "--set", "NAME=VALUE"), "--set"):
-            return commands[args.cmd](args)
-    except BaseException as e:  # noqa: BLE001 - each kind becomes one line and an exit code
-        return _failed(e, debug, console=argv_given is None)
+    with applied(pairs(getattr(args, "set", []), "--set", "NAME=VALUE"), "--set"):
+        return commands[args.cmd](args)
 
 
 def _failed(e: BaseException, debug: bool, console: bool) -> int:

@@ -205,7 +205,6 @@ class EarlySession:
 
         if is_connect(spark):
             return spark
-        interrupts.watch(spark)  # an interrupt cancels its jobs
         if s3a:
             try:
                 check_s3a(spark, pairs(self._args.conf, "--conf"))
