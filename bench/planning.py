@@ -5,13 +5,23 @@
 The table (written with mor.writer.tables, no equality deletes so pyiceberg can plan it) has
 `--files` data files in `--manifests` manifests, identity-partitioned on `p`, plus position
 deletes on a few files. Timed: the full plan, a partition filter (`p = 7`), and a metrics-only
-filter (`id < 100`). "cold" clears mor's manifest cache before every run; "warm" keeps it (as a
-long-lived process planning many queries does). pyiceberg has no such cache.
+filter (`id < 100`). Four kinds of mor runs, each against pyiceberg in the same turn:
+
+- "cold": nothing cached, in this process or on disk (`manifest_disk_cache_mb=0`);
+- "first": nothing cached, the disk cache on: what a first process pays, storing what it decoded;
+- "second": this process's caches cleared, the disk cache holding what "first" stored (what a
+  second process, e.g. the next `mor run`, pays: planner/manifest_store.py);
+- "warm": this process's caches kept (a long-lived process planning many queries).
+
+pyiceberg has no such caches. The disk cache lives in a folder of the run's own (`$MOR_CACHE_DIR`
+is set to it), removed at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -102,37 +112,55 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.reps}; end to end adds SQL binding and loading the table from the catalog"
     )
     print(
-        f"{'filter':<10} {'pyiceberg':>10} {'mor cold':>10} {'mor warm':>10} {'cold/py':>8} "
-        f"{'warm/py':>8} {'end-to-end':>11}  files"
+        f"{'filter':<10} {'pyiceberg':>10} {'cold':>8} {'first':>8} {'second':>8} {'warm':>8} "
+        f"{'cold/py':>8} {'first/py':>8} {'second/py':>9} {'warm/py':>8} {'end-to-end':>11}  files"
     )
-    for label, expr, where in cases:
-        py, cold, warm, e2e = [], [], [], []
-        n_py = n_mor = 0
-        bound, resolver = _bound(cat, f"SELECT id FROM bench.many{where}")
-        for _ in range(args.reps):
-            t0 = time.perf_counter()
-            n_py = len(list(table.scan(row_filter=expr).plan_files()))
-            py.append(time.perf_counter() - t0)
-            with applied(None):  # as in a query: settings loaded once, not per scan
-                scan_planning.clear_manifest_cache(caches())
+    store = tempfile.mkdtemp(prefix="mor-bench-planning-cache-")
+    os.environ["MOR_CACHE_DIR"] = store
+    try:
+        for label, expr, where in cases:
+            py, cold, first, second, warm, e2e = [], [], [], [], [], []
+            n_py = n_mor = 0
+            bound, resolver = _bound(cat, f"SELECT id FROM bench.many{where}")
+            for _ in range(args.reps):
                 t0 = time.perf_counter()
-                attach_files(bound, resolver, caches())
-                cold.append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                planned = attach_files(bound, resolver, caches())
-                warm.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()  # end to end: settings, binding, the table loaded
-            plan_query(f"SELECT id FROM bench.many{where}", catalog=cat)
-            e2e.append(time.perf_counter() - t0)
-            n_mor = sum(len(s.files.data) for s in planned.walk() if isinstance(s, IcebergScan))
-        p, c, w, e = (statistics.median(x) for x in (py, cold, warm, e2e))
-        print(
-            f"{label:<10} {p * 1000:>8.1f}ms {c * 1000:>8.1f}ms {w * 1000:>8.1f}ms {c / p:>8.2f} "
-            f"{w / p:>8.2f} {e * 1000:>9.1f}ms  pyiceberg {n_py}, mor {n_mor}"
-        )
-        if n_py != n_mor:
-            print(f"  FILE COUNTS DIFFER for {label}")
-            return 1
+                n_py = len(list(table.scan(row_filter=expr).plan_files()))
+                py.append(time.perf_counter() - t0)
+                with applied({"manifest_disk_cache_mb": 0}, "bench"):
+                    scan_planning.clear_manifest_cache(caches())
+                    t0 = time.perf_counter()
+                    attach_files(bound, resolver, caches())
+                    cold.append(time.perf_counter() - t0)
+                with applied(None):  # as in a query: settings loaded once, not per scan
+                    shutil.rmtree(store, ignore_errors=True)
+                    scan_planning.clear_manifest_cache(caches())
+                    t0 = time.perf_counter()
+                    attach_files(bound, resolver, caches())
+                    first.append(time.perf_counter() - t0)
+                    scan_planning.clear_manifest_cache(caches())
+                    t0 = time.perf_counter()
+                    attach_files(bound, resolver, caches())
+                    second.append(time.perf_counter() - t0)
+                    t0 = time.perf_counter()
+                    planned = attach_files(bound, resolver, caches())
+                    warm.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()  # end to end: settings, binding, the table loaded
+                plan_query(f"SELECT id FROM bench.many{where}", catalog=cat)
+                e2e.append(time.perf_counter() - t0)
+                n_mor = sum(
+                    len(s.files.data) for s in planned.walk() if isinstance(s, IcebergScan)
+                )
+            p, c, f, s2, w, e = (statistics.median(x) for x in (py, cold, first, second, warm, e2e))
+            print(
+                f"{label:<10} {p * 1000:>8.1f}ms {c * 1000:>6.1f}ms {f * 1000:>6.1f}ms "
+                f"{s2 * 1000:>6.1f}ms {w * 1000:>6.1f}ms {c / p:>8.2f} {f / p:>8.2f} "
+                f"{s2 / p:>9.2f} {w / p:>8.2f} {e * 1000:>9.1f}ms  pyiceberg {n_py}, mor {n_mor}"
+            )
+            if n_py != n_mor:
+                print(f"  FILE COUNTS DIFFER for {label}")
+                return 1
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
     return 0
 
 

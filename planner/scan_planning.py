@@ -50,6 +50,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.types import UUIDType
 
+from mor.planner import manifest_store
 from mor.planner.column_metrics import compile_inclusive
 from mor.planner.delete_index import DeleteIndex, Entry, InvalidDeletes, is_dv, names_one
 from mor.planner.eq_bounds import may_apply, metrics_of
@@ -537,6 +538,19 @@ def _read_all(
         return hit if hit is not None or metrics else manifests_kept.get(_cache_key(src, m, False))
 
     hits = {id(m): cached(m) for m in manifests}
+    # what another process decoded (planner/manifest_store.py), then what must be fetched
+    disk = manifest_store.folder() if any(h is None for h in hits.values()) else None
+    names: dict[int, str | None] = {}
+    if disk is not None:
+        for m in manifests:
+            if hits[id(m)] is None:
+                name = names[id(m)] = manifest_store.key(
+                    src.read_path(m.manifest_path), m, metrics
+                )
+                stored = manifest_store.get(disk, name) if name is not None else None
+                if stored is not None:
+                    hits[id(m)] = stored
+                    manifests_kept.put(_cache_key(src, m, metrics), stored, len(stored), limit)
     missing = [m for m in manifests if hits[id(m)] is None]
     workers = min(len(missing), settings.planning_threads)
     pool = (
@@ -553,10 +567,15 @@ def _read_all(
                 fut = fetched.get(id(m))
                 raw = fut.result() if fut is not None else _read_bytes(src, m)
                 hit = _decoded(src, m, raw, cache, limit, metrics)
+                name = names.get(id(m))
+                if name is not None and len(raw) == m.manifest_length:  # read whole: kept
+                    manifest_store.put(disk, name, hit)
             yield m, hit
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        if disk is not None and missing:
+            manifest_store.trim(disk)
 
 
 def _identity_sources(src: TableSource, spec_ids: set[int]) -> set[int]:

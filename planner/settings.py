@@ -91,6 +91,15 @@ PLANNING = declare(
         "manifest entries kept across queries of one process",
     ),
     Setting(
+        "manifest_disk_cache_mb",
+        "MOR_MANIFEST_DISK_CACHE_MB",
+        int,
+        1024,
+        "decoded manifests kept on this machine's disk for later processes, in MiB "
+        "($MOR_CACHE_DIR, else $XDG_CACHE_HOME/mor, else ~/.cache/mor; least recently used "
+        "dropped beyond it); 0: off",
+    ),
+    Setting(
         "io_threads",
         "MOR_IO_THREADS",
         int,

@@ -19,6 +19,10 @@ REALDATA = ROOT / "tests" / "realdata"
 os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="mor-test-config-")
 os.environ.pop("MOR_CONFIG", None)
 os.environ.pop("MOR_WAREHOUSE", None)
+# decoded manifests kept on disk (planner/manifest_store.py, on by default) go to a folder of
+# this run's, so that the tests read through that cache as users do, never the user's own one
+os.environ["MOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="mor-test-cache-")
+os.environ.pop("MOR_MANIFEST_DISK_CACHE_MB", None)
 
 
 @pytest.fixture(scope="session")

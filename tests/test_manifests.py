@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import uuid
 from decimal import Decimal
 from pathlib import Path
@@ -438,9 +439,11 @@ def test_a_list_fastavro_cannot_decode_is_planned_through_pyiceberg(
 
 
 def _decoded_with(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
-    """(manifest content, whether decoded with metrics) of each manifest decoded from now on."""
+    """(manifest content, whether decoded with metrics) of each manifest decoded from now on
+    (in this process: what another one left on disk is not used)."""
     from mor.planner import scan_planning
 
+    monkeypatch.setenv("MOR_MANIFEST_DISK_CACHE_MB", "0")
     scan_planning.clear_manifest_cache(caches())
     seen: list[tuple[str, bool]] = []
     real = scan_planning.decode_manifest
@@ -550,3 +553,174 @@ def test_a_repeated_scan_reuses_its_plan_and_nothing_else_does(tmp_path: Path) -
         assert files("SELECT * FROM m.t") == now and len(visits) == 5
         scan_planning.clear_manifest_cache(caches())
         assert files("SELECT * FROM m.t") == now and len(visits) == 6
+
+
+# --- decoded manifests kept on disk for the next process (planner/manifest_store.py) ------
+
+
+def _plans_reading(monkeypatch: pytest.MonkeyPatch, cat: Any, sql: str) -> tuple[Any, int]:
+    """The scans' files of `sql` planned as a new process would (this process's caches
+    cleared), and how many manifests it fetched and decoded."""
+    from mor.api import plan_query
+    from mor.planner import scan_planning
+    from mor.planner.nodes import IcebergScan
+
+    scan_planning.clear_manifest_cache(caches())
+    decoded: list[int] = []
+    real = scan_planning.decode_manifest
+
+    def decode(*args: Any, **kw: Any) -> Any:
+        decoded.append(1)
+        return real(*args, **kw)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(scan_planning, "decode_manifest", decode)
+        plan = plan_query(sql, catalog=cat).optimized
+    files = [s.files for s in plan.walk() if isinstance(s, IcebergScan) and s.files]
+    return files, len(decoded)
+
+
+def _stored(root: Path) -> list[Path]:
+    return sorted(p for p in (root / "manifests").glob("*/*") if not p.name.endswith(".tmp"))
+
+
+def test_a_second_process_plans_from_the_entries_the_first_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first plan decodes every manifest and stores its entries; a plan with this
+    process's caches cleared (a new process) decodes none and plans the same files, deletes
+    and sequence numbers. A new commit's manifests are decoded, the old ones still read back."""
+    root = tmp_path / "cache"
+    monkeypatch.setenv("MOR_CACHE_DIR", str(root))
+    cat, w = _partitioned_by_p(tmp_path, "abc")
+    first = w.refresh().scan().plan_files()[0].file
+    w.commit(deletes=[w.position_delete_file({first.file_path: [0]}, first)])
+    sql = "SELECT * FROM m.t WHERE id > 1"
+    files, decoded = _plans_reading(monkeypatch, cat, sql)
+    assert decoded == 4 and len(_stored(root)) == 4  # three data manifests, one of deletes
+    again, decoded = _plans_reading(monkeypatch, cat, sql)
+    assert again == files and decoded == 0
+    monkeypatch.setenv("MOR_MANIFEST_DISK_CACHE_MB", "0")  # off: decoded, nothing read back
+    assert _plans_reading(monkeypatch, cat, sql) == (files, 4)
+    monkeypatch.delenv("MOR_MANIFEST_DISK_CACHE_MB")
+    import pyarrow as pa
+
+    w.append(pa.table({"id": pa.array([7], pa.int64()), "p": ["d"]}))
+    now, decoded = _plans_reading(monkeypatch, cat, sql)
+    assert decoded == 1 and len(now[0].data) == len(files[0].data) + 1
+
+
+def test_a_stored_entry_is_never_trusted_for_another_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local file written anew at a path read before (a new modification time or size),
+    and an entry that does not read back whole or comes from another format, are misses: the
+    manifest is decoded again, the damaged entry removed. A cache folder others may write in
+    is not used."""
+    from mor.planner import manifest_store
+
+    root = tmp_path / "cache"
+    monkeypatch.setenv("MOR_CACHE_DIR", str(root))
+    cat, w = _partitioned_by_p(tmp_path, "a")
+    sql = "SELECT * FROM m.t"
+    files, _ = _plans_reading(monkeypatch, cat, sql)
+    (entry,) = _stored(root)
+    # the same path, bytes of the same length, a new modification time: decoded again
+    manifest = next(
+        m.manifest_path for m in w.refresh().current_snapshot().manifests(w.refresh().io)
+    )
+    local = Path(manifest.removeprefix("file://").removeprefix("file:"))
+    st = local.stat()
+    os.utime(local, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert _plans_reading(monkeypatch, cat, sql) == (files, 1)
+    assert len(_stored(root)) == 2  # stored under its new key; the old entry is left to trim
+    # cut short, or another version's format: a miss, and removed
+    for damaged in _stored(root):
+        damaged.write_bytes(damaged.read_bytes()[:-7])
+    assert _plans_reading(monkeypatch, cat, sql) == (files, 1)
+    assert _plans_reading(monkeypatch, cat, sql) == (files, 0)  # stored whole again
+    for other in _stored(root):
+        other.write_bytes(b"MORM0\n" + other.read_bytes()[6:])
+    assert _plans_reading(monkeypatch, cat, sql) == (files, 1)
+    assert _plans_reading(monkeypatch, cat, sql) == (files, 0)
+    # a folder group or others may write in: not used (an entry is a pickle)
+    (root / "manifests").chmod(0o777)
+    assert manifest_store.folder() is None
+    assert _plans_reading(monkeypatch, cat, sql) == (files, 1)
+    (root / "manifests").chmod(0o700)
+    assert manifest_store.folder() == str(root / "manifests")
+    assert entry.parent.exists()
+
+
+def test_the_stored_entries_stay_within_their_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beyond `manifest_disk_cache_mb`, the least recently used entries are removed (to 80%
+    of the bound), at the end of a plan that stored some; what remains still reads back."""
+    from mor.planner import manifest_store
+    from mor.planner.settings import applied
+
+    root = tmp_path / "cache"
+    monkeypatch.setenv("MOR_CACHE_DIR", str(root))
+    cat, _ = _partitioned_by_p(tmp_path, "abcdefgh")
+    with applied(None):
+        folder = manifest_store.folder()
+        assert folder is not None
+    _plans_reading(monkeypatch, cat, "SELECT * FROM m.t")
+    stored = _stored(root)
+    sizes = sum(p.stat().st_size for p in stored)
+    assert len(stored) == 8
+    for i, p in enumerate(stored):  # an order of use, oldest first
+        os.utime(p, (1_000_000 + i, 1_000_000 + i))
+    monkeypatch.setattr(manifest_store, "_state", {"written": 1, "trimmed": 0})
+    bound_mb = sizes / 2 / (1024 * 1024)
+    with applied(None):
+        monkeypatch.setattr(
+            manifest_store, "current", lambda: type("S", (), {"manifest_disk_cache_mb": bound_mb})
+        )
+        manifest_store.trim(folder)
+    left = _stored(root)
+    assert sum(p.stat().st_size for p in left) <= sizes * 0.4 + max(p.stat().st_size for p in left)
+    assert left == stored[len(stored) - len(left) :]  # the most recently used kept
+    monkeypatch.undo()
+    monkeypatch.setenv("MOR_CACHE_DIR", str(root))
+    files, decoded = _plans_reading(monkeypatch, cat, "SELECT * FROM m.t")
+    assert decoded == 8 - len(left)
+
+
+def test_processes_planning_at_once_share_the_stored_entries(tmp_path: Path) -> None:
+    """Four processes plan the same table at the same time over one cache folder, twice in
+    turn: every plan is the one planned with no cache, and no partial entry is ever read (each
+    is written to a temporary file and renamed)."""
+    import subprocess
+    import sys
+
+    cat, _ = _partitioned_by_p(tmp_path, "abcdefghij")
+    root = tmp_path / "cache"
+    script = (
+        "import sys; from mor.api import default_catalog, plan_query\n"
+        "from mor.planner.nodes import IcebergScan\n"
+        f"cat = default_catalog({str(tmp_path / 'wh')!r})\n"
+        "plan = plan_query('SELECT * FROM m.t WHERE id > 1', catalog=cat).optimized\n"
+        "print(sorted(t.path for s in plan.walk() if isinstance(s, IcebergScan) and s.files "
+        "for t in s.files.data))\n"
+    )
+    env = {**os.environ, "MOR_CACHE_DIR": str(root)}
+    alone = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**env, "MOR_MANIFEST_DISK_CACHE_MB": "0"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for _ in range(2):
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True
+            )
+            for _ in range(4)
+        ]
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+        assert [p.returncode for p in procs] == [0] * 4
+        assert outs == [alone] * 4
+    assert len(_stored(root)) == 10 and not list(root.glob("manifests/*/*.tmp"))
