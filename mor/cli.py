@@ -53,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     _query_commands(sub)
     _table_commands(sub)
     _maintenance_commands(sub)
+    _server_command(sub)
     sub.add_parser(
         "config",
         parents=[DEBUG, WAREHOUSE, SETTINGS],
@@ -64,6 +65,48 @@ def _parser() -> argparse.ArgumentParser:
         help="create demo.orders in the embedded catalog and query it",
     )
     return p
+
+
+def _server_command(sub: Any) -> None:
+    """server start|status|stop (mor/server.py)."""
+    sp = sub.add_parser(
+        "server",
+        parents=[DEBUG],
+        help="a Spark Connect server on this machine that later commands use (no JVM start each)",
+    )
+    actions = sp.add_subparsers(dest="action", required=True)
+    st = actions.add_parser(
+        "start",
+        parents=[DEBUG, CATALOG, SETTINGS],
+        help="start it with the settings a command's own session gets, and wait until it serves",
+    )
+    st.add_argument("--port", type=int, default=15002, help="its port on 127.0.0.1 (default 15002)")
+    st.add_argument("--master", help="Spark master URL (default: setting master, local[*])")
+    st.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for the server (repeatable)",
+    )
+    st.add_argument(
+        "--s3a",
+        action="store_true",
+        help="add Hadoop's s3a connector (added anyway when a catalog is named, or the "
+        "warehouse or a path map is on S3)",
+    )
+    st.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long to wait for it to serve (its first start may download jars; default 300)",
+    )
+    status = actions.add_parser(
+        "status", parents=[DEBUG], help="whether it runs, where, since when (exit 3: it does not)"
+    )
+    status.add_argument("--format", choices=["table", "json"], default="table")
+    actions.add_parser("stop", parents=[DEBUG], help="stop it")
 
 
 def _query_commands(sub: Any) -> None:
@@ -804,6 +847,25 @@ def cmd_config(args: argparse.Namespace) -> int:
         ("cache", f"{f.name} (bound: {f.bound}; weighed in {f.unit}): {f.holds}")
         for f in cache_figures()
     ]
+    from mor.planner import manifest_store
+
+    disk = manifest_store.folder()
+    if disk is None:
+        kept = "off" if settings.manifest_disk_cache_mb <= 0 else "not used (folder not private)"
+    else:
+        n, size = manifest_store.held()
+        kept = f"{disk}: {n} manifests, {size / 2**20:.1f} MiB"
+    rows.append(
+        ("cache", f"manifests on disk (bound: manifest_disk_cache_mb), for later processes: {kept}")
+    )
+    from mor.options import connect_client
+    from mor.server import running
+
+    state = running()
+    line = state.line() if state else "mor server: not running"
+    if state and not connect_client():
+        line += " (not used from here: this Python's pyspark cannot be its client)"
+    rows.append(("server", line))
     from mor.planner.sources import io_defaults
 
     rows += [
@@ -822,6 +884,38 @@ def _s3a_line(spark_conf: dict[str, str]) -> str:
     from mor.physical.spark.s3a import s3a_for, what_starts_get
 
     return what_starts_get(s3a_for(spark_conf), "for s3a:// paths")
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    from mor import server
+
+    if args.action == "start":
+        from mor.options import session_may_need_s3a
+
+        state = server.start(
+            port=args.port,
+            master=args.master,
+            conf=pairs(args.conf, "--conf"),
+            s3a=args.s3a or session_may_need_s3a(args, ""),
+            timeout=args.timeout,
+        )
+        sys.stdout.write(
+            f"{state.line()}\ncommands without --master or --remote use it until "
+            "`mor server stop`\n"
+        )
+        return 0
+    if args.action == "status":
+        state = server.running()
+        if args.format == "json":
+            sys.stdout.write(json.dumps(server.status_fields(state)) + "\n")
+        else:
+            sys.stdout.write((state.line() if state else "mor server: not running") + "\n")
+        return 0 if state is not None else 3
+    state = server.stop()
+    sys.stdout.write(
+        f"mor server: stopped (pid {state.pid})\n" if state else "mor server: not running\n"
+    )
+    return 0
 
 
 def cmd_shell(args: argparse.Namespace) -> int:
@@ -885,13 +979,18 @@ def _main(argv: list[str], debug: bool) -> int:
         "orphans": cmd_orphans,
         "changes": cmd_changes,
         "shell": cmd_shell,
+        "server": cmd_server,
         "config": cmd_config,
         "demo": cmd_demo,
     }
+    from mor.options import release_sessions
     from mor.planner.settings import applied
 
     with applied(pairs(getattr(args, "set", []), "--set", "NAME=VALUE"), "--set"):
-        return commands[args.cmd](args)
+        try:
+            return commands[args.cmd](args)
+        finally:
+            release_sessions()
 
 
 def _failed(e: BaseException, debug: bool, console: bool) -> int:

@@ -121,14 +121,69 @@ def spark_session(args: argparse.Namespace, s3a: bool = False) -> Any:
     a local or --master session, with --conf applied; `s3a`: its queries read s3a:// paths
     (a session started here gets Hadoop's s3a connector: physical/spark/s3a.py)."""
     from mor.physical import local_session, remote_session
+    from mor.physical.spark.session import connect_session_held
 
     conf = pairs(args.conf, "--conf")
-    remote = getattr(args, "remote", None) or os.environ.get("SPARK_REMOTE")
+    remote = remote_url(args)
     if remote:
-        if args.master:
-            raise UsageError("give either --remote (Spark Connect) or --master, not both")
-        return interrupts.watch(remote_session(remote, conf))
+        before = connect_session_held()
+        spark = remote_session(remote, conf)
+        if spark is not before:  # a session of the caller's (a test's, a notebook's) is theirs
+            _CONNECTED.append(spark)
+        return interrupts.watch(spark)
     return interrupts.watch(local_session(args.master, conf, s3a=s3a))
+
+
+_CONNECTED: list[Any] = []  # the Connect sessions this command opened (release_sessions)
+
+
+def remote_url(args: argparse.Namespace) -> str | None:
+    """The Spark Connect server a command runs on: --remote, else $SPARK_REMOTE, else (with
+    no --master, the `server` setting auto) the server `mor server start` started while it
+    runs and this Python can be its client (pyspark 4.x); None: a session of its own."""
+    remote = getattr(args, "remote", None) or os.environ.get("SPARK_REMOTE")
+    master = getattr(args, "master", None)
+    if remote:
+        if master:
+            raise UsageError("give either --remote (Spark Connect) or --master, not both")
+        return str(remote)
+    if master:
+        return None
+    from mor.physical.spark.session import server_wanted
+
+    if not server_wanted():
+        return None
+    from mor.server import running
+
+    state = running()
+    if state is None or not connect_client():
+        return None
+    return state.url
+
+
+def connect_client() -> bool:
+    """This Python's pyspark can be a Connect client (4.x), known without importing it."""
+    from importlib import metadata
+
+    for dist in ("pyspark", "pyspark-client", "pyspark-connect"):
+        try:
+            return int(metadata.version(dist).split(".")[0]) >= 4
+        except metadata.PackageNotFoundError:
+            continue
+        except ValueError:
+            return False
+    return False
+
+
+def release_sessions() -> None:
+    """Release the Connect sessions the command opened: the server drops what they held
+    (cached delete sides, temporary views) now rather than at its idle timeout."""
+    while _CONNECTED:
+        spark = _CONNECTED.pop()
+        try:
+            spark.stop()
+        except Exception:  # noqa: BLE001 - best effort, as pyspark's own stop()
+            pass
 
 
 _S3 = re.compile(r"(?i)\bs3[an]?://")
@@ -181,7 +236,7 @@ class EarlySession:
 
             if active_session() is not None:
                 return False
-        if mode == "always" or getattr(args, "remote", None) or os.environ.get("SPARK_REMOTE"):
+        if mode == "always" or remote_url(args):
             return True
         from mor.physical.spark.s3a import s3a_for
 

@@ -57,11 +57,10 @@ def active_session() -> SparkSession | None:
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    try:
-        from pyspark.sql.connect.session import SparkSession as ConnectSession
-    except ImportError:  # pyspark without the Connect client's dependencies
-        return None
-    return ConnectSession.getActiveSession()
+    # no Connect session without its module imported: importing it to ask (pandas, grpc)
+    # cost a classic command's first call a quarter of a second
+    connect = sys.modules.get("pyspark.sql.connect.session")
+    return None if connect is None else connect.SparkSession.getActiveSession()
 
 
 def remote_session(url: str, conf: dict[str, str] | None = None) -> SparkSession:
@@ -76,6 +75,16 @@ def remote_session(url: str, conf: dict[str, str] | None = None) -> SparkSession
     except Exception as e:  # noqa: BLE001 - missing client packages, unreachable server
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise MorError(f"cannot connect to Spark Connect at {url}: {first}") from e
+
+
+def connect_session_held() -> Any:
+    """The Connect session this process already has (None: none), which `remote_session`
+    would return: the caller's own."""
+    connect = sys.modules.get("pyspark.sql.connect.session")  # not imported: none
+    try:
+        return None if connect is None else connect.SparkSession.active()
+    except Exception:  # noqa: BLE001 - none
+        return None
 
 
 def _reachable(url: str, timeout: float = 10.0) -> None:
@@ -162,6 +171,12 @@ def early_start() -> str | None:
     return "always" if mode == "always" else "on"
 
 
+def server_wanted() -> bool:
+    """Whether a command that names no Spark runs on the server `mor server start` started,
+    while it runs (the `server` setting)."""
+    return current().server != "off"
+
+
 def local_session(
     master: str | None = None, conf: dict[str, str] | None = None, s3a: bool = False
 ) -> SparkSession:
@@ -186,26 +201,10 @@ def local_session(
         for k, v in (conf or {}).items():
             active.conf.set(k, v)
         return prepare_session(active)
-    config = user_config()  # for a session mor starts; an active one is the user's own
     settings = current()
-    master = master or settings.master
-    conf = {**s3a_from_environment(), **config.spark, **(conf or {})}
-    connector = s3a_connector(conf, settings.s3a_packages) if s3a else None
-    if connector is not None and connector.coordinates is not None:
-        conf = with_packages(conf, connector.coordinates)
-    log_conf = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
-    options = {
-        "spark.master": master,
-        "spark.app.name": "mor",
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
-        "spark.driver.memory": settings.driver_memory,
-        "spark.sql.session.timeZone": settings.timezone,
-        "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{log_conf}",
-        **conf,  # after mor's defaults: the user's settings win
-    }
-    if master.startswith("local") and "spark.pyspark.python" not in conf:
+    options, connector = start_options(master, conf, s3a)
+    master = options["spark.master"]
+    if master.startswith("local") and "spark.pyspark.python" not in options:
         # Python tasks (compaction's pyarrow writer) run this interpreter, whose environment
         # has mor's dependencies, rather than whatever `python3` is first on the PATH (pyspark
         # takes the workers' Python from PYSPARK_PYTHON alone)
@@ -213,7 +212,7 @@ def local_session(
     builder = SparkSession.builder
     for k, v in options.items():
         builder = builder.config(k, v)
-    packages = conf.get("spark.jars.packages", "").strip()
+    packages = options.get("spark.jars.packages", "").strip()
     # the JVM's own output never reaches this process's stdout (results go there): Ivy's
     # resolution report, Spark 4.1's start-up warning about incubator modules. At mor's quiet
     # log levels it goes to a log file of this process (named when the JVM does not start),
@@ -228,6 +227,38 @@ def local_session(
     spark.sparkContext.setLogLevel(settings.spark_log_level.upper())
     STARTED = Started(spark, connector, log)
     return spark
+
+
+def start_options(
+    master: str | None = None, conf: Mapping[str, str] | None = None, s3a: bool = False
+) -> tuple[dict[str, str], S3aConnector | None]:
+    """The settings of a Spark driver mor starts, in this process or as a Connect server
+    (mor/server.py): mor's defaults (the `master`, shuffle partitions, driver memory and time
+    zone settings, no UI, quiet logs), then the config file's [spark] table, then `conf`;
+    `s3a`: with Hadoop's s3a connector (unless the `s3a_packages` setting is off). Returns
+    them and the connector added (None: not asked for)."""
+    settings = current()
+    merged = {**s3a_from_environment(), **user_config().spark, **(conf or {})}
+    connector = s3a_connector(merged, settings.s3a_packages) if s3a else None
+    if connector is not None and connector.coordinates is not None:
+        merged = with_packages(merged, connector.coordinates)
+    options = {
+        "spark.master": master or settings.master,
+        "spark.app.name": "mor",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.driver.memory": settings.driver_memory,
+        "spark.sql.session.timeZone": settings.timezone,
+        "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{log_config()}",
+        **merged,  # after mor's defaults: the user's settings win
+    }
+    return options, connector
+
+
+def log_config() -> str:
+    """The log4j2 configuration of a driver mor starts (quiet: warnings and errors)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 
 
 _LOGS: set[str] = set()  # the logs whose removal at exit is registered

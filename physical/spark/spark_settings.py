@@ -23,6 +23,11 @@ def _log_level(value: str) -> str | None:
 
 COMPACTION_WRITERS = ("auto", "spark", "arrow")
 EARLY_SESSIONS = ("auto", "on", "off", "always")
+SERVERS = ("auto", "off")
+
+
+def _server(value: str) -> str | None:
+    return None if value in SERVERS else f"one of {', '.join(SERVERS)}"
 
 
 def _early_session(value: str) -> str | None:
@@ -134,6 +139,16 @@ PHYSICAL = declare(
         "is stopped and started again with it), off (after planning), auto (on with 4 cores "
         "or more: with 2, the JVM's start and planning share them and nothing was gained)",
         check=_early_session,
+    ),
+    Setting(
+        "server",
+        "MOR_SERVER",
+        str,
+        "auto",
+        "the Spark a CLI command runs on when it names none (no --master, --remote or "
+        "$SPARK_REMOTE): auto (the Spark Connect server `mor server start` started, while it "
+        "runs; else a session of its own), off (always a session of its own)",
+        check=_server,
     ),
     Setting(
         "master",
