@@ -11,8 +11,9 @@ properties file readable by this user alone, removed once the server listens: no
 them is on a command line other users can list.
 
 What a running server is, is kept in `<tmp>/mor-<uid>/server.json` (a folder of this user's,
-mode 0700): its pid with the process's start time (a pid the system gave to another process
-since is not taken for the server), port, master and log. Commands without `--master`,
+mode 0700; `$MOR_SERVER_DIR` names another): its pid with the process's start time (a pid the
+system gave to another process since is not taken for the server), port, master and log.
+Commands without `--master`,
 `--remote` or `$SPARK_REMOTE` use it while it runs (the `server` setting: auto, or off).
 """
 
@@ -63,9 +64,11 @@ class ServerState:
 
 
 def folder() -> str:
-    """`<tmp>/mor-<uid>`, this user's alone: made with mode 0700, refused when another user
-    owns it or others may write in it (a shared /tmp)."""
-    path = os.path.join(tempfile.gettempdir(), f"mor-{os.getuid()}")
+    """`$MOR_SERVER_DIR`, else `<tmp>/mor-<uid>`, this user's alone: made with mode 0700,
+    refused when another user owns it or others may write in it (a shared /tmp)."""
+    path = os.environ.get("MOR_SERVER_DIR") or os.path.join(
+        tempfile.gettempdir(), f"mor-{os.getuid()}"
+    )
     os.makedirs(path, mode=0o700, exist_ok=True)
     st = os.stat(path)
     if st.st_uid != os.getuid() or st.st_mode & 0o022:
@@ -92,6 +95,8 @@ def _ticks(pid: int) -> int:
         return 0
     # the command name (field 2) is in parentheses and may hold spaces
     fields = text[text.rfind(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):  # ended, not yet reaped by its parent
+        return -1
     return int(fields[19])
 
 
@@ -400,18 +405,9 @@ def _end(pid: int, timeout: float = 30.0) -> None:
                 if done:
                     return
             except ChildProcessError:
-                if _ticks(pid) < 0 or _zombie(pid):
+                if _ticks(pid) < 0:
                     return
             time.sleep(0.1)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            text = f.read()
-    except OSError:
-        return False
-    return text[text.rfind(")") + 2 :].startswith("Z")
 
 
 def status_fields(state: ServerState | None) -> dict[str, object]:

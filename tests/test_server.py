@@ -1,0 +1,113 @@
+"""`mor server start|status|stop` (mor/server.py): a Spark Connect server later commands run on.
+
+On pyspark 4.x (the 4.3 classic leg) the whole life of a server, driven as a user drives it:
+status, start, a second start refused, commands that run on it (the same rows as a session of
+their own), stop, and a server killed behind mor's back. On pyspark 3.5 the refusal, in one
+line. Each command is a `mor` process of its own, as a user's are."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from legs import leg
+
+pytestmark = [pytest.mark.spark4]
+
+MOR = [sys.executable, "-m", "mor.cli"]
+
+
+def _mor(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*MOR, *args], env=env, capture_output=True, text=True, timeout=600)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    from mor.demo import build_demo_table
+
+    build_demo_table(str(tmp_path / "wh"))
+    out = {**os.environ, "MOR_SERVER_DIR": str(tmp_path / "server")}
+    out["MOR_WAREHOUSE"] = str(tmp_path / "wh")
+    for name in ("SPARK_REMOTE", "MOR_SPARK_MASTER"):
+        out.pop(name, None)
+    return out
+
+
+def test_a_server_serves_later_commands_until_it_is_stopped(env: dict[str, str]) -> None:
+    status = _mor("server", "status", env=env)
+    assert (status.returncode, status.stdout) == (3, "mor server: not running\n")
+    port = _free_port()
+    if leg() == "3.5":
+        start = _mor("server", "start", "--port", str(port), env=env)
+        assert start.returncode == 1
+        assert start.stderr.startswith("mor: mor server needs pyspark 4.0 or later")
+        assert len(start.stderr.splitlines()) == 1
+        return
+    start = _mor("server", "start", "--port", str(port), env=env)
+    assert start.returncode == 0, start.stderr
+    assert start.stdout.startswith(f"mor server: running at sc://127.0.0.1:{port} (pid ")
+    pid = int(start.stdout.split("(pid ", 1)[1].split(",", 1)[0])
+    try:
+        again = _mor("server", "start", "--port", str(_free_port()), env=env)
+        assert again.returncode == 1
+        assert f"a mor server is already running at sc://127.0.0.1:{port} (pid {pid})" in (
+            again.stderr
+        )
+        # a command that names no Spark runs on the server; --set server=off on its own
+        sql = (
+            "SELECT order_id, region, amount, '${spark.app.name}' AS app FROM demo.orders "
+            "ORDER BY order_id"
+        )
+        on = _mor("run", "-e", sql, "--format", "csv", env=env)
+        own = _mor("run", "-e", sql, "--format", "csv", "--set", "server=off", env=env)
+        assert on.returncode == 0 and own.returncode == 0, on.stderr + own.stderr
+        assert on.stdout.replace("mor-server", "mor") == own.stdout
+        assert on.stdout.count(",mor-server\n") == len(own.stdout.splitlines()) - 1 > 0
+        assert ",mor\n" in own.stdout
+        config = _mor("config", env=env)
+        assert f"server       mor server: running at sc://127.0.0.1:{port} (pid {pid}" in (
+            config.stdout
+        )
+        stop = _mor("server", "stop", env=env)
+        assert (stop.returncode, stop.stdout) == (0, f"mor server: stopped (pid {pid})\n")
+        assert _gone(pid)
+        assert _mor("server", "status", env=env).returncode == 3
+        assert _mor("server", "stop", env=env).stdout == "mor server: not running\n"
+        # killed behind mor's back: not running, and a new one starts
+        start = _mor("server", "start", "--port", str(port), env=env)
+        assert start.returncode == 0, start.stderr
+        pid = int(start.stdout.split("(pid ", 1)[1].split(",", 1)[0])
+        os.killpg(pid, signal.SIGKILL)
+        assert _gone(pid)
+        assert _mor("server", "status", env=env).returncode == 3
+    finally:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _gone(pid: int, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.2)
+    return False
