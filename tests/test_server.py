@@ -111,3 +111,51 @@ def _gone(pid: int, timeout: float = 30.0) -> bool:
             return True
         time.sleep(0.2)
     return False
+
+
+def test_which_spark_a_command_runs_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--remote (then $SPARK_REMOTE) wins; --master or `server=off` mean a session of the
+    command's own; otherwise the server `mor server start` recorded, while its process runs
+    (a recorded pid now given to another process is not it) and this Python can be its
+    client. No Spark: the choice is made from the options and one small file."""
+    import argparse
+    import dataclasses
+
+    from mor import options, server
+
+    monkeypatch.setenv("MOR_SERVER_DIR", str(tmp_path / "server"))
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    monkeypatch.setattr(options, "connect_client", lambda: True)
+
+    def url(**kw: str | None) -> str | None:
+        return options.remote_url(argparse.Namespace(**{"remote": None, "master": None, **kw}))
+
+    assert url() is None  # nothing recorded
+    me = server.ServerState(
+        pid=os.getpid(),
+        ticks=server._ticks(os.getpid()),
+        port=15999,
+        master="local[2]",
+        pyspark="4.1.4",
+        python=sys.executable,
+        log=str(tmp_path / "server.log"),
+        started=time.time(),
+    )
+    server._write_state(me)
+    assert (tmp_path / "server" / "server.json").stat().st_mode & 0o077 == 0
+    assert url() == "sc://127.0.0.1:15999"
+    assert url(master="local[1]") is None
+    assert url(remote="sc://elsewhere:15002") == "sc://elsewhere:15002"
+    monkeypatch.setenv("SPARK_REMOTE", "sc://env:15002")
+    assert url() == "sc://env:15002"
+    monkeypatch.delenv("SPARK_REMOTE")
+    monkeypatch.setenv("MOR_SERVER", "off")
+    assert url() is None
+    monkeypatch.delenv("MOR_SERVER")
+    monkeypatch.setattr(options, "connect_client", lambda: False)  # pyspark 3.5 here
+    assert url() is None
+    monkeypatch.setattr(options, "connect_client", lambda: True)
+    server._write_state(dataclasses.replace(me, ticks=me.ticks + 1))  # the pid reused since
+    assert url() is None and server.running() is None
+    with pytest.raises(Exception, match="give either --remote"):
+        url(remote="sc://x:1", master="local[1]")
