@@ -80,6 +80,8 @@ def watch(spark: Any) -> Any:
     which installs its own when a context starts on the main thread."""
     if not _S.installed:
         return spark
+    if _S.fired is not None:  # the signal came while the session started: no query after it
+        raise Interrupted()
     if all(s is not spark for s in _S.sessions):
         _S.sessions.append(spark)
     if threading.current_thread() is threading.main_thread():
@@ -187,6 +189,8 @@ def settle(timeout: float = 15.0) -> bool:
 def spark_action() -> Iterator[None]:
     """A Spark action on the main thread: an interrupt cancels its job and the action raises
     `Interrupted` whether the job failed or finished meanwhile."""
+    if _S.fired is not None:  # interrupted before it (an interrupt something swallowed)
+        raise Interrupted()
     _S.in_action += 1
     try:
         yield
