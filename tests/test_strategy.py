@@ -50,12 +50,21 @@ def test_bitmap_while_small_join_beyond_each_limit(monkeypatch: pytest.MonkeyPat
     for name, value in (
         ("MOR_POSITION_BITMAP_BYTES", "47"),
         ("MOR_POSITION_DRIVER_ROWS", "29"),
+        ("MOR_POSITION_DRIVER_FILES", "0"),
     ):
         with monkeypatch.context() as m:
             m.setenv(name, value)
             joined = position_strategy(tasks, deletes, SIZES)
             assert joined is not None and joined.method == "join", name
     assert position_strategy([data_file(9)], deletes, SIZES) is None
+    # many delete files: each would be a read on the driver
+    many = [data_file(i, pos=(100 + i,)) for i in range(5)]
+    per_file = {100 + i: _pos_delete(100 + i, 1) for i in range(5)}
+    with monkeypatch.context() as m:
+        m.setenv("MOR_POSITION_DRIVER_FILES", "5")
+        assert position_strategy(many, per_file, SIZES).method == "bitmap"  # type: ignore[union-attr]
+        m.setenv("MOR_POSITION_DRIVER_FILES", "4")
+        assert position_strategy(many, per_file, SIZES).method == "join"  # type: ignore[union-attr]
 
 
 def test_packed_key_only_when_size_and_position_fit() -> None:

@@ -82,4 +82,12 @@ PHYSICAL_RULES = declare(
         2_000_000,
         "... and the position delete files hold at most this many rows (read on the driver)",
     ),
+    Setting(
+        "position_driver_files",
+        "MOR_POSITION_DRIVER_FILES",
+        int,
+        1000,
+        "... and there are at most this many position delete files (each read on the driver, "
+        "a request each on an object store); more are read by Spark's tasks (the anti-join)",
+    ),
 )
