@@ -46,7 +46,9 @@ def env(tmp_path: Path) -> dict[str, str]:
     return out
 
 
-def test_a_server_serves_later_commands_until_it_is_stopped(env: dict[str, str]) -> None:
+def test_a_server_serves_later_commands_until_it_is_stopped(
+    env: dict[str, str], spark: object
+) -> None:
     status = _mor("server", "status", env=env)
     assert (status.returncode, status.stdout) == (3, "mor server: not running\n")
     port = _free_port()
@@ -66,38 +68,80 @@ def test_a_server_serves_later_commands_until_it_is_stopped(env: dict[str, str])
         assert f"a mor server is already running at sc://127.0.0.1:{port} (pid {pid})" in (
             again.stderr
         )
-        # a command that names no Spark runs on the server; --set server=off on its own
-        sql = (
-            "SELECT order_id, region, amount, '${spark.app.name}' AS app FROM demo.orders "
-            "ORDER BY order_id"
+        # a command that names no Spark runs on the server (its app name says so), with the
+        # rows this test's own session gives
+        sql = "SELECT order_id, region, amount FROM demo.orders ORDER BY order_id"
+        on = _mor(
+            "run",
+            "-e",
+            sql.replace(" FROM", ", '${spark.app.name}' AS app FROM"),
+            "--format",
+            "csv",
+            env=env,
         )
-        on = _mor("run", "-e", sql, "--format", "csv", env=env)
-        own = _mor("run", "-e", sql, "--format", "csv", "--set", "server=off", env=env)
-        assert on.returncode == 0 and own.returncode == 0, on.stderr + own.stderr
-        assert on.stdout.replace("mor-server", "mor") == own.stdout
-        assert on.stdout.count(",mor-server\n") == len(own.stdout.splitlines()) - 1 > 0
-        assert ",mor\n" in own.stdout
+        assert on.returncode == 0, on.stderr
+        import csv
+        import io
+
+        from mor import mor_sql
+        from mor.api import default_catalog
+
+        got = list(csv.reader(io.StringIO(on.stdout)))
+        assert got[0] == ["order_id", "region", "amount", "app"]
+        catalog = default_catalog(env["MOR_WAREHOUSE"])
+        own = [[str(v) for v in r] for r in mor_sql(sql, spark=spark, catalog=catalog).collect()]
+        assert [r[:3] for r in got[1:]] == own and own
+        assert {r[3] for r in got[1:]} == {"mor-server"}
         config = _mor("config", env=env)
         assert f"server       mor server: running at sc://127.0.0.1:{port} (pid {pid}" in (
             config.stdout
         )
-        stop = _mor("server", "stop", env=env)
-        assert (stop.returncode, stop.stdout) == (0, f"mor server: stopped (pid {pid})\n")
-        assert _gone(pid)
-        assert _mor("server", "status", env=env).returncode == 3
-        assert _mor("server", "stop", env=env).stdout == "mor server: not running\n"
-        # killed behind mor's back: not running, and a new one starts
-        start = _mor("server", "start", "--port", str(port), env=env)
-        assert start.returncode == 0, start.stderr
-        pid = int(start.stdout.split("(pid ", 1)[1].split(",", 1)[0])
+        # killed behind mor's back: not running, and nothing to stop
         os.killpg(pid, signal.SIGKILL)
         assert _gone(pid)
         assert _mor("server", "status", env=env).returncode == 3
+        assert _mor("server", "stop", env=env).stdout == "mor server: not running\n"
     finally:
         try:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_stop_ends_the_server_and_its_process_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`mor server stop` on a recorded server (here a stand-in process of its own session,
+    as `start` makes it, with a child): SIGTERM to the group, the record removed, exit 0."""
+    from mor import server
+
+    monkeypatch.setenv("MOR_SERVER_DIR", str(tmp_path / "server"))
+    proc = subprocess.Popen(
+        ["sh", "-c", "sleep 600 & wait"], start_new_session=True, stdout=subprocess.DEVNULL
+    )
+    try:
+        server._write_state(
+            server.ServerState(
+                pid=proc.pid,
+                ticks=server._ticks(proc.pid),
+                port=_free_port(),
+                master="local[2]",
+                pyspark="4.1.4",
+                python=sys.executable,
+                log=str(tmp_path / "server.log"),
+                started=time.time(),
+            )
+        )
+        env = {**os.environ, "MOR_SERVER_DIR": str(tmp_path / "server")}
+        assert _mor("server", "status", env=env).returncode == 0
+        stop = _mor("server", "stop", env=env)
+        assert (stop.returncode, stop.stdout) == (0, f"mor server: stopped (pid {proc.pid})\n")
+        assert proc.wait(30) == -signal.SIGTERM
+        assert not (tmp_path / "server" / "server.json").exists()
+        assert _mor("server", "status", env=env).returncode == 3
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _gone(pid: int, timeout: float = 30.0) -> bool:
