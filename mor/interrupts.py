@@ -21,6 +21,7 @@ the same run are ignored while it winds down (its clean-up is bounded).
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -59,17 +60,36 @@ def install() -> dict[int, Any]:
     handlers stay)."""
     if threading.current_thread() is not threading.main_thread():
         return {}
-    before = {s: signal.signal(s, _handler) for s in SIGNALS}
+    before: dict[Any, Any] = {s: signal.signal(s, _handler) for s in SIGNALS}
     if not _S.installed:
         reset()
     _S.installed = True
+    if sys.unraisablehook is not _unraisable:
+        before["unraisable"] = _PREVIOUS[0] = sys.unraisablehook
+        sys.unraisablehook = _unraisable
     return before
+
+
+_PREVIOUS: list[Any] = [sys.__unraisablehook__]  # the hook `_unraisable` passes others to
+
+
+def _unraisable(unraisable: Any) -> None:
+    """The interrupt raised where Python cannot raise it (a fork callback while Spark's JVM
+    is launched, a finalizer) is not printed as "Exception ignored": the run stops at its next
+    step instead (no session is watched and no Spark action starts once a signal fired), with
+    its one line."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _S.fired is not None:
+        return
+    _PREVIOUS[0](unraisable)
 
 
 def uninstall(before: dict[int, Any]) -> None:
     """The run is over (a CLI command called in-process): its handlers are put back."""
     for s, h in before.items():
-        signal.signal(s, h)
+        if s == "unraisable":
+            sys.unraisablehook = h
+        else:
+            signal.signal(s, h)
     _S.installed = False
     _S.sessions.clear()
     reset()
