@@ -23,6 +23,8 @@ os.environ.pop("MOR_WAREHOUSE", None)
 # this run's, so that the tests read through that cache as users do, never the user's own one
 os.environ["MOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="mor-test-cache-")
 os.environ.pop("MOR_MANIFEST_DISK_CACHE_MB", None)
+# a `mor server` the user left running is never what a test's commands run on
+os.environ["MOR_SERVER_DIR"] = tempfile.mkdtemp(prefix="mor-test-server-")
 
 
 @pytest.fixture(scope="session")
