@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -25,6 +27,8 @@ os.environ["MOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="mor-test-cache-")
 os.environ.pop("MOR_MANIFEST_DISK_CACHE_MB", None)
 # a `mor server` the user left running is never what a test's commands run on
 os.environ["MOR_SERVER_DIR"] = tempfile.mkdtemp(prefix="mor-test-server-")
+for _dir in ("XDG_CONFIG_HOME", "MOR_CACHE_DIR", "MOR_SERVER_DIR"):  # gone with the run
+    atexit.register(shutil.rmtree, os.environ[_dir], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -240,8 +240,11 @@ class SeaweedFS:
         iam.write_text(json.dumps(IAM))
         args = [
             binary,
+            f"-logdir={self.dir}",  # its logs and sockets in its folder, removed with it
             "mini",
             f"-dir={self.dir}",
+            f"-s3.localSocket={self.dir}/s3.sock",
+            f"-filer.localSocket={self.dir}/filer.sock",
             "-ip=127.0.0.1",
             "-ip.bind=127.0.0.1",
             "-master.telemetry=false",
