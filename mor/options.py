@@ -140,7 +140,14 @@ _CONNECTED: list[Any] = []  # the Connect sessions this command opened (release_
 def remote_url(args: argparse.Namespace) -> str | None:
     """The Spark Connect server a command runs on: --remote, else $SPARK_REMOTE, else (with
     no --master, the `server` setting auto) the server `mor server start` started while it
-    runs and this Python can be its client (pyspark 4.x); None: a session of its own."""
+    runs and this Python can be its client (pyspark 4.x); None: a session of its own.
+    Decided once per command: its early session and its session ask the same question."""
+    if "_remote_url" not in vars(args):
+        args._remote_url = _remote_url(args)
+    return args._remote_url
+
+
+def _remote_url(args: argparse.Namespace) -> str | None:
     remote = getattr(args, "remote", None) or os.environ.get("SPARK_REMOTE")
     master = getattr(args, "master", None)
     if remote:

@@ -32,6 +32,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
+from mor.physical.spark.processes import start_ticks
 from mor.planner.errors import ConfigError, MorError
 
 DEFAULT_PORT = 15002  # Spark Connect's own default
@@ -83,36 +84,9 @@ def _state_path() -> str:
     return os.path.join(folder(), "server.json")
 
 
-def _ticks(pid: int) -> int:
-    """The process's start time (field 22 of /proc/PID/stat), 0 where there is no /proc;
-    -1: no such process."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            text = f.read()
-    except FileNotFoundError:
-        return -1 if os.path.isdir("/proc/self") else _alive_or_missing(pid)
-    except OSError:
-        return 0
-    # the command name (field 2) is in parentheses and may hold spaces
-    fields = text[text.rfind(")") + 2 :].split()
-    if fields[0] in ("Z", "X"):  # ended, not yet reaped by its parent
-        return -1
-    return int(fields[19])
-
-
-def _alive_or_missing(pid: int) -> int:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return -1
-    except OSError:
-        return 0
-    return 0
-
-
 def _is(state: ServerState) -> bool:
     """The recorded process is still the server (not gone, not a reused pid)."""
-    now = _ticks(state.pid)
+    now = start_ticks(state.pid)
     return now >= 0 and (state.ticks == 0 or now == state.ticks)
 
 
@@ -280,7 +254,7 @@ def start(
             _wait_listening(proc, port, log, timeout)
             state = ServerState(
                 pid=proc.pid,
-                ticks=max(_ticks(proc.pid), 0),
+                ticks=max(start_ticks(proc.pid), 0),
                 port=port,
                 master=options["spark.master"],
                 pyspark=version,
@@ -405,7 +379,7 @@ def _end(pid: int, timeout: float = 30.0) -> None:
                 if done:
                     return
             except ChildProcessError:
-                if _ticks(pid) < 0:
+                if start_ticks(pid) < 0:
                     return
             time.sleep(0.1)
 

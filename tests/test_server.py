@@ -123,7 +123,7 @@ def test_stop_ends_the_server_and_its_process_group(
         server._write_state(
             server.ServerState(
                 pid=proc.pid,
-                ticks=server._ticks(proc.pid),
+                ticks=server.start_ticks(proc.pid),
                 port=_free_port(),
                 master="local[2]",
                 pyspark="4.1.4",
@@ -177,7 +177,7 @@ def test_which_spark_a_command_runs_on(tmp_path: Path, monkeypatch: pytest.Monke
     assert url() is None  # nothing recorded
     me = server.ServerState(
         pid=os.getpid(),
-        ticks=server._ticks(os.getpid()),
+        ticks=server.start_ticks(os.getpid()),
         port=15999,
         master="local[2]",
         pyspark="4.1.4",

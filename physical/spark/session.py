@@ -13,6 +13,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from mor.physical.spark.processes import alive
 from mor.physical.spark.s3a import (
     HADOOP_AWS,
     S3aConnector,
@@ -55,12 +56,7 @@ def connect_supported() -> None:
 def active_session() -> SparkSession | None:
     """The session this process is using: a classic one, or a Spark Connect one."""
     active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
-    # no Connect session without its module imported: importing it to ask (pandas, grpc)
-    # cost a classic command's first call a quarter of a second
-    connect = sys.modules.get("pyspark.sql.connect.session")
-    return None if connect is None else connect.SparkSession.getActiveSession()
+    return active if active is not None else connect_session_held()
 
 
 def remote_session(url: str, conf: dict[str, str] | None = None) -> SparkSession:
@@ -78,9 +74,10 @@ def remote_session(url: str, conf: dict[str, str] | None = None) -> SparkSession
 
 
 def connect_session_held() -> Any:
-    """The Connect session this process already has (None: none), which `remote_session`
-    would return: the caller's own."""
-    connect = sys.modules.get("pyspark.sql.connect.session")  # not imported: none
+    """The Connect session this process already has (None: none): the one `remote_session`
+    would return. No Connect session exists without its module imported, and importing it
+    to ask (pandas, grpc) would cost a classic command's first call a quarter of a second."""
+    connect = sys.modules.get("pyspark.sql.connect.session")
     try:
         return None if connect is None else connect.SparkSession.active()
     except Exception:  # noqa: BLE001 - none
@@ -274,7 +271,7 @@ def _launcher_log() -> str:
     os.makedirs(folder, exist_ok=True)
     for name in os.listdir(folder):
         m = re.fullmatch(r"spark-(\d+)\.log", name)
-        if m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
+        if m and int(m.group(1)) != os.getpid() and not alive(int(m.group(1))):
             try:
                 os.remove(os.path.join(folder, name))
             except OSError:
@@ -284,16 +281,6 @@ def _launcher_log() -> str:
         _LOGS.add(path)
         atexit.register(lambda: os.path.exists(path) and os.remove(path))
     return path
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def _launch_jvm(options: Mapping[str, str], log: str | None) -> None:
