@@ -85,3 +85,117 @@ def test_a_bitmap_that_does_not_decode_is_refused_even_with_a_good_crc() -> None
 def test_a_count_other_than_the_manifest_entry_record_count_is_refused() -> None:
     with pytest.raises(DataFileError, match="holds 2 positions, its manifest entry records 3"):
         decode(_by_hand([1, 2]), WHERE, cardinality=3)
+
+
+def _dv_scan(tmp_path, vectors, files=1):  # noqa: ANN001, ANN202
+    """Data and delete tasks of a scan whose deletion vectors (data path -> positions) lie in
+    `files` Puffin files, written by mor's own encoder."""
+    from mor.physical.deletes.dv import puffin
+    from mor.planner.nodes import DataTask, DeleteTask, DvBlob
+
+    items = list(vectors.items())
+    tasks, deletes = [], {}
+    for f in range(files):
+        part = items[f::files]
+        data, blobs = puffin(part, "mor test")
+        path = tmp_path / f"dv-{f}.puffin"
+        path.write_bytes(data)
+        for (name, positions), (offset, length) in zip(part, blobs):
+            fid = len(tasks) + 1
+            did = 1000 + fid
+            deletes[did] = DeleteTask(
+                file_id=did,
+                kind="position",
+                path=str(path),
+                read_path=str(path),
+                data_seq=2,
+                spec_id=0,
+                partition_id=0,
+                record_count=len(set(positions)),
+                size_bytes=len(data),
+                dv=DvBlob(offset, length, name),
+                names_one=name,
+            )
+            tasks.append(
+                DataTask(
+                    file_id=fid,
+                    path=name,
+                    read_path=name,
+                    data_seq=1,
+                    spec_id=0,
+                    partition_id=0,
+                    record_count=1_000_000,
+                    size_bytes=1,
+                    pos_deletes=(did,),
+                )
+            )
+    return tasks, deletes
+
+
+def test_deletion_vectors_of_one_puffin_file_are_one_read(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """A scan reads the blobs of one Puffin file in one ranged read (on an object store a
+    request per data file was 10-50 ms each), and every data file still gets its own
+    positions; two Puffin files are two reads; a cached vector is not read again."""
+    from mor.physical.deletes import delete_files
+    from mor.planner.state import ProcessCaches
+
+    vectors = {f"s3://w/t/data/f{i}.parquet": [i, i + 7, 100 + 3 * i] for i in range(40)}
+    reads: list[tuple[str, int, int]] = []
+    real = delete_files.read_range
+
+    def counted(io, path, offset, length):  # noqa: ANN001, ANN202
+        reads.append((path, offset, length))
+        return real(io, path, offset, length)
+
+    monkeypatch.setattr(delete_files, "read_range", counted)
+    for files in (1, 2):
+        reads.clear()
+        tasks, deletes = _dv_scan(tmp_path, vectors, files)
+        caches = ProcessCaches()
+        found = delete_files.read_positions(tasks, deletes, "db.t", None, caches)
+        assert len(reads) == files
+        assert {t.path: sorted(found[t.file_id].to_pylist()) for t in tasks} == {
+            p: sorted(v) for p, v in vectors.items()
+        }
+        reads.clear()
+        delete_files.read_positions(tasks, deletes, "db.t", None, caches)
+        assert reads == []  # kept across queries of the process
+
+
+def test_blobs_far_apart_are_read_apart(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """A gap above DV_GAP, or a read that would pass DV_SPAN, starts a read of its own: what
+    is read beyond the blobs stays bounded."""
+    from mor.physical.deletes import delete_files
+    from mor.planner.state import ProcessCaches
+
+    vectors = {f"f{i}.parquet": list(range(i * 50, i * 50 + 40)) for i in range(6)}
+    tasks, deletes = _dv_scan(tmp_path, vectors)
+    lengths = sorted(d.dv.length for d in deletes.values())
+    reads: list[int] = []
+    real = delete_files.read_range
+    monkeypatch.setattr(
+        delete_files,
+        "read_range",
+        lambda io, p, o, n: reads.append(n) or real(io, p, o, n),
+    )
+    monkeypatch.setattr(delete_files, "DV_SPAN", lengths[-1] * 2)  # two blobs a read at most
+    found = delete_files.read_positions(tasks, deletes, "db.t", None, ProcessCaches())
+    assert len(reads) == 3 and max(reads) <= lengths[-1] * 2
+    assert {t.path: found[t.file_id].to_pylist() for t in tasks} == vectors
+    reads.clear()
+    monkeypatch.setattr(delete_files, "DV_GAP", -1)  # no gap allowed: blobs touch, gap 0
+    found = delete_files.read_positions(tasks, deletes, "db.t", None, ProcessCaches())
+    assert len(reads) == 6
+
+
+def test_a_puffin_file_cut_short_is_refused_naming_the_blob(tmp_path) -> None:  # noqa: ANN001
+    from mor.physical.deletes import delete_files
+    from mor.planner.state import ProcessCaches
+
+    vectors = {f"f{i}.parquet": [i, i + 1] for i in range(3)}
+    tasks, deletes = _dv_scan(tmp_path, vectors)
+    last = max(deletes.values(), key=lambda d: d.dv.offset)
+    path = tmp_path / "dv-0.puffin"
+    path.write_bytes(path.read_bytes()[: last.dv.offset + 3])
+    with pytest.raises(DataFileError, match=rf"offset {last.dv.offset} of db.t: the file ends"):
+        delete_files.read_positions(tasks, deletes, "db.t", None, ProcessCaches())

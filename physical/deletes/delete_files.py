@@ -31,31 +31,75 @@ from mor.planner.state import Kept, ProcessCaches
 # and its size (guards.check_files holds every file to the size its manifest records).
 
 
-def _delete_file(
-    io: FileIO | None, d: DeleteTask, table: str, kept: Kept[dict], limit: int
-) -> dict[str, pa.Array]:
-    """One position delete file or deletion vector as {data file path as recorded: positions
-    (int64)}; for a resolved equality delete, the positions it carries."""
-    if d.kind == RESOLVED:
-        path, positions = d.positions
-        return {path: positions}
-    key = (d.read_path, d.size_bytes, d.dv.offset if d.dv else -1)
-    hit = kept.get(key)
-    if hit is not None:
-        return hit
-    if d.dv is not None:
+# Deletion vectors of one Puffin file (a writer puts those of one commit, or of one task, in
+# one file) are read together: blobs whose gap is at most DV_GAP bytes are one ranged read of
+# at most DV_SPAN bytes, so a scan makes one request per Puffin file where it made one per
+# data file (each 10-50 ms on an object store). What a read spans beyond its blobs is at most
+# one gap per blob, and a single blob larger than DV_SPAN is still one read of its own.
+DV_GAP = 1 << 20
+DV_SPAN = 32 << 20
+
+
+def _key(d: DeleteTask) -> tuple[str, int, int]:
+    return (d.read_path, d.size_bytes, d.dv.offset if d.dv else -1)
+
+
+def _dv_spans(dvs: Sequence[DeleteTask]) -> list[list[DeleteTask]]:
+    """Deletion vectors grouped into ranged reads: by Puffin file, in offset order, a blob
+    joining the read before it when the gap and the read's whole length allow."""
+    spans: list[list[DeleteTask]] = []
+    for d in sorted(dvs, key=lambda d: (d.read_path, d.dv.offset)):
+        last = spans[-1] if spans else None
+        if last is not None and last[0].read_path == d.read_path:
+            start = last[0].dv.offset
+            end = max(x.dv.offset + x.dv.length for x in last)
+            if d.dv.offset - end <= DV_GAP and d.dv.offset + d.dv.length - start <= DV_SPAN:
+                last.append(d)
+                continue
+        spans.append([d])
+    return spans
+
+
+def _read_dvs(
+    io: FileIO | None, span: Sequence[DeleteTask], table: str, kept: Kept[dict], limit: int
+) -> list[dict[str, pa.Array]]:
+    """The deletion vectors of one span (`_dv_spans`), read in one ranged read, each as
+    {data file path as recorded: positions (int64)}."""
+    first = span[0]
+    start = first.dv.offset
+    end = max(d.dv.offset + d.dv.length for d in span)
+    try:
+        data = read_range(io, first.read_path, start, end - start)
+    except Exception as e:  # noqa: BLE001 - a missing or unreadable file
+        where = f"deletion vector {first.read_path} at offset {start} of {table}"
+        raise DataFileError(f"cannot read {where}: {first_line(e)}") from e
+    out = []
+    for d in span:
         where = f"deletion vector {d.read_path} at offset {d.dv.offset} of {table}"
-        try:
-            blob = read_range(io, d.read_path, d.dv.offset, d.dv.length)
-        except Exception as e:  # noqa: BLE001 - a missing or unreadable file
-            raise DataFileError(f"cannot read {where}: {first_line(e)}") from e
+        lo = d.dv.offset - start
+        blob = data[lo : lo + d.dv.length]
         if len(blob) != d.dv.length:
             raise DataFileError(
                 f"{where}: the file ends {d.dv.length - len(blob)} bytes before the blob does"
             )
         dv = {d.dv.referenced_data_file: decode(blob, where, d.record_count)}
-        kept.put(key, dv, d.record_count, limit)
-        return dv
+        kept.put(_key(d), dv, d.record_count, limit)
+        out.append(dv)
+    return out
+
+
+def _delete_file(
+    io: FileIO | None, d: DeleteTask, table: str, kept: Kept[dict], limit: int
+) -> dict[str, pa.Array]:
+    """One position delete file as {data file path as recorded: positions (int64)}; for a
+    resolved equality delete, the positions it carries."""
+    if d.kind == RESOLVED:
+        path, positions = d.positions
+        return {path: positions}
+    key = _key(d)
+    hit = kept.get(key)
+    if hit is not None:
+        return hit
     try:
         tab = pq.read_table(
             pa.BufferReader(read_bytes(io, d.read_path)), columns=["file_path", "pos"]
@@ -95,13 +139,34 @@ def read_positions(
             pairs.setdefault(d, {})[t.path] = t.file_id
     settings = current()  # in this thread: the pool's threads see no context
     limit, kept = settings.position_cache_rows, cache.positions
-    order = sorted(pairs)
-    workers = max(1, min(len(order), settings.io_threads))
-    with ThreadPoolExecutor(workers) as pool:
-        contents = list(
-            pool.map(in_context(lambda d: _delete_file(io, deletes[d], table, kept, limit)), order)
+    # units of work: a position delete file, or the deletion vectors one ranged read returns
+    units: list[list[int]] = []
+    dvs: list[DeleteTask] = []
+    for d in sorted(pairs):
+        task = deletes[d]
+        if task.dv is not None and task.kind != RESOLVED and kept.get(_key(task)) is None:
+            dvs.append(task)
+        else:
+            units.append([d])
+    units += [[d.file_id for d in span] for span in _dv_spans(dvs)]
+
+    def run(unit: list[int]) -> list[dict[str, pa.Array]]:
+        first = deletes[unit[0]]
+        if first.dv is None or first.kind == RESOLVED:
+            return [_delete_file(io, first, table, kept, limit)]
+        hit = kept.get(_key(first)) if len(unit) == 1 else None
+        return (
+            [hit]
+            if hit is not None
+            else _read_dvs(io, [deletes[d] for d in unit], table, kept, limit)
         )
+
+    workers = max(1, min(len(units), settings.io_threads))
+    with ThreadPoolExecutor(workers) as pool:
+        results = list(pool.map(in_context(run), units))
     found: dict[int, list[pa.Array]] = {}
+    order = [d for unit in units for d in unit]
+    contents = [c for r in results for c in r]
     for d, content in zip(order, contents):
         for recorded, fid in pairs[d].items():
             hit = content.get(recorded)
