@@ -3,7 +3,9 @@
 A manifest is immutable once written, and decoding its entries is most of cold planning. The
 first process that decodes one writes its live entries here; a later process planning a scan
 of the same manifest reads them back (unpickling is several times faster than decoding the
-Avro: bench/planning.py) instead of fetching and decoding the file.
+Avro: bench/planning.py) instead of fetching and decoding the file. Manifest lists are kept
+the same way, keyed by the path read and the length of the bytes read (the list is still
+fetched: its length is recorded nowhere else; only its decoding is saved).
 
 What makes an entry trustworthy:
 
@@ -73,6 +75,23 @@ def folder() -> str | None:
 def key(read_path: str, manifest: Any, metrics: bool) -> str | None:
     """The entry's name for `manifest` (a ListedManifest) read from `read_path`; None: not
     cacheable (a local file that is gone)."""
+    return _name(
+        read_path,
+        manifest.manifest_length,
+        manifest.sequence_number or 0,
+        manifest.added_snapshot_id,
+        manifest.partition_spec_id,
+        int(metrics),
+    )
+
+
+def list_key(read_path: str, length: int) -> str | None:
+    """The entry's name for a manifest list read from `read_path`, `length` bytes as read (its
+    entries depend on nothing else: a list carries its own sequence numbers)."""
+    return _name(read_path, "manifest list", length)
+
+
+def _name(read_path: str, *parts: Any) -> str | None:
     local = read_path.removeprefix("file://") if read_path.startswith("file:") else read_path
     stamp = ""
     if "://" not in local:
@@ -81,18 +100,7 @@ def key(read_path: str, manifest: Any, metrics: bool) -> str | None:
         except OSError:
             return None
         stamp = f"{st.st_mtime_ns}:{st.st_size}"
-    text = "\0".join(
-        str(v)
-        for v in (
-            read_path,
-            manifest.manifest_length,
-            manifest.sequence_number or 0,
-            manifest.added_snapshot_id,
-            manifest.partition_spec_id,
-            int(metrics),
-            stamp,
-        )
-    )
+    text = "\0".join(str(v) for v in (read_path, *parts, stamp))
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 

@@ -139,6 +139,13 @@ def _manifests(src: TableSource, snap: Snapshot, cache: ProcessCaches) -> list[L
     hit = cache.manifest_lists.get(key)
     if hit is not None:
         return hit
+    # what another process decoded (planner/manifest_store.py)
+    disk = manifest_store.folder()
+    name = manifest_store.list_key(src.read_path(path), len(raw)) if disk is not None else None
+    stored = manifest_store.get(disk, name) if name is not None else None
+    if stored is not None:
+        cache.manifest_lists.put(key, stored, len(stored), current().manifest_cache_entries)
+        return stored
     try:
         out = decode_manifest_list(raw)
     except Exception as fast:  # noqa: BLE001 - a codec fastavro lacks, a schema it cannot read
@@ -149,6 +156,8 @@ def _manifests(src: TableSource, snap: Snapshot, cache: ProcessCaches) -> list[L
         except Exception as e:  # noqa: BLE001 - unreadable or truncated: never a traceback
             raise _list_error(src, snap, e) from e
     cache.manifest_lists.put(key, out, len(out), current().manifest_cache_entries)
+    if name is not None:
+        manifest_store.put(disk, name, out)
     return out
 
 

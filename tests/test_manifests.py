@@ -427,6 +427,7 @@ def test_a_list_fastavro_cannot_decode_is_planned_through_pyiceberg(
         plan = plan_query(sql, path_map=pm).optimized
         return [s.files for s in plan.walk() if isinstance(s, IcebergScan)]
 
+    monkeypatch.setenv("MOR_MANIFEST_DISK_CACHE_MB", "0")  # each plan decodes its list
     fast = files()
     refused = []
 
@@ -567,21 +568,46 @@ def _plans_reading(monkeypatch: pytest.MonkeyPatch, cat: Any, sql: str) -> tuple
 
     scan_planning.clear_manifest_cache(caches())
     decoded: list[int] = []
-    real = scan_planning.decode_manifest
+    real, real_list = scan_planning.decode_manifest, scan_planning.decode_manifest_list
 
     def decode(*args: Any, **kw: Any) -> Any:
         decoded.append(1)
         return real(*args, **kw)
 
+    def decode_list(*args: Any, **kw: Any) -> Any:
+        LISTS_DECODED.append(1)
+        return real_list(*args, **kw)
+
+    LISTS_DECODED.clear()
     with monkeypatch.context() as mp:
         mp.setattr(scan_planning, "decode_manifest", decode)
+        mp.setattr(scan_planning, "decode_manifest_list", decode_list)
         plan = plan_query(sql, catalog=cat).optimized
     files = [s.files for s in plan.walk() if isinstance(s, IcebergScan) and s.files]
     return files, len(decoded)
 
 
-def _stored(root: Path) -> list[Path]:
-    return sorted(p for p in (root / "manifests").glob("*/*") if not p.name.endswith(".tmp"))
+LISTS_DECODED: list[int] = []  # manifest lists the last _plans_reading decoded
+
+
+def _stored(root: Path, lists: bool = False) -> list[Path]:
+    """The stored entries of manifests (`lists`: of manifest lists)."""
+    import pickle
+
+    from mor.planner.manifests import ListedManifest
+
+    def is_list(p: Path) -> bool:
+        try:
+            entries = pickle.loads(p.read_bytes()[6 + 64 :])
+        except Exception:  # noqa: BLE001 - a damaged entry: no list
+            return False
+        return bool(entries) and isinstance(entries[0], ListedManifest)
+
+    return sorted(
+        p
+        for p in (root / "manifests").glob("*/*")
+        if not p.name.endswith(".tmp") and is_list(p) == lists
+    )
 
 
 def test_a_second_process_plans_from_the_entries_the_first_stored(
@@ -598,8 +624,9 @@ def test_a_second_process_plans_from_the_entries_the_first_stored(
     sql = "SELECT * FROM m.t WHERE id > 1"
     files, decoded = _plans_reading(monkeypatch, cat, sql)
     assert decoded == 4 and len(_stored(root)) == 4  # three data manifests, one of deletes
+    assert LISTS_DECODED == [1] and len(_stored(root, lists=True)) == 1
     again, decoded = _plans_reading(monkeypatch, cat, sql)
-    assert again == files and decoded == 0
+    assert again == files and decoded == 0 and LISTS_DECODED == []  # the list read back too
     monkeypatch.setenv("MOR_MANIFEST_DISK_CACHE_MB", "0")  # off: decoded, nothing read back
     assert _plans_reading(monkeypatch, cat, sql) == (files, 4)
     monkeypatch.delenv("MOR_MANIFEST_DISK_CACHE_MB")
@@ -608,6 +635,7 @@ def test_a_second_process_plans_from_the_entries_the_first_stored(
     w.append(pa.table({"id": pa.array([7], pa.int64()), "p": ["d"]}))
     now, decoded = _plans_reading(monkeypatch, cat, sql)
     assert decoded == 1 and len(now[0].data) == len(files[0].data) + 1
+    assert LISTS_DECODED == [1]  # the new snapshot's list
 
 
 def test_a_stored_entry_is_never_trusted_for_another_file(
@@ -635,9 +663,9 @@ def test_a_stored_entry_is_never_trusted_for_another_file(
     assert _plans_reading(monkeypatch, cat, sql) == (files, 1)
     assert len(_stored(root)) == 2  # stored under its new key; the old entry is left to trim
     # cut short, or another version's format: a miss, and removed
-    for damaged in _stored(root):
+    for damaged in _stored(root) + _stored(root, lists=True):
         damaged.write_bytes(damaged.read_bytes()[:-7])
-    assert _plans_reading(monkeypatch, cat, sql) == (files, 1)
+    assert _plans_reading(monkeypatch, cat, sql) == (files, 1) and LISTS_DECODED == [1]
     assert _plans_reading(monkeypatch, cat, sql) == (files, 0)  # stored whole again
     for other in _stored(root):
         other.write_bytes(b"MORM0\n" + other.read_bytes()[6:])
@@ -667,9 +695,10 @@ def test_the_stored_entries_stay_within_their_bound(
         folder = manifest_store.folder()
         assert folder is not None
     _plans_reading(monkeypatch, cat, "SELECT * FROM m.t")
-    stored = _stored(root)
+    manifests = _stored(root)
+    stored = sorted(manifests + _stored(root, lists=True))
     sizes = sum(p.stat().st_size for p in stored)
-    assert len(stored) == 8
+    assert len(manifests) == 8 and len(stored) == 9
     for i, p in enumerate(stored):  # an order of use, oldest first
         os.utime(p, (1_000_000 + i, 1_000_000 + i))
     monkeypatch.setattr(manifest_store, "_state", {"written": 1, "trimmed": 0})
@@ -679,13 +708,14 @@ def test_the_stored_entries_stay_within_their_bound(
             manifest_store, "current", lambda: type("S", (), {"manifest_disk_cache_mb": bound_mb})
         )
         manifest_store.trim(folder)
-    left = _stored(root)
+    left = sorted(_stored(root) + _stored(root, lists=True))
     assert sum(p.stat().st_size for p in left) <= sizes * 0.4 + max(p.stat().st_size for p in left)
     assert left == stored[len(stored) - len(left) :]  # the most recently used kept
     monkeypatch.undo()
     monkeypatch.setenv("MOR_CACHE_DIR", str(root))
     files, decoded = _plans_reading(monkeypatch, cat, "SELECT * FROM m.t")
-    assert decoded == 8 - len(left)
+    assert decoded == 8 - len(set(left) & set(manifests))
+    assert LISTS_DECODED == ([] if set(left) - set(manifests) else [1])
 
 
 def test_processes_planning_at_once_share_the_stored_entries(tmp_path: Path) -> None:
