@@ -159,12 +159,10 @@ def _live(
 
 def session_of(spark: SparkArg) -> SparkSession:
     """`spark`: a session, a function making one, or None (mor's local one); only called
-    when there is something for Spark to do."""
-    from mor.physical import local_session, prepare_session
+    when there is something for Spark to do (physical/spark/session.py)."""
+    from mor.physical import session_of as made
 
-    if spark is None:
-        return local_session()
-    return spark() if callable(spark) else prepare_session(spark)
+    return made(spark)
 
 
 def _kept_by(where: str, sql: str, read: HeadRead, schema: Schema) -> set[str]:

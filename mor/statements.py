@@ -128,7 +128,9 @@ class StatementExecution:
 
     def session(self) -> Any:
         """The Spark session the statement runs on (made now when given as a function)."""
-        from mor.commits import session_of
+        # from physical/, not mor.commits: the write path brings pyiceberg's pyarrow FileIO,
+        # pyarrow.dataset and pandas (0.36 s of a read's first call, bench/scale.py)
+        from mor.physical import session_of
 
         if "_session" not in self.__dict__:
             with applied(self.settings):

@@ -17,6 +17,7 @@ _EXPORTS = {
     "local_session": "mor.physical.spark.session",
     "prepare_session": "mor.physical.spark.session",
     "remote_session": "mor.physical.spark.session",
+    "session_of": "mor.physical.spark.session",
 }
 
 

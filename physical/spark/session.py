@@ -32,6 +32,14 @@ def is_connect(spark: object) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+def session_of(spark: Any) -> SparkSession:
+    """`spark`: a session, a function making one, or None (mor's local one, `local_session`);
+    called only when there is something for Spark to do."""
+    if spark is None:
+        return local_session()
+    return spark() if callable(spark) else prepare_session(spark)
+
+
 def prepare_session(spark: SparkSession) -> SparkSession:
     """A session given by the user is used as it is: mor changes none of its settings (every
     column is read by name, so no Parquet field-id setting is needed)."""
