@@ -139,37 +139,35 @@ def read_positions(
             pairs.setdefault(d, {})[t.path] = t.file_id
     settings = current()  # in this thread: the pool's threads see no context
     limit, kept = settings.position_cache_rows, cache.positions
-    # units of work: a position delete file, or the deletion vectors one ranged read returns
+    # units of work: a position delete file, or the deletion vectors one ranged read returns;
+    # a deletion vector this process holds is no work
     units: list[list[int]] = []
     dvs: list[DeleteTask] = []
+    contents: dict[int, dict[str, pa.Array]] = {}  # delete file id -> data path -> positions
     for d in sorted(pairs):
         task = deletes[d]
-        if task.dv is not None and task.kind != RESOLVED and kept.get(_key(task)) is None:
-            dvs.append(task)
-        else:
+        if task.dv is None or task.kind == RESOLVED:
             units.append([d])
+        elif (hit := kept.get(_key(task))) is not None:
+            contents[d] = hit
+        else:
+            dvs.append(task)
     units += [[d.file_id for d in span] for span in _dv_spans(dvs)]
 
     def run(unit: list[int]) -> list[dict[str, pa.Array]]:
         first = deletes[unit[0]]
         if first.dv is None or first.kind == RESOLVED:
             return [_delete_file(io, first, table, kept, limit)]
-        hit = kept.get(_key(first)) if len(unit) == 1 else None
-        return (
-            [hit]
-            if hit is not None
-            else _read_dvs(io, [deletes[d] for d in unit], table, kept, limit)
-        )
+        return _read_dvs(io, [deletes[d] for d in unit], table, kept, limit)
 
-    workers = max(1, min(len(units), settings.io_threads))
-    with ThreadPoolExecutor(workers) as pool:
-        results = list(pool.map(in_context(run), units))
+    if units:
+        with ThreadPoolExecutor(min(len(units), max(1, settings.io_threads))) as pool:
+            for unit, result in zip(units, pool.map(in_context(run), units)):
+                contents.update(zip(unit, result, strict=True))
     found: dict[int, list[pa.Array]] = {}
-    order = [d for unit in units for d in unit]
-    contents = [c for r in results for c in r]
-    for d, content in zip(order, contents):
+    for d in sorted(contents):
         for recorded, fid in pairs[d].items():
-            hit = content.get(recorded)
+            hit = contents[d].get(recorded)
             if hit is not None:
                 found.setdefault(fid, []).append(hit)
     counts = {t.file_id: t.record_count for t in tasks}
