@@ -100,9 +100,8 @@ def bitmap_table(
     (key, bitmap words as decimal text, recorded row count, recorded path). Inline, the texts
     are one query parameter, each row its substring, so Spark parses no SQL holding them and
     the driver makes one py4j call for them, not several per file; beyond BITMAP_SMALL rows a
-    text column. Either way it becomes the array once per table
-    row (on the driver, as Spark evaluates the inline table or broadcasts it), never per row of
-    the scan."""
+    text column. Either way it becomes the array once per table row (on the driver, as Spark
+    evaluates the inline table or broadcasts it), never per row of the scan."""
     if _inline(spark, len(rows), BITMAP_SMALL):
         literals, parts, start = [], [], 1  # SQL's substring counts from 1
         for key, text, count, path in rows:
