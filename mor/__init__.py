@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import mor.physical.spark.spark_settings  # noqa: F401
 import mor.rules.physical.rule_settings  # noqa: F401
 from mor.planner.errors import (
+    AmbiguousNameError,
     ArgumentError,
     ColumnNotFoundError,
     ConfigError,
@@ -107,6 +108,7 @@ __all__ = [
     "NotAQueryError",
     "SqlSyntaxError",
     "TableNotFoundError",
+    "AmbiguousNameError",
     "UnsupportedError",
     "Settings",
 ]

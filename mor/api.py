@@ -57,8 +57,9 @@ def mor_sql(
     settings: SettingsArg = None,
     branch: str = "main",
     dry_run: bool = False,
+    views: dict[str, DataFrame] | None = None,
 ) -> DataFrame:
-    """Run one statement over Iceberg tables.
+    """Run one statement over Iceberg tables, and anything else Spark's session names.
 
     A query (SELECT ...) returns a lazy DataFrame of exactly the live rows. Spark analyses it
     before this returns: an unknown function or column is a MorError naming it, with its line
@@ -71,7 +72,20 @@ def mor_sql(
     `num_affected_rows` (a MERGE's also by kind: `num_updated_rows`, `num_deleted_rows`,
     `num_inserted_rows`) and the `snapshot_id` committed (NULL when nothing changed, and
     with `dry_run`, which counts and commits nothing). `EXPLAIN [VERBOSE|PHYSICAL|ANALYZE]
-    <statement>` returns one row, its `plan`."""
+    <statement>` returns one row, its `plan`.
+
+    Names are resolved as Spark resolves them (docs/semantics.md, "Names"): a table of
+    mor's catalog (`ns.t`, `cat.ns.t`), else whatever Spark's session holds (temporary
+    views, `parquet.`/path``, tables of `spark_catalog` and other catalogs), and the
+    DataFrames handed in by name: `views={"staging": df}`. A name both mor's catalog and
+    Spark's session hold is an error, never a guess.
+
+    Tables are created, filled and changed in SQL too: CREATE TABLE [AS SELECT], REPLACE
+    TABLE, DROP TABLE, CREATE/DROP NAMESPACE, ALTER TABLE (columns, properties, partition
+    fields, write order, branches and tags), INSERT INTO / INSERT OVERWRITE (a row:
+    `num_affected_rows`, `snapshot_id`); SHOW NAMESPACES/TABLES/CREATE TABLE/TBLPROPERTIES and
+    DESCRIBE return their rows; a statement naming none of mor's tables (SET, CREATE
+    TEMPORARY VIEW ... USING, ...) is Spark's and runs as it is."""
     from mor.statements import StatementExecution
 
     return StatementExecution(
@@ -83,6 +97,7 @@ def mor_sql(
         spark=spark,
         branch=branch,
         dry_run=dry_run,
+        views=views,
     ).dataframe()
 
 

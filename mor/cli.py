@@ -33,6 +33,7 @@ from mor.options import (
     file_io,
     pairs,
     path_map,
+    remote_url,
     run_spark,
     spark_session,
 )
@@ -308,6 +309,7 @@ def _statements(args: argparse.Namespace, text: str | None = None) -> list[State
     if not stmts:
         raise SqlSyntaxError("empty statement: the input holds no SQL")
     cat = _catalog(args)
+    names = _names(args)
     return [
         StatementExecution(
             s,
@@ -318,30 +320,44 @@ def _statements(args: argparse.Namespace, text: str | None = None) -> list[State
             branch=getattr(args, "branch", "main"),
             dry_run=getattr(args, "dry_run", False),
             progress=progress.note,
+            names=names,
         )
         for s in stmts
     ]
 
 
-def _run_in_turn(args: argparse.Namespace, runs: list[StatementExecution]) -> int:
-    """`mor run` of statements among which writes or EXPLAINs: every statement is checked
-    first (its SQL, tables, columns, types, a write's clauses: `StatementExecution.check`),
-    and an error in any runs none; then each runs in turn (a query sees what the statements
-    before it committed); a write prints one line of what it did (a JSON object with
-    --format json), an EXPLAIN its plan, a query its rows. A failure only running finds (a
-    conflict, a store error, an interrupt) stops the script there, and its line names the
-    statements that committed before it."""
-    import json
+def _names(args: argparse.Namespace) -> Any:
+    """What Spark's session will hold under a statement's names: a Spark Connect server's
+    session is asked (made when a name needs it); a session the command starts holds none
+    but the catalogs its configuration names (physical/spark/names.py)."""
+    from mor.planning import Names
 
+    if remote_url(args):
+        from mor.physical.spark.names import LazyNames
+
+        return Names(spark=LazyNames(lambda: spark_session(args)))
+    return None
+
+
+def _run_in_turn(args: argparse.Namespace, runs: list[StatementExecution]) -> int:
+    """`mor run` of statements among which commands (writes, DDL, SHOW, EXPLAIN, Spark's
+    own): every statement is checked first (its SQL, tables, columns, types, a write's
+    clauses: `StatementExecution.check`, against the catalog as the statements before it
+    leave it), and an error in any runs none; then each runs in turn (a query sees what the
+    statements before it committed); a command prints one line of what it did (a JSON
+    object with --format json), an EXPLAIN its plan, a query and SHOW/DESCRIBE their rows.
+    A failure only running finds (a conflict, a store error, an interrupt) stops the script
+    there, and its line names the statements that committed before it."""
     from mor import interrupts
     from mor.planner.nodes import line_col
+    from mor.planner.pending import Pending
 
     if args.format == "parquet" or args.output:
         raise UsageError(
-            "--output and --format parquet write query results: run DELETE, UPDATE, MERGE and "
-            "EXPLAIN statements apart"
+            "--output and --format parquet write query results: run statements that change "
+            "tables, and EXPLAIN, apart"
         )
-    on_s3 = any(_writes_on_s3(args, r) for r in runs if r.is_write)
+    on_s3 = any(_writes_on_s3(args, r) for r in runs if not r.is_query)
     sessions: list[Any] = []
 
     def session() -> Any:
@@ -354,33 +370,33 @@ def _run_in_turn(args: argparse.Namespace, runs: list[StatementExecution]) -> in
         r.spark = session
     if len(runs) > 1:
         progress.note(f"checking {len(runs)} statements ...")
+        pending = Pending()
         for r in runs:
-            r.check()
+            r.check(pending)
     committed: list[str] = []
     try:
         for i, r in enumerate(runs, start=1):
-            if r.is_write:
-                report = r.write()
-                progress.clear()
-                if report.snapshot is not None and not report.dry_run:
-                    line = line_col(r.statement.source, r.statement.offset)[0]
-                    committed.append(
-                        f"statement {i} ({report.statement} at line {line}, snapshot "
-                        f"{report.snapshot})"
-                    )
-                out = json.dumps(report.as_dict()) if args.format == "json" else report.line()
-                sys.stdout.write(out + "\n")
-                sys.stdout.flush()
-                continue
+            out = r.run()
+            progress.clear()
+            if out.snapshot is not None and not r.dry_run:
+                line = line_col(r.source.source, r.source.offset)[0]
+                committed.append(
+                    f"statement {i} ({out.kind} at line {line}, snapshot {out.snapshot})"
+                )
             if r.is_explain:
-                sys.stdout.write(r.explain())
-                continue
-            df = r.query.use(session()).dataframe
-            if args.limit is not None:
-                df = df.limit(args.limit)
-            with progress.spark_stages(session(), f"statement {i}/{len(runs)}"):
-                cols, rows = run_spark(lambda df=df: (df.columns, df.collect()), r.query.plan)
-            sys.stdout.write(format_rows(cols, rows, args.format))
+                sys.stdout.write(out.line)
+            elif out.df is not None:
+                df = out.df if args.limit is None else out.df.limit(args.limit)
+                plan = r.query.plan if r.is_query else None
+                with progress.spark_stages(session(), f"statement {i}/{len(runs)}"):
+                    cols, rows = run_spark(lambda df=df: (df.columns, df.collect()), plan)
+                sys.stdout.write(format_rows(cols, rows, args.format))
+            elif out.rows is not None:
+                sys.stdout.write(format_rows(out.columns or [], out.rows, args.format))
+            else:
+                text = json.dumps(out.report, default=str) if args.format == "json" else out.line
+                sys.stdout.write(text + "\n")
+            sys.stdout.flush()
     except (MorError, KeyboardInterrupt) as e:
         if not committed:
             raise
@@ -394,13 +410,30 @@ def _run_in_turn(args: argparse.Namespace, runs: list[StatementExecution]) -> in
 
 
 def _writes_on_s3(args: argparse.Namespace, run: StatementExecution) -> bool:
-    """Whether a write's table is on S3 (its session needs Hadoop's s3a connector)."""
+    """Whether a statement writes a table on S3 (its session needs Hadoop's s3a connector):
+    a row-level write's or an INSERT's table, a new table of a catalog whose warehouse is on
+    S3."""
     from mor.catalogs import resolve_catalog
     from mor.planner.row_writes import parse_row_write
+    from mor.planner.statement_plans import CreateTable, InsertRows
 
-    cat = resolve_catalog(args.catalog, args.warehouse)
-    rw = parse_row_write(run.statement, run.branch, cat.table_exists)
-    return _table_on_s3(args, rw.name, cat)
+    plan = run.plan
+    try:
+        cat = resolve_catalog(args.catalog, args.warehouse)
+    except MorError:
+        return False  # no catalog yet: an embedded one is made locally
+    if run.is_write:
+        rw = parse_row_write(run.statement, run.branch, cat.table_exists)
+        return _table_on_s3(args, rw.name, cat)
+    if isinstance(plan, InsertRows):
+        try:
+            return _table_on_s3(args, plan.target.name, cat)
+        except MorError:
+            return False  # created by an earlier statement: its catalog's warehouse says
+    if isinstance(plan, (InsertRows, CreateTable)):
+        where = plan.location or str(cat.properties.get("warehouse", ""))
+        return where.startswith(("s3://", "s3a://", "s3n://"))
+    return False
 
 
 def _sql_text(args: argparse.Namespace) -> str:
@@ -507,7 +540,7 @@ def _run(args: argparse.Namespace) -> int:
     # the session: the JVM's start takes seconds, parsing and planning a fraction of one
     early = EarlySession(args) if EarlySession.wanted(args, text) else None
     statements = _statements(args, text)
-    if any(r.is_write or r.is_explain for r in statements):
+    if not all(r.is_query for r in statements):
         return _run_in_turn(args, statements)
     targets = _targets(args, len(statements))  # checked before any query runs
     runs = [r.query for r in statements]

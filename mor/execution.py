@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from mor.planner.nodes import Plan
     from mor.planner.sql import Statement
-    from mor.planning import Planned
+    from mor.planning import Names, Planned
     from mor.rules.physical.nodes import PhysicalNode
 
 _ATTRIBUTE = "_mor_execution"  # on the DataFrames `dataframe` returns
@@ -57,8 +57,15 @@ class QueryExecution:
         settings: Any = None,
         spark: SparkSession | None = None,
         cache: ProcessCaches | None = None,
+        views: dict[str, DataFrame] | None = None,
+        names: Names | None = None,
     ) -> None:
+        """`views`: DataFrames the statement may name (`views={"staging": df}`), bound where
+        it names them; `names`: what else its names may be (planner/names.py; default: the
+        session's, asked when planning needs them)."""
         self.sql = sql
+        self.views = dict(views or {})
+        self._names = names
         self.catalog = catalog
         self.path_map = path_map
         self.io_properties = io_properties
@@ -82,7 +89,23 @@ class QueryExecution:
                 io_properties=self.io_properties,
                 warehouse=self.warehouse,
                 cache=self.cache,
+                names=self.names,
             )
+
+    @property
+    def names(self) -> Names:
+        """What the statement's names may be besides mor's tables: the given session's names
+        (or the session mor runs on otherwise), and the views handed in."""
+        from mor.planning import Names
+
+        base = self._names if self._names is not None else Names()
+        spark = base.spark
+        if spark is None:
+            from mor.physical.spark.names import own_session_names, spark_names
+
+            spark = spark_names(self._spark) if self._spark is not None else own_session_names()
+        given = tuple(dict.fromkeys((*base.given, *self.views)))
+        return Names(spark=spark, given=given, pending=base.pending)
 
     @property
     def plan(self) -> Plan:
@@ -160,7 +183,11 @@ class QueryExecution:
             self.planned  # noqa: B018 - planned while the facts are asked
             session = self.session
             df = to_dataframe(
-                self.plan, session, self.cache, facts=facts if session is known else None
+                self.plan,
+                session,
+                self.cache,
+                facts=facts if session is known else None,
+                relations=self.views,
             )
         df.__dict__[_ATTRIBUTE] = self
         return df
@@ -171,7 +198,9 @@ class QueryExecution:
         from mor.physical import to_dataframe
 
         with applied(self.settings):
-            schema = to_dataframe(self.plan, self.session, None, analyse_only=True).schema
+            schema = to_dataframe(
+                self.plan, self.session, None, analyse_only=True, relations=self.views
+            ).schema
         return ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
 
     # --- EXPLAIN -------------------------------------------------------------------------

@@ -17,7 +17,9 @@ from pyiceberg.catalog import Catalog
 from mor.catalogs import resolve_catalog
 from mor.planner.attach import attach_files
 from mor.planner.errors import ArgumentError
+from mor.planner.names import SparkNames
 from mor.planner.nodes import Plan
+from mor.planner.pending import Pending
 from mor.planner.query_metrics import MorMetrics, static_metrics
 from mor.planner.settings import Settings, applied, effective_path_map
 from mor.planner.sources import PathMap, Resolver
@@ -89,6 +91,15 @@ _ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
         lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
         "a snapshot id (int) or None",
     ),
+    "views": (
+        lambda v: v is None
+        or (
+            isinstance(v, Mapping)
+            and all(isinstance(k, str) and k.isidentifier() for k in v)
+            and all(hasattr(d, "schema") for d in v.values())
+        ),
+        "a dict of view name -> DataFrame (names of one part, as a temporary view's), or None",
+    ),
     "columns": (
         lambda v: (
             v is None or (isinstance(v, (list, tuple)) and all(isinstance(c, str) for c in v))
@@ -150,13 +161,27 @@ def plan_query(
     warehouse: str | None = None,
     settings: SettingsArg = None,
     cache: ProcessCaches | None = None,
+    names: Names | None = None,
 ) -> Planned:
     """The one planning pipeline (API, EXPLAIN and CLI all call it): bind the statement (find
     its table references and what each needs), plan each scan's files, apply the merge-on-read
     rules. `sql`: one statement's text, or a Statement from `planner.sql.split_statements`.
-    `cache`: what planning keeps and reuses (default: this process's caches)."""
+    `cache`: what planning keeps and reuses (default: this process's caches). `names`: what
+    else the statement's names may be (Spark's session, views handed in, a script's tables
+    to come: planner/names.py); default: nothing but mor's catalog."""
     with applied(settings):
-        return _plan(sql, catalog, path_map, io_properties, warehouse, cache or caches())
+        return _plan(
+            sql, catalog, path_map, io_properties, warehouse, cache or caches(), names or Names()
+        )
+
+
+@dataclass(frozen=True)
+class Names:
+    """What a statement's names may be besides the tables of mor's catalog."""
+
+    spark: SparkNames | None = None  # what Spark's session holds (None: nothing)
+    given: tuple[str, ...] = ()  # the DataFrames the call hands in by name
+    pending: Pending | None = None  # a script's tables as its earlier statements leave them
 
 
 def _plan(
@@ -166,6 +191,7 @@ def _plan(
     io_properties: dict[str, str] | None,
     warehouse: str | None,
     cache: ProcessCaches,
+    names: Names,
 ) -> Planned:
     if isinstance(catalog, str):
         catalog = resolve_catalog(catalog)  # an unknown catalog name fails even for iceberg_scan
@@ -174,6 +200,9 @@ def _plan(
         lambda: resolve_catalog(catalog, warehouse),
         PathMap.of(effective_path_map(path_map)),
         io_properties,
+        spark=names.spark,
+        given=names.given,
+        pending=names.pending,
     )
     started = time.perf_counter()
     stmt = one_statement(sql) if isinstance(sql, str) else sql

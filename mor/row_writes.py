@@ -181,13 +181,17 @@ def run_row_write(
     spark: SparkArg = None,
     progress: Callable[[str], None] | None = None,
     check_only: bool = False,
+    views: dict[str, Any] | None = None,
+    names: Any = None,
 ) -> RowWriteReport:
     """Run a DELETE, UPDATE or MERGE statement (Spark SQL) as one merge-on-read commit on
     `branch` of its table (Spark's `ns.t.branch_<name>` names one too), its files read
     through `path_map` and `io_properties` as a query's are. `spark`: a session, or a
     function making one; `progress(text)`: called at each phase. `check_only`: stop once
     the statement is checked (its target, branch, clauses, and Spark's analysis of its rows
-    query with the written values' types), before any Spark job."""
+    query with the written values' types), before any Spark job. `views` and `names`: what
+    else the statement's names may be (the DataFrames handed in, Spark's session:
+    planner/names.py), for its source and subqueries."""
     started = time.perf_counter()
     note = progress or (lambda text: None)
     stmt = one_statement(sql) if isinstance(sql, str) else sql
@@ -204,8 +208,9 @@ def run_row_write(
     version = head.snapshot_id if head else None
     rq = rows_query(rw, target.schema, md.format_version, version, empty=head is None)
     run = QueryExecution(
-        rq.text, catalog=cat, path_map=path_map, io_properties=io_properties, warehouse=warehouse
-    )
+        rq.text, catalog=cat, path_map=path_map, io_properties=io_properties, warehouse=warehouse,
+        views=views, names=names,
+    )  # fmt: skip
     with told_in(stmt, rq.moved, rw.kind):
         planned = run.planned
     bound = [n for n in planned.logical.walk() if is_rows_target(n)]
@@ -303,10 +308,10 @@ def _live_rows(run: QueryExecution, rw: RowWrite, version: int | None, paths: se
     )
     count.narrow(lambda plan: only_files(plan, paths))
     df = count.use(run.session).dataframe
-    return int(_spark(lambda: df.first()[0], df))
+    return int(spark_call(lambda: df.first()[0], df))
 
 
-def _spark(fn: Callable[[], Any], df: Any) -> Any:
+def spark_call(fn: Callable[[], Any], df: Any) -> Any:
     """A Spark action over one of mor's DataFrames; its failure as one line."""
     with mor_errors(df), interrupts.spark_action():
         try:
@@ -336,7 +341,7 @@ def _counted(report: RowWriteReport, work: _Work, df: Any) -> None:
         F.sum(F.when(matched, 1).otherwise(0)).alias("m"),
         F.countDistinct(F.when(matched, F.col("_pos"))).alias("md"),
     )
-    rows = _spark(counts.collect, df)  # a row per data file changed
+    rows = spark_call(counts.collect, df)  # a row per data file changed
     for r in rows:
         if r["m"] != r["md"]:
             raise MorError(_cardinality(report.table, r["_file"]))
@@ -408,14 +413,14 @@ def _write_and_commit(
             raise  # committed before the interrupt took effect (its detail says so)
         what = f"{rw.kind} on {rw.name}"
         raise interrupts.not_committed(
-            what, rw.name, lambda: _clear(place, folder, committed)
+            what, rw.name, lambda: clear_folder(place, folder, committed)
         ) from e
     finally:
         if not unknown:
-            _clear(place, folder, committed)
+            clear_folder(place, folder, committed)
 
 
-def _clear(place: Any, folder: str, keep: set[str]) -> int:
+def clear_folder(place: Any, folder: str, keep: set[str]) -> int:
     """Delete the files of the statement's folder no commit references (a failed or repeated
     task attempt's; all of them when nothing was committed); an empty local folder too. The
     number of such files left (-1: a store that refused the listing)."""
@@ -563,7 +568,7 @@ def _operation(
             for k in counts:
                 counts[k] += r[k] or 0
         elif kind == "data":
-            values = _partition_values(md.spec(), schema, json.loads(r["partition"]))
+            values = partition_values(md.spec(), schema, json.loads(r["partition"]))
             footer = (pq.read_metadata(io.BytesIO(r["footer"])), r["size"])
             op.added_data.append(
                 data_file_of(src, path, values, md.default_spec_id, schema, footer)
@@ -641,7 +646,7 @@ def _replaced(work: _Work, report: RowWriteReport, op: RowDelta) -> None:
     )
 
 
-def _partition_values(spec: Any, schema: Schema, values: list[Any]) -> tuple[Any, ...]:
+def partition_values(spec: Any, schema: Schema, values: list[Any]) -> tuple[Any, ...]:
     """A new data file's partition values as the tasks return them (JSON: bytes as {"b":
     hex}, a decimal as {"d": text}), in the form pyiceberg's manifest writer takes."""
     import decimal

@@ -160,7 +160,7 @@ class Shell:
 
     def one(self, stmt: Any, fmt: Any, run_spark: Any) -> str:
         """One statement, run as `mor run` runs it, with the shell's options: a query's rows
-        (at most SHOWN_ROWS), an EXPLAIN's plan, what a DELETE, UPDATE or MERGE did."""
+        (at most SHOWN_ROWS), an EXPLAIN's plan, what a command did, SHOW's rows."""
         import json
 
         from mor.options import file_io, path_map
@@ -175,20 +175,22 @@ class Shell:
             branch=getattr(self.args, "branch", "main"),
             dry_run=getattr(self.args, "dry_run", False),
         )
-        run.spark = lambda: self.spark(run.query.plan)
-        if run.is_write:
-            report = run.write()
-            if getattr(self.args, "format", "table") == "json":
-                return json.dumps(report.as_dict()) + "\n"
-            return report.line() + "\n"
+        run.spark = lambda: self.spark(run.query.plan if run.is_query else None)
+        out = run.run()
         if run.is_explain:
-            return run.explain()
-        query = run.query.use(self.spark(run.query.plan))
-        df = query.dataframe
-        cols, rows = run_spark(lambda: (df.columns, df.limit(SHOWN_ROWS + 1).collect()), query.plan)
-        more = len(rows) > SHOWN_ROWS
-        text = fmt(cols, rows[:SHOWN_ROWS], "table")
-        return text + (f"(only the first {SHOWN_ROWS} rows are shown)\n" if more else "")
+            return out.line
+        if out.df is not None:
+            df = out.df
+            plan = run.query.plan if run.is_query else None
+            cols, rows = run_spark(lambda: (df.columns, df.limit(SHOWN_ROWS + 1).collect()), plan)
+            more = len(rows) > SHOWN_ROWS
+            text = fmt(cols, rows[:SHOWN_ROWS], "table")
+            return text + (f"(only the first {SHOWN_ROWS} rows are shown)\n" if more else "")
+        if out.rows is not None:
+            return fmt(out.columns or [], out.rows, "table")
+        if getattr(self.args, "format", "table") == "json":
+            return json.dumps(out.report, default=str) + "\n"
+        return out.line + "\n"
 
 
 def _prompt_lines() -> Iterator[str]:

@@ -105,8 +105,10 @@ class Compiler:
         cache: ProcessCaches,
         facts: Callable[[], SessionFacts] | None = None,
         resolve_every: bool = False,
+        relations: dict[str, DataFrame] | None = None,
     ) -> None:
         self.spark = spark
+        self.relations = relations or {}  # the DataFrames the call hands in by name
         self.cache = cache  # the process's caches (planner/state.py), passed down
         self.resolve_every = resolve_every  # every equality delete resolved (conversion)
         self._facts = facts or (lambda: session_facts(spark))  # asked once, when first needed
@@ -247,7 +249,8 @@ class Compiler:
         return reduce(lambda a, b: a.unionAll(b), parts)
 
     def _query(self, node: QueryExec) -> DataFrame:
-        return run_query(self.spark, node.node, [self.run(v) for v in node.views])
+        frames = [self.run(v) for v in node.views]
+        return run_query(self.spark, node.node, frames + given(node.node, self.relations))
 
     def _view(self, node: ViewExec) -> DataFrame:
         df = self.run(node.input)
@@ -323,11 +326,14 @@ def to_dataframe(
     *,
     analyse_only: bool = False,
     facts: Callable[[], SessionFacts] | None = None,
+    relations: dict[str, DataFrame] | None = None,
 ) -> DataFrame:
     """The query's result, built with the process's caches (`cache`). `analyse_only`: over
     empty scans, to have Spark check the query (and name its columns) without reading any
     file (no cache needed). `facts`: the session's facts when the caller started asking for
-    them before planning (physical/scan/reads.early_facts), else asked here."""
+    them before planning (physical/scan/reads.early_facts), else asked here. `relations`:
+    the DataFrames the call hands in by name (`views=`), bound where the statement names
+    them."""
     if not isinstance(plan, SparkQuery):
         raise InternalError("a plan to run must be a SparkQuery")
     if cache is None and not analyse_only:
@@ -335,10 +341,10 @@ def to_dataframe(
     compiler, query = None, None
     try:
         if analyse_only:
-            frames = [_empty(spark, s) for s in plan.scans]
+            frames = [_empty(spark, s) for s in plan.scans] + given(plan, relations or {})
         else:
             assert cache is not None
-            compiler = Compiler(spark, cache, facts)
+            compiler = Compiler(spark, cache, facts, relations=relations)
             query = compiler.plan(plan)
             assert isinstance(query, QueryExec)
             compiler.count_reads(query)
@@ -360,6 +366,16 @@ def to_dataframe(
     return run_query(spark, plan, frames)
 
 
+def given(plan: SparkQuery, relations: dict[str, DataFrame]) -> list[DataFrame]:
+    """The DataFrames handed in by name that the statement reads, in `plan.relations`'s
+    order."""
+    by_lower = {k.lower(): v for k, v in relations.items()}
+    missing = [r for r in plan.relations if r not in by_lower]
+    if missing:
+        raise InternalError(f"the statement reads views {missing} the call did not hand in")
+    return [by_lower[r] for r in plan.relations]
+
+
 def run_query(spark: SparkSession, plan: SparkQuery, frames: list[DataFrame]) -> DataFrame:
     """`spark.sql` of the statement, each scan bound under a name of its own; the user's
     session keeps no trace of the names.
@@ -369,7 +385,11 @@ def run_query(spark: SparkSession, plan: SparkQuery, frames: list[DataFrame]) ->
     runs, so the scans travel inside the SQL relation itself (`WithRelations`), and the query is
     analysed once here so that its errors come now, as for classic."""
     tag = uuid.uuid4().hex[:12]
-    names = tuple(f"mor_scan_{i + 1}_{tag}" for i in range(len(frames)))
+    names = tuple(f"mor_scan_{i + 1}_{tag}" for i in range(len(plan.scans))) + tuple(
+        f"mor_view_{i + 1}_{tag}" for i in range(len(plan.relations))
+    )
+    if len(names) != len(frames):
+        raise InternalError("a frame per scan and per view handed in is needed")
     text, _ = plan.text_with(names)
     if is_connect(spark):
         try:

@@ -106,7 +106,7 @@ def run_row_write_job(df: DataFrame, job: RowWriteJob) -> list[dict[str, Any]]:
         "codec": job.codec,
         "target_bytes": job.target_bytes,
     }
-    records = _collected(df.mapInArrow(rows_stage(args), RECORD_DDL))
+    records = collected(df.mapInArrow(rows_stage(args), RECORD_DDL))
     per_file: dict[str, int] = {}
     for r in records:
         if r["kind"] in POSITIONS:
@@ -117,14 +117,14 @@ def run_row_write_job(df: DataFrame, job: RowWriteJob) -> list[dict[str, Any]]:
         rows = [tuple(r[k] for k in RECORD.names) for r in parts]
         joined = df.sparkSession.createDataFrame(rows, RECORD_DDL).repartition("file")
         records = [r for r in records if not (r["kind"] in POSITIONS and r["file"] in split)]
-        records += _collected(joined.mapInArrow(merge_stage(args), RECORD_DDL))
+        records += collected(joined.mapInArrow(merge_stage(args), RECORD_DDL))
     return [r for r in records if r["kind"] != "matched"]
 
 
 POSITIONS = ("delete_file", "dv", "matched")  # the records of a data file's positions
 
 
-def _collected(records: DataFrame) -> list[dict[str, Any]]:
+def collected(records: DataFrame) -> list[dict[str, Any]]:
     """The records (a few rows: one per file written), as dicts; Spark's failure in one
     line."""
     try:

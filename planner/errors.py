@@ -29,6 +29,11 @@ class ColumnNotFoundError(MorError):
     pass
 
 
+class AmbiguousNameError(TableNotFoundError):
+    """A name both mor's catalog and Spark's session hold: mor never takes it from one of
+    them silently (planner/names.py)."""
+
+
 class UnsupportedError(MorError):
     """A SQL construct or a table feature that mor refuses rather than reading around it."""
 

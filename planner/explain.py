@@ -190,8 +190,9 @@ def _pruning(scans: list[IcebergScan]) -> list[str]:
 
 
 def scan_names(query: SparkQuery) -> tuple[str, ...]:
-    """The names EXPLAIN gives the scans' views in the query text: scan_1, scan_2, ..."""
-    return tuple(f"scan_{i + 1}" for i in range(len(query.scans)))
+    """The names EXPLAIN gives the scans' views in the query text: scan_1, scan_2, ...; and
+    a DataFrame handed in by name is shown under that name."""
+    return tuple(f"scan_{i + 1}" for i in range(len(query.scans))) + query.relations
 
 
 def query_section(optimized: Plan, output: str | None = None) -> list[str]:
@@ -204,6 +205,8 @@ def query_section(optimized: Plan, output: str | None = None) -> list[str]:
         out.append(f"-- output: {output}")
     if optimized.note:
         out.append(f"-- {optimized.note}")
+    if optimized.relations:
+        out.append(f"-- DataFrames handed in (views=): {', '.join(optimized.relations)}")
     return out + [""]
 
 

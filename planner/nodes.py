@@ -599,12 +599,15 @@ class TableChanges(Plan):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TextEdit:
     """One change to the statement's text: [start, end) replaced by the view name of scan
-    `scan`, or by `text` when `scan` is None (an alias Spark would otherwise not know)."""
+    `scan`, by the name a DataFrame handed in is bound under (`relation`: its index in
+    `SparkQuery.relations`), or by `text` when both are None (an alias Spark would otherwise
+    not know)."""
 
     start: int
     end: int
     scan: int | None = None
     text: str = ""
+    relation: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -622,6 +625,9 @@ class SparkQuery(Plan):
     refs: tuple[str, ...]  # each scan's table reference as written, for errors and EXPLAIN
     note: str = ""  # why no filter reached the scans, when the query could not be analysed
     columns: tuple[tuple[str, ...], ...] = ()  # every column of each scan's table, for errors
+    # the DataFrames the call hands in by name (`views=`) that the statement reads, bound
+    # under names of their own after the scans' (planner/names.py)
+    relations: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.refs) != len(self.scans):
@@ -646,15 +652,22 @@ class SparkQuery(Plan):
         return ()  # Spark's analyzer decides the query's columns
 
     def text_with(self, names: tuple[str, ...]) -> tuple[str, list[tuple[int, int, bool]]]:
-        """The statement with scan i read from view names[i], and where each piece of it came
-        from: (offset in the new text, offset in the statement, whether it is an edit)."""
+        """The statement with scan i read from view names[i] (and relation j, a DataFrame
+        handed in, from names[len(scans) + j]), and where each piece of it came from: (offset
+        in the new text, offset in the statement, whether it is an edit)."""
         out: list[str] = []
         marks: list[tuple[int, int, bool]] = []
         pos = new = 0
         for e in self.edits:
+            if e.scan is not None:
+                bound = names[e.scan]
+            elif e.relation is not None:
+                bound = names[len(self.scans) + e.relation]
+            else:
+                bound = e.text
             for piece, old, edited in (
                 (self.statement[pos : e.start], pos, False),
-                (names[e.scan] if e.scan is not None else e.text, e.start, True),
+                (bound, e.start, True),
             ):
                 marks.append((new, old, edited))
                 out.append(piece)

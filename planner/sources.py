@@ -18,10 +18,10 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyiceberg import serializers
 from pyiceberg.catalog import Catalog, load_catalog
@@ -47,7 +47,11 @@ from mor.planner.errors import (
     TableNotFoundError,
     clipped,
 )
+from mor.planner.names import SparkNames
 from mor.planner.requests import CountingFileIO
+
+if TYPE_CHECKING:
+    from mor.planner.pending import Pending
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,13 +283,20 @@ def is_table_path(name: str) -> bool:
 
 
 class Resolver:
-    """Loads tables by name (through a catalog) or by metadata path, each once per query."""
+    """Loads tables by name (through a catalog) or by metadata path, each once per query;
+    knows what else a statement's names may be (planner/names.py): what Spark's session
+    holds (`spark`), the DataFrames the call hands in by name (`given`), and the tables a
+    script's earlier statements create or drop (`pending`, checked before they run)."""
 
     def __init__(
         self,
         catalog: Catalog | Callable[[], Catalog] | None,
         path_map: PathMap,
         io_properties: dict[str, str] | None = None,
+        *,
+        spark: SparkNames | None = None,
+        given: Iterable[str] = (),
+        pending: Pending | None = None,
     ) -> None:
         """`catalog` may be a factory: it is then called only when a table is named.
         `io_properties`: the caller's FileIO properties, over every other source."""
@@ -294,6 +305,43 @@ class Resolver:
         self._io_explicit = {str(k): str(v) for k, v in (io_properties or {}).items()}
         self._io_defaults = io_defaults()
         self._cache: dict[str, TableSource] = {}
+        self.spark = spark if spark is not None else SparkNames()
+        self.given = frozenset(g.lower() for g in given)
+        self.pending = pending
+
+    @property
+    def catalog(self) -> Catalog:
+        """The statement's catalog (made now when given as a factory)."""
+        if callable(self._catalog) and not isinstance(self._catalog, Catalog):
+            self._catalog = self._catalog()
+        if self._catalog is None:
+            raise TableNotFoundError("no catalog is configured")
+        return self._catalog
+
+    def catalog_name(self) -> str | None:
+        """The statement's catalog's name, without making it (None: not known yet)."""
+        if isinstance(self._catalog, Catalog):
+            return self._catalog.name
+        return None
+
+    def catalog_has(self, parts: tuple[str, ...]) -> bool:
+        """Whether mor's catalog holds a table named `parts` (`ns.t` or `cat.ns.t`)."""
+        try:
+            self.by_name(parts)
+        except TableNotFoundError:
+            return False
+        return True
+
+    def is_mor_catalog(self, name: str) -> bool:
+        """Whether `name` names a catalog mor reads: the statement's own, or one configured
+        for mor or pyiceberg."""
+        own = self.catalog_name()
+        if own is None:
+            try:
+                own = self.catalog.name
+            except MorError:
+                own = None
+        return name == own or _is_configured(name)
 
     def _path_io(self, location: str) -> FileIO:
         """The FileIO of a table named by path: the defaults and the caller's properties."""
@@ -389,6 +437,11 @@ class Resolver:
         key = f"{catalog.name}:{'.'.join(parts)}"
         if key in self._cache:
             return self._cache[key]
+        if self.pending is not None:
+            found = self.pending.source(catalog.name, ".".join(parts), self._map)
+            if found is not None:
+                self._cache[key] = found
+                return found
         try:
             with variants_understood():
                 table = catalog.load_table(parts)

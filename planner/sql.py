@@ -24,7 +24,14 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
 from mor.planner.defaults import check_nested, default_sql
-from mor.planner.errors import NotAQueryError, SqlSyntaxError, TableNotFoundError, UnsupportedError
+from mor.planner.errors import (
+    AmbiguousNameError,
+    NotAQueryError,
+    SqlSyntaxError,
+    TableNotFoundError,
+    UnsupportedError,
+)
+from mor.planner.names import is_spark_only
 from mor.planner.nodes import (
     LINEAGE_COLUMNS,
     METADATA_TABLES,
@@ -99,8 +106,24 @@ def _split(source: str) -> list[Statement]:
             continue
         start, end = g[0].start, g[-1].end + 1
         text = source[start:end]
-        out.append(Statement(text, start, source, _parse(_for_parsing(text, g), start, source)))
+        tree = _read_by_mor(text, g)
+        if tree is None:
+            tree = _parse(_for_parsing(text, g), start, source)
+        out.append(Statement(text, start, source, tree))
     return out
+
+
+# statements mor reads from their tokens (planner/ddl_parse.py, planner/binding.py): sqlglot
+# models only some of their forms (Iceberg's ALTER TABLE extensions, SHOW, DESCRIBE t col)
+_BY_MOR = (("ALTER", "TABLE"), ("SHOW",), ("DESCRIBE",), ("DESC",), ("CALL",))
+
+
+def _read_by_mor(text: str, tokens: list[Token]) -> exp.Expression | None:
+    words = [t.text.upper() for t in tokens[:2]]
+    for lead in _BY_MOR:
+        if words[: len(lead)] == list(lead):
+            return exp.Command(this=words[0], expression=exp.Literal.string(text))
+    return None
 
 
 def _for_parsing(text: str, tokens: list[Token]) -> str:
@@ -110,6 +133,10 @@ def _for_parsing(text: str, tokens: list[Token]) -> str:
     the scan's view anyway)."""
     base = tokens[0].start
     out = list(text)
+    first = [t.text.upper() for t in tokens[:2]]
+    if first == ["REPLACE", "TABLE"]:
+        # Iceberg's REPLACE TABLE, read as CREATE TABLE (planner/binding.py tells them apart)
+        out[0:7] = list("CREATE ")
     for a, b in zip(tokens, tokens[1:]):
         if a.text.upper() == "FOR" and b.text.upper() == "SYSTEM_VERSION":
             lo, hi = a.start - base, b.end - base + 1
@@ -197,14 +224,12 @@ def readable_syntax_error(desc: str, token: str, at_end: bool) -> str:
 
 
 def check_is_query(stmt: exp.Expression) -> None:
-    if isinstance(stmt, exp.Query):
+    if isinstance(stmt, (exp.Query, exp.Values)):  # VALUES (...), (...) is a query in Spark
         return
     kind = stmt.key.upper()
     if isinstance(stmt, exp.Command):
         kind = str(stmt.this).upper()
-    raise NotAQueryError(
-        f"{kind} statements are not supported: mor runs queries (SELECT), DELETE, UPDATE and MERGE"
-    )
+    raise NotAQueryError(f"{kind} is not a query: it has no rows to plan")
 
 
 def one_statement(sql: str) -> Statement:
@@ -236,7 +261,14 @@ def bind(stmt: Statement, resolver: Resolver) -> SparkQuery:
 
 def _bind(stmt: Statement, resolver: Resolver) -> SparkQuery:
     check_is_query(stmt.tree)
-    refs = [_resolve(stmt, t, resolver) for t in iceberg_tables(stmt.tree)]
+    refs: list[_Ref] = []
+    given: list[exp.Table] = []  # DataFrames the call hands in by name
+    for t in iceberg_tables(stmt.tree):
+        owner = _owner(stmt, t, resolver)
+        if owner == "given":
+            given.append(t)
+        elif owner == "mor":
+            refs.append(_resolve(stmt, t, resolver))
     refs.sort(key=lambda r: _start(r.node))
     data = [r for r in refs if r.kind is None]
     analysis = analyze(
@@ -275,6 +307,13 @@ def _bind(stmt: Statement, resolver: Resolver) -> SparkQuery:
             k += 1
         edits += _edits(stmt, r, i)
     edits += _qualifier_edits(stmt, refs)
+    relations = sorted({t.name.lower() for t in given})
+    for t in given:
+        start = _start(t)
+        end = max(p.meta["end"] for p in t.parts) + 1
+        edits.append(TextEdit(start=start, end=end, relation=relations.index(t.name.lower())))
+        if not t.alias:  # Spark names an unaliased relation by its name: keep that name
+            edits.append(TextEdit(start=end, end=end, text=f" AS {t.this.sql(DIALECT)}"))
     return SparkQuery(
         statement=stmt.text,
         offset=stmt.offset,
@@ -284,6 +323,7 @@ def _bind(stmt: Statement, resolver: Resolver) -> SparkQuery:
         refs=tuple(stmt.text[slice(*r.span)] for r in refs),
         note=analysis.note,
         columns=tuple(tuple(r.schema.top_level_names()) if r.kind is None else () for r in refs),
+        relations=tuple(relations),
     )
 
 
@@ -319,6 +359,69 @@ def _resolve(stmt: Statement, t: exp.Table, resolver: Resolver) -> _Ref:
     except TableNotFoundError as e:
         line, col = line_col(stmt.source, stmt.offset + _start(t))
         raise TableNotFoundError(f"{e} (line {line}, column {col})") from e
+
+
+def _owner(stmt: Statement, t: exp.Table, resolver: Resolver) -> str:
+    """Whose relation a table reference is (planner/names.py): "mor" (a table of mor's
+    catalog, iceberg_scan(...), table_changes(...)), "given" (a DataFrame the call hands in
+    by name) or "spark" (left in the text for Spark's analyzer to resolve)."""
+    if not isinstance(t.this, exp.Identifier):
+        return "mor"
+    try:
+        return owner_of(tuple(p.name for p in t.parts), t.this.quoted, resolver)
+    except (TableNotFoundError, AmbiguousNameError) as e:
+        line, col = line_col(stmt.source, stmt.offset + _start(t))
+        raise type(e)(f"{e} (line {line}, column {col})") from e
+
+
+def owner_of(parts: tuple[str, ...], quoted_last: bool, resolver: Resolver) -> str:
+    """Whose relation `parts` names: "given", "spark" or "mor", by the rule of
+    planner/names.py; a name both mor's catalog and Spark's session hold is an
+    AmbiguousNameError, one neither holds a TableNotFoundError naming where it looked."""
+    spark = resolver.spark
+    shown = ".".join(parts)
+    if len(parts) == 1:
+        return "given" if parts[0].lower() in resolver.given else "spark"
+    if is_spark_only(parts, quoted_last):
+        return "spark"
+    # three parts are Spark's only when the first names one of its catalogs (Spark reads
+    # `a.b.c` as catalog `a`'s table `b.c`); else mor's (`ns.t.snapshots`, `ns.t.branch_b`)
+    spark_catalog = len(parts) == 3 and spark.is_catalog(parts[0])
+    if spark_catalog and not resolver.is_mor_catalog(parts[0]):
+        return "spark"
+    if len(parts) > 3 or (len(parts) == 3 and not spark_catalog):
+        return "mor"
+    try:
+        _mor_source(parts, resolver)
+    except TableNotFoundError as e:
+        held = spark.relation(parts)
+        if held is not None:
+            return "spark"
+        if spark_catalog:
+            raise TableNotFoundError(
+                f"{e}; nor does Spark's catalog {parts[0]} hold {shown}"
+            ) from e
+        raise TableNotFoundError(f"{e}; nor is {shown} in {spark.where()}") from e
+    held = spark.relation(parts)
+    if held is not None:
+        name = resolver.catalog_name() or "mor's catalog"
+        raise AmbiguousNameError(
+            f"{shown} names both a table of mor's catalog {name!r} and {held} of Spark's "
+            f"session: name one of them whole ({name}.{shown} for mor's, or Spark's by its "
+            "catalog) or rename one"
+        )
+    return "mor"
+
+
+def _mor_source(parts: tuple[str, ...], resolver: Resolver) -> TableSource:
+    """The table of mor's catalog `parts` names: a table, or (`ns.t.snapshots`, when no
+    table has that name) the table of a metadata table."""
+    try:
+        return resolver.by_name(parts)
+    except TableNotFoundError:
+        if len(parts) < 3 or parts[-1].lower() not in METADATA_TABLES:
+            raise
+        return resolver.by_name(parts[:-1])
 
 
 def _resolve_at(stmt: Statement, t: exp.Table, resolver: Resolver) -> _Ref:

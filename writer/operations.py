@@ -311,3 +311,189 @@ def appended(data: list[DataFile], deletes: list[DataFile]) -> RowDelta:
     """New data files and delete files, nothing removed and nothing read (the test tables'
     and the demo's writer): an `append`, or an `overwrite` with delete files."""
     return RowDelta(added=list(deletes), added_data=list(data))
+
+
+@dataclass(frozen=True)
+class Removed:
+    """A live file an operation removes, as its manifest records it (what its summary
+    counts): its content, rows and bytes (a deletion vector's blob), spec and partition."""
+
+    path: str
+    content: DataFileContent
+    records: int
+    size: int
+    spec_id: int
+    partition: str  # the partition's values, as text (`changed-partition-count`)
+    dv_offset: int | None = None
+
+    @staticmethod
+    def of(f: Any) -> Removed:
+        offset = f.content_offset if f.file_format == FileFormat.PUFFIN else None
+        return Removed(
+            f.file_path, f.content, int(f.record_count), content_size(f), int(f.spec_id or 0),
+            str(f.partition), offset,
+        )  # fmt: skip
+
+
+@dataclass
+class AppendFiles(Operation):
+    """Iceberg's `AppendFiles` (INSERT INTO, the first snapshot of CREATE TABLE AS SELECT):
+    new data files, nothing removed, nothing validated (an append conflicts with nothing)."""
+
+    @property
+    def operation(self) -> Op:
+        return Op.APPEND
+
+    def validate(self, table: Table, news: Sequence[Snapshot], identifier: str) -> None:
+        return
+
+    def summary_of(self, head: Snapshot | None) -> Summary:
+        return _summary(self.operation, self.added_data, [], head, {})
+
+
+@dataclass
+class OverwriteFiles(Operation):
+    """INSERT OVERWRITE as Iceberg commits it: `OverwriteFiles.overwriteByRowFilter` (static:
+    the live data files a filter selects whole, every file without one) or
+    `ReplacePartitions` (`replace_partitions`: the files of the partitions the new files land
+    in), with the delete files of what they replace, and the new data files.
+
+    As Iceberg's, the filter (or the partitions) applies to the branch as it is when the
+    commit lands: a data file committed meanwhile that `replaces` selects is replaced too,
+    unless an isolation level was asked for (`isolation`, Iceberg's `isolation-level` write
+    option): then a data file added meanwhile to what is replaced is a conflict under
+    `serializable` (validateNoConflictingData), and delete files added meanwhile to a
+    replaced data file under both `serializable` and `snapshot` (validateNoConflictingDeletes).
+    `removing`: the files removed, with what the summary counts."""
+
+    replaces: Callable[[Any], bool] | None = None
+    isolation: str | None = None
+    replace_partitions: bool = False
+    removing: dict[tuple[str, int | None], Removed] = field(default_factory=dict)
+
+    def remove(self, f: Any) -> None:
+        """Remove the live file `f` (a data file, a delete file or a deletion vector)."""
+        r = Removed.of(f)
+        self.removing[(r.path, r.dv_offset)] = r
+        if f.content == DataFileContent.DATA:
+            self.removed_data.add(r.path)
+        elif r.dv_offset is not None:
+            self.removed_dvs.add((r.path, r.dv_offset))
+        else:
+            self.removed.add(r.path)
+
+    def _forget(self, path: str) -> None:
+        self.removed_data.discard(path)
+        self.removing.pop((path, None), None)
+
+    @property
+    def operation(self) -> Op:
+        return Op.OVERWRITE
+
+    @property
+    def referenced(self) -> set[str]:
+        return set(self.removed_data)
+
+    def validate(self, table: Table, news: Sequence[Snapshot], identifier: str) -> None:
+        for snap in news:
+            for status, _, f in added_entries(table, snap):
+                what = self._meanwhile(status, f)
+                if what:
+                    raise ConflictError(
+                        f"{identifier}: snapshot {snap.snapshot_id} "
+                        f"({snap.summary.operation.value if snap.summary else '?'}), committed "
+                        f"meanwhile, {what}; nothing was committed ({self.isolation} isolation)"
+                    )
+
+    def _meanwhile(self, status: int, f: Any) -> str:
+        """What a file a commit landed meanwhile means for this overwrite: a conflict (its
+        text), or nothing once the overwrite is fitted to it."""
+        path = f.file_path
+        if status == DELETED:
+            if f.content == DataFileContent.DATA and path in self.removed_data:
+                if self.isolation is not None:
+                    return f"removed data file {path}, which this overwrite replaces"
+                self._forget(path)  # gone already: nothing to replace
+            elif (path, None) in self.removing or (path, getattr(f, "content_offset", None)) in (
+                self.removing
+            ):
+                self.removing.pop((path, None), None)
+                self.removed.discard(path)
+                self.removed_dvs = {(p, o) for p, o in self.removed_dvs if p != path}
+            return ""
+        if status != ADDED:
+            return ""
+        if f.content == DataFileContent.DATA:
+            if self.replaces is not None and self.replaces(f):
+                if self.isolation == "serializable":
+                    return (
+                        f"added data file {path} to what this overwrite replaces "
+                        "(validateNoConflictingData)"
+                    )
+                self.remove(f)  # the filter at commit time takes it too, as Iceberg's
+            return ""
+        named = named_data_file(f)
+        if named is not None and named in self.removed_data:
+            if self.isolation is not None:
+                return (
+                    f"added deletes {path} to data file {named}, which this overwrite "
+                    "replaces (validateNoConflictingDeletes)"
+                )
+            self.remove(f)
+        elif self.replaces is not None and self.replaces(f):
+            if self.isolation is not None:
+                return f"added deletes {path} to what this overwrite replaces"
+            self.remove(f)
+        return ""
+
+    def summary_of(self, head: Snapshot | None) -> Summary:
+        extra = {"replace-partitions": "true"} if self.replace_partitions else {}
+        return _summary(self.operation, self.added_data, list(self.removing.values()), head,
+                        extra)  # fmt: skip
+
+
+def _summary(
+    op: Op, added: list[DataFile], removed: list[Removed], head: Snapshot | None,
+    extra: dict[str, str],
+) -> Summary:  # fmt: skip
+    """Iceberg's `SnapshotSummary` of new data files and removed files: what was added and
+    removed, the partitions changed, and the totals after (from the head's, or from zero on
+    a branch's first snapshot)."""
+    data = [r for r in removed if r.content == DataFileContent.DATA]
+    pos = [r for r in removed if r.content == DataFileContent.POSITION_DELETES]
+    eq = [r for r in removed if r.content == DataFileContent.EQUALITY_DELETES]
+    dvs = [r for r in pos if r.dv_offset is not None]
+    counts = {
+        "added-data-files": len(added),
+        "deleted-data-files": len(data),
+        "added-records": sum(f.record_count for f in added),
+        "deleted-records": sum(r.records for r in data),
+        "added-files-size": sum(content_size(f) for f in added),
+        "removed-files-size": sum(r.size for r in removed),
+        "removed-delete-files": len(pos) + len(eq),
+        "removed-position-delete-files": len(pos) - len(dvs),
+        "removed-dvs": len(dvs),
+        "removed-equality-delete-files": len(eq),
+        "removed-position-deletes": sum(r.records for r in pos),
+        "removed-equality-deletes": sum(r.records for r in eq),
+    }
+    props = {k: str(v) for k, v in counts.items() if v}
+    parts = {(f.spec_id, str(f.partition)) for f in added}
+    parts |= {(r.spec_id, r.partition) for r in removed}
+    props["changed-partition-count"] = str(len(parts))
+    props.update(extra)
+    before = head.summary if head is not None and head.summary is not None else None
+    for total, plus, minus in (
+        ("total-data-files", len(added), len(data)),
+        ("total-delete-files", 0, len(pos) + len(eq)),
+        ("total-records", counts["added-records"], counts["deleted-records"]),
+        ("total-files-size", counts["added-files-size"], counts["removed-files-size"]),
+        ("total-position-deletes", 0, counts["removed-position-deletes"]),
+        ("total-equality-deletes", 0, counts["removed-equality-deletes"]),
+    ):
+        try:
+            start = int(before.get(total) or 0) if before is not None else 0
+        except ValueError:
+            continue
+        props[total] = str(start + plus - minus)
+    return Summary(op, **props)

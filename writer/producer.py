@@ -24,8 +24,6 @@ deleted before returning or raising; only a commit whose outcome the catalog cou
 
 from __future__ import annotations
 
-import gzip
-import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -251,6 +249,26 @@ class SnapshotProducer:
             ) from e
 
 
+def new_table_snapshot(
+    table: Table, op: Operation, written: list[str], prefix: str = "mor"
+) -> tuple[Snapshot, tuple[Any, ...]]:
+    """The first snapshot of a table not committed yet (a staged CREATE TABLE AS SELECT, a
+    REPLACE TABLE's new rows): its manifests and list written (their paths appended to
+    `written`), and the updates that add it and point main at it, for the catalog commit
+    that creates (or replaces) the table."""
+    producer = SnapshotProducer(None, ".".join(table.name()), prefix=prefix)  # type: ignore[arg-type]
+    snapshot_id = _new_snapshot_id(table)
+    ours = manifests.added_manifests(table, op, snapshot_id, written, prefix)
+    snapshot = producer._snapshot(table, None, op, ours, snapshot_id, written)
+    updates = (
+        AddSnapshotUpdate(snapshot=snapshot),
+        SetSnapshotRefUpdate(
+            ref_name="main", type=SnapshotRefType.BRANCH, snapshot_id=snapshot.snapshot_id
+        ),
+    )
+    return snapshot, updates
+
+
 def _new_snapshot_id(table: Table) -> int:
     taken = {s.snapshot_id for s in table.metadata.snapshots}
     while True:
@@ -261,54 +279,10 @@ def _new_snapshot_id(table: Table) -> int:
 
 @contextmanager
 def _v3_metadata(catalog: Catalog, table: Table, identifier: str) -> Iterator[None]:
-    """Let a catalog that writes the table's metadata file itself (SQL, Hive, Glue, ...)
-    write a v3 one: pyiceberg 0.12 models v3 metadata and applies the commit's updates to it
-    (`next-row-id` advanced by the snapshot's `added-rows`), but refuses to serialize it
-    (iceberg-python #1551). For this commit only, this catalog object serializes it with
-    pydantic, as it serializes v2 metadata, after two checks that refuse the commit (nothing
-    written) when they fail: the JSON parses back to the same metadata, and it keeps every
-    key the previous metadata file has, at the top and in each snapshot (a field pyiceberg
-    does not model would be lost). A REST catalog writes the file itself: nothing to do."""
-    from pyiceberg.table.metadata import TableMetadataUtil
-    from pyiceberg.typedef import IcebergBaseModel
+    """A v3 table's metadata written for this commit (writer/catalog_changes.v3_writes: the
+    keys of the previous metadata file kept, the JSON read back)."""
+    from mor.writer.catalog_changes import v3_writes
 
-    if table.metadata.format_version < 3 or not hasattr(type(catalog), "_write_metadata"):
+    with v3_writes(catalog, table.metadata.format_version, table.metadata_location, identifier,
+                   table.io):  # fmt: skip
         yield
-        return
-    with table.io.new_input(table.metadata_location).open() as stream:
-        raw = stream.read()
-    before = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-
-    def write(metadata: Any, io: Any, metadata_path: str) -> None:
-        path = metadata_path
-        text = IcebergBaseModel.model_dump_json(metadata, exclude_none=True)
-        after = json.loads(text)
-        lost = sorted(set(before) - set(after))
-        snaps = {s["snapshot-id"]: s for s in after.get("snapshots", [])}
-        for old in before.get("snapshots", []):
-            lost += [
-                f"snapshot {old['snapshot-id']} {k}"
-                for k in old
-                if k not in snaps.get(old["snapshot-id"], {})
-            ]
-        if lost:
-            raise MorError(
-                f"{identifier}: its v3 metadata written by pyiceberg would lose "
-                f"{', '.join(lost[:5])}; nothing was committed"
-            )
-        if TableMetadataUtil.parse_raw(text) != metadata:
-            raise MorError(
-                f"{identifier}: its v3 metadata does not read back as written; nothing was "
-                "committed"
-            )
-        data = text.encode()
-        if ".gz." in path.rsplit("/", 1)[-1]:
-            data = gzip.compress(data)
-        with io.new_output(path).create(overwrite=False) as out:
-            out.write(data)
-
-    catalog._write_metadata = write  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        del catalog._write_metadata  # type: ignore[attr-defined]

@@ -39,9 +39,9 @@ def query_error(e: BaseException, plan: SparkQuery, names: tuple[str, ...]) -> Q
     first = lines[0] if lines else type(e).__name__
     m = _WHERE.search(text)
     message = _WHERE.sub("", first).strip().rstrip(";").strip()
-    for name, ref in zip(names, plan.refs):
+    for name, ref in zip(names, plan.refs + plan.relations):
         message = message.replace(name, ref)
-    message = re.sub(r"\bmor_scan_\d+_[0-9a-f]{12}\b", "<scan>", message)
+    message = re.sub(r"\bmor_(?:scan|view)_\d+_[0-9a-f]{12}\b", "<scan>", message)
     if m is not None:
         line, col = plan.position(names, int(m.group(1)), int(m.group(2)))
         message += f" (line {line}, column {col})"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ("roaring", "transforms", "row_files")
+MODULES = ("roaring", "transforms", "row_files", "append_files", "buckets")
 
 
 def by_value() -> None:

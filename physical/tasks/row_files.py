@@ -68,16 +68,16 @@ ROW_GROUP_BYTES = 128 << 20
 BUFFERED_BYTES = 256 << 20  # new rows a task holds before writing the largest partition's
 
 
-def _record(kind: str, **values: Any) -> pa.RecordBatch:
+def record(kind: str, **values: Any) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([{"kind": kind, **values}], schema=RECORD)
 
 
-def _fail(message: str) -> ValueError:
+def fail(message: str) -> ValueError:
     """A failure the driver reports as one line (physical/spark/spark_errors.py: `mor: ...`)."""
     return ValueError(f"mor: {message}")
 
 
-def _task_number() -> str:
+def task_number() -> str:
     try:
         from pyspark import TaskContext
 
@@ -87,13 +87,13 @@ def _task_number() -> str:
     return f"{ctx.partitionId():05d}" if ctx is not None else "00000"
 
 
-def _footer(writer: pq.ParquetWriter) -> bytes:
+def footer(writer: pq.ParquetWriter) -> bytes:
     out = io.BytesIO()
     writer.writer.metadata.write_metadata_file(out)
     return out.getvalue()
 
 
-def _create(fs: Any, path: str) -> Any:
+def create(fs: Any, path: str) -> Any:
     """A new file at `path` (a local folder made first: object stores have none)."""
     import pyarrow.fs as pafs
 
@@ -104,12 +104,12 @@ def _create(fs: Any, path: str) -> Any:
 
 def _write(fs: Any, path: str, table: pa.Table, codec: str, row_group_rows: int) -> tuple:
     """`table` as a Parquet file at `path`: its size and footer."""
-    with _create(fs, path) as stream:
+    with create(fs, path) as stream:
         writer = pq.ParquetWriter(stream, table.schema, compression=codec, store_schema=False)
         writer.write_table(table, row_group_size=max(1, row_group_rows))
         writer.close()
         size = stream.tell()
-    return size, _footer(writer)
+    return size, footer(writer)
 
 
 # --- the rows query's tasks -----------------------------------------------------------------
@@ -167,7 +167,7 @@ def rows_stage(
         for path in sorted(set(removed) | set(seen)):
             out.add(path, _distinct(_sorted(removed.get(path, []))), seen.get(path))
         yield from out.close()
-        yield _record("counts", **counts)
+        yield record("counts", **counts)
 
     return run
 
@@ -219,7 +219,7 @@ def _duplicates(positions: pa.Array, path: str, table: str) -> None:
 
 
 def _cardinality(table: str, path: str, pos: int) -> ValueError:
-    return _fail(
+    return fail(
         f"MERGE INTO {table}: the ON condition matched one row of {table} with more than one "
         f"row of the source (position {pos} of {path}), and Spark and Iceberg refuse that "
         "(MERGE_CARDINALITY_VIOLATION): which one would win is undefined; make the source's "
@@ -243,7 +243,7 @@ class _DataWriter:
         self.target = int(args.get("target_bytes", 512 << 20))
         self.held: dict[str, tuple[list[Any], list[pa.Table], int]] = {}
         self.bytes = 0
-        self.task = _task_number()
+        self.task = task_number()
         self.out: list[pa.RecordBatch] = []
 
     def add(self, t: pa.Table) -> None:
@@ -278,12 +278,12 @@ class _DataWriter:
             try:
                 col = conform(col, f.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
-                raise _fail(
+                raise fail(
                     f"{self.table}: column {f.name} of type {f.type} cannot hold the values "
                     f"written: {str(e).splitlines()[0][:200]}"
                 ) from None
             if not f.nullable and col.null_count:
-                raise _fail(
+                raise fail(
                     f"{self.table}: column {f.name} is NOT NULL, and the statement writes "
                     "NULL into it"
                 )
@@ -296,11 +296,11 @@ class _DataWriter:
             return
         keys = {}
         for i, (_, transform, source, path) in enumerate(self.partition):
-            keys[f"k{i}"] = apply(transform, source, _column(rows, path))
+            keys[f"k{i}"] = apply(transform, source, column(rows, path))
         keyed = pa.table({**keys, "_i": pa.array(range(rows.num_rows), pa.int64())})
         groups = keyed.group_by(list(keys), use_threads=False).aggregate([("_i", "list")])
         for g in range(groups.num_rows):
-            values = [_json_value(groups.column(k)[g].as_py()) for k in keys]
+            values = [json_value(groups.column(k)[g].as_py()) for k in keys]
             yield values, rows.take(groups.column("_i_list")[g].values)
 
     def _flush(self, key: str) -> None:
@@ -315,7 +315,7 @@ class _DataWriter:
             self.fs, f"{self.folder}/{name}", rows, self.codec, ROW_GROUP_BYTES // per_row
         )
         self.out.append(
-            _record(
+            record(
                 "data",
                 name=name,
                 rows=rows.num_rows,
@@ -326,7 +326,7 @@ class _DataWriter:
         )
 
 
-def _column(t: pa.Table, path: list[str]) -> pa.Array:
+def column(t: pa.Table, path: list[str]) -> pa.Array:
     """A column, or a field nested in struct columns (a partition or sort source)."""
     col = t.column(path[0]).combine_chunks()
     for name in path[1:]:
@@ -339,7 +339,7 @@ def _order(rows: pa.Table, sort: list[Any]) -> pa.Array:
     ascending or descending, with nulls first or last."""
     keys, columns = [], {}
     for i, (transform, source, path, descending, nulls_first) in enumerate(sort):
-        value = apply(transform, source, _column(rows, path))
+        value = apply(transform, source, column(rows, path))
         columns[f"n{i}"] = pc.is_valid(value)
         columns[f"v{i}"] = value
         keys.append((f"n{i}", "ascending" if nulls_first else "descending"))
@@ -347,7 +347,7 @@ def _order(rows: pa.Table, sort: list[Any]) -> pa.Array:
     return pc.sort_indices(pa.table(columns), sort_keys=keys)
 
 
-def _json_value(value: Any) -> Any:
+def json_value(value: Any) -> Any:
     """A partition value as JSON: bytes as {"b": hex}, a decimal as {"d": text}."""
     import decimal
 
@@ -424,7 +424,7 @@ class _PositionsWriter:
         self.args = args
         self.fs, self.folder = args["fs"], args["folder"].rstrip("/")
         self.v3 = bool(args.get("v3"))
-        self.task = _task_number()
+        self.task = task_number()
         self.current = _CurrentDeletes(args)
         self.vectors: list[tuple[str, bytes, int, int, bytes | None]] = []
         self.out: list[pa.RecordBatch] = []
@@ -444,7 +444,7 @@ class _PositionsWriter:
         deleted = len(new) if deleted is None else deleted
         if not len(new):
             if blob is not None:
-                self.out.append(_record("matched", file=path, matched=blob))
+                self.out.append(record("matched", file=path, matched=blob))
             return
         if self.v3:
             if merged is None:
@@ -463,7 +463,7 @@ class _PositionsWriter:
         )
         size, footer = _write(self.fs, f"{self.folder}/{name}", rows, "zstd", len(new))
         self.out.append(
-            _record(
+            record(
                 "delete_file",
                 file=path,
                 name=name,
@@ -482,11 +482,11 @@ class _PositionsWriter:
                 [(p, b, n) for p, b, n, _, _ in self.vectors],
                 self.args.get("created_by", "mor"),
             )
-            with _create(self.fs, f"{self.folder}/{name}") as stream:
+            with create(self.fs, f"{self.folder}/{name}") as stream:
                 stream.write(data)
             for (path, _, n, new, blob), (offset, length) in zip(self.vectors, placed):
                 self.out.append(
-                    _record(
+                    record(
                         "dv",
                         file=path,
                         name=name,
@@ -578,12 +578,12 @@ class _CurrentDeletes:
                     f.seek(offset)
                     blob = f.read(length)
                 if len(blob) != length:
-                    raise _fail(f"deletion vector {where} at offset {offset} is cut short")
+                    raise fail(f"deletion vector {where} at offset {offset} is cut short")
                 try:
                     out.append(dv_positions(blob, f"deletion vector {where} at offset {offset}",
                                             cardinality))  # fmt: skip
                 except ValueError as e:
-                    raise _fail(f"{e} (of {self.table})") from None
+                    raise fail(f"{e} (of {self.table})") from None
                 continue
             rows = self.files.get(where)
             if rows is None:

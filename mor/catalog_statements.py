@@ -1,0 +1,474 @@
+"""The runners of the statements that change or read the catalog alone: CREATE/DROP NAMESPACE,
+CREATE TABLE (without AS SELECT: mor/inserts.py runs that), DROP TABLE, ALTER TABLE, SHOW
+NAMESPACES/TABLES/CREATE TABLE/TBLPROPERTIES and DESCRIBE. No Spark: SHOW and DESCRIBE answer
+from the metadata, with the columns and rows Spark's own commands give.
+
+Each runner also checks its statement without running it (`ctx.pending`: the script's
+catalog as its earlier statements leave it), and records there what it would change.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import TYPE_CHECKING, Any
+
+from mor.outcome import Outcome, RunContext
+from mor.planner.errors import MorError, TableNotFoundError, UnsupportedError
+from mor.planner.statement_plans import (
+    AlterTable,
+    CreateNamespace,
+    CreateTable,
+    DescribeTable,
+    DropNamespace,
+    DropTable,
+    ShowCreateTable,
+    ShowNamespaces,
+    ShowProperties,
+    ShowTables,
+    TableName,
+)
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table.metadata import TableMetadata
+
+
+def catalog_of(ctx: RunContext, name: str | None, create: bool = False) -> Catalog:
+    """The catalog a statement's name means: its own (`name` None or its name), or another
+    configured one. `create`: the embedded catalog is made when missing (a statement that
+    creates a namespace or a table creates its warehouse too)."""
+    from mor.catalogs import default_catalog
+    from mor.planner.sources import load_named_catalog
+
+    try:
+        cat = ctx.catalog()
+    except TableNotFoundError:
+        if not create or name is not None:
+            raise
+        cat = default_catalog(ctx.warehouse)
+    if name is None or name == cat.name:
+        return cat
+    return load_named_catalog(name)
+
+
+def table_exists(ctx: RunContext, cat: Catalog, name: str) -> bool:
+    if ctx.pending is not None:
+        known = ctx.pending.has_table(cat.name, name)
+        if known is not None:
+            return known
+    try:
+        return bool(cat.table_exists(name))
+    except Exception:  # noqa: BLE001 - a namespace that does not exist holds no table
+        return False
+
+
+def namespace_exists(ctx: RunContext, cat: Catalog, ns: str) -> bool:
+    if ctx.pending is not None:
+        known = ctx.pending.has_namespace(cat.name, ns)
+        if known is not None:
+            return known
+    try:
+        return bool(cat.namespace_exists(ns))
+    except Exception:  # noqa: BLE001 - a catalog that cannot say: the commit will
+        return True
+
+
+def metadata_of(ctx: RunContext, cat: Catalog, name: str) -> TableMetadata:
+    """A table's metadata as the script leaves it (a check), else as the catalog has it."""
+    if ctx.pending is not None and ctx.pending.has_table(cat.name, name):
+        return ctx.pending.tables[f"{cat.name}:{name}"]
+    from mor.writer.catalog_changes import load
+
+    return load(cat, name).metadata
+
+
+# --- namespaces -----------------------------------------------------------------------------
+
+
+def run_create_namespace(plan: CreateNamespace, ctx: RunContext) -> Outcome:
+    from mor.writer.catalog_changes import create_namespace
+
+    cat = catalog_of(ctx, plan.catalog, create=True)
+    if ctx.checking or ctx.dry_run:
+        if namespace_exists(ctx, cat, plan.namespace) and not plan.if_not_exists:
+            if (
+                ctx.pending is None
+                or ctx.pending.has_namespace(cat.name, plan.namespace) is not True
+            ):
+                raise MorError(f"namespace {plan.namespace} already exists in catalog {cat.name!r}")
+        if ctx.pending is not None:
+            ctx.pending.namespaces.add(f"{cat.name}:{plan.namespace}")
+            ctx.pending.dropped_namespaces.discard(f"{cat.name}:{plan.namespace}")
+        return Outcome("CREATE NAMESPACE", f"namespace {plan.namespace}: would be created")
+    made = create_namespace(cat, plan.namespace, plan.if_not_exists, dict(plan.properties))
+    what = "created" if made else "exists already; nothing changed"
+    return Outcome(
+        "CREATE NAMESPACE",
+        f"namespace {plan.namespace}: {what}",
+        {"namespace": plan.namespace, "created": made},
+    )
+
+
+def run_drop_namespace(plan: DropNamespace, ctx: RunContext) -> Outcome:
+    from mor.writer.catalog_changes import drop_namespace
+
+    cat = catalog_of(ctx, plan.catalog)
+    if ctx.checking or ctx.dry_run:
+        if not namespace_exists(ctx, cat, plan.namespace) and not plan.if_exists:
+            raise TableNotFoundError(
+                f"namespace {plan.namespace} not found in catalog {cat.name!r}"
+            )
+        if ctx.pending is not None:
+            ctx.pending.dropped_namespaces.add(f"{cat.name}:{plan.namespace}")
+            ctx.pending.namespaces.discard(f"{cat.name}:{plan.namespace}")
+        return Outcome("DROP NAMESPACE", f"namespace {plan.namespace}: would be dropped")
+    dropped = drop_namespace(cat, plan.namespace, plan.if_exists, plan.cascade)
+    what = "dropped" if dropped else "does not exist; nothing changed"
+    return Outcome(
+        "DROP NAMESPACE",
+        f"namespace {plan.namespace}: {what}",
+        {"namespace": plan.namespace, "dropped": dropped},
+    )
+
+
+# --- tables ---------------------------------------------------------------------------------
+
+
+def new_metadata(cat: Catalog, plan: CreateTable, schema: Any) -> TableMetadata:
+    """The metadata `CREATE TABLE` would make (a check: nothing written, nothing staged)."""
+    from pyiceberg.table.metadata import new_table_metadata
+
+    from mor.writer.catalog_changes import sort_order_of, spec_of
+
+    name = plan.target.name
+    spec = spec_of(schema, plan.partition, name)
+    order = sort_order_of(schema, plan.sort, name)
+    props = {"write.parquet.compression-codec": "zstd", **dict(plan.properties)}
+    location = (
+        plan.location or f"{cat.properties.get('warehouse', '/tmp')}/{name.replace('.', '/')}"
+    )
+    return new_table_metadata(schema, spec, order, location, props)
+
+
+def run_create_table(plan: CreateTable, ctx: RunContext) -> Outcome:
+    """CREATE TABLE with its columns (AS SELECT: mor/inserts.py)."""
+    from mor.writer.catalog_changes import commit_new_table, stage_table
+
+    cat = catalog_of(ctx, plan.target.catalog, create=True)
+    name = plan.target.name
+    exists = table_exists(ctx, cat, name)
+    if exists:
+        if plan.if_not_exists:
+            return Outcome(
+                "CREATE TABLE",
+                f"table {name}: exists already; nothing changed",
+                {"table": name, "created": False},
+            )
+        raise MorError(f"CREATE TABLE {name}: the table already exists in catalog {cat.name!r}")
+    ns = name.rsplit(".", 1)[0]
+    if not namespace_exists(ctx, cat, ns):
+        raise TableNotFoundError(
+            f"CREATE TABLE {name}: namespace {ns} not found in catalog {cat.name!r} "
+            f"(CREATE NAMESPACE {ns} first)"
+        )
+    if ctx.checking or ctx.dry_run:
+        md = new_metadata(cat, plan, plan.schema)
+        if ctx.pending is not None:
+            ctx.pending.created(cat.name, name, md)
+        return Outcome("CREATE TABLE", f"table {name}: would be created")
+    txn = stage_table(
+        cat, name, plan.schema, plan.partition, plan.sort, dict(plan.properties), plan.location
+    )
+    table = commit_new_table(cat, txn)
+    return Outcome(
+        "CREATE TABLE",
+        f"table {name}: created (v{table.metadata.format_version}, {table.metadata.location})",
+        {"table": name, "created": True, "location": table.metadata.location},
+    )
+
+
+def run_drop_table(plan: DropTable, ctx: RunContext) -> Outcome:
+    from mor.writer.catalog_changes import drop_table
+
+    cat = catalog_of(ctx, plan.target.catalog)
+    name = plan.target.name
+    if ctx.checking or ctx.dry_run:
+        if not table_exists(ctx, cat, name) and not plan.if_exists:
+            raise TableNotFoundError(f"DROP TABLE {name}: no such table in catalog {cat.name!r}")
+        if ctx.pending is not None:
+            ctx.pending.drop(cat.name, name)
+        return Outcome("DROP TABLE", f"table {name}: would be dropped")
+    dropped = drop_table(cat, name, plan.if_exists, plan.purge)
+    what = (
+        (
+            "dropped, its files deleted"
+            if plan.purge
+            else "dropped (its files stay: PURGE deletes them)"
+        )
+        if dropped
+        else "does not exist; nothing changed"
+    )
+    return Outcome("DROP TABLE", f"table {name}: {what}", {"table": name, "dropped": dropped})
+
+
+def run_alter_table(plan: AlterTable, ctx: RunContext) -> Outcome:
+    from pyiceberg.table import Table
+
+    from mor.writer.alter import alter_table, apply_changes, renamed_to
+
+    cat = catalog_of(ctx, plan.target.catalog)
+    name = plan.target.name
+    if ctx.checking or ctx.dry_run:
+        md = metadata_of(ctx, cat, name)
+        rename = [c for c in plan.changes if c.kind == "rename_table"]
+        if rename:
+            new = renamed_to(name, rename[0].arg("to"), cat.name)
+            if table_exists(ctx, cat, new):
+                raise MorError(f"ALTER TABLE {name} RENAME TO {new}: table {new} already exists")
+            if ctx.pending is not None:
+                ctx.pending.drop(cat.name, name)
+                ctx.pending.created(cat.name, new, md)
+            return Outcome("ALTER TABLE", f"table {name}: would be renamed to {new}")
+        from pyiceberg.io import load_file_io
+
+        table = Table(tuple(name.split(".")), md, "", load_file_io({}, md.location), cat)
+        txn = table.transaction()
+        what = apply_changes(txn, plan.changes, name)
+        if ctx.pending is not None:
+            ctx.pending.created(cat.name, name, txn.table_metadata)
+        return Outcome("ALTER TABLE", f"table {name}: would change: {what}")
+    what = alter_table(cat, name, plan.changes)
+    return Outcome(
+        "ALTER TABLE",
+        f"table {name}: {what or 'nothing changed'}",
+        {"table": name, "changes": what},
+    )
+
+
+# --- what the catalog holds -------------------------------------------------------------------
+
+
+def _like(names: list[str], pattern: str | None) -> list[str]:
+    """Spark's SHOW ... LIKE pattern: `*` any characters, `|` alternatives, no case."""
+    if pattern is None:
+        return names
+    alts = [p.strip().lower() for p in pattern.split("|")]
+    return [n for n in names if any(fnmatch.fnmatchcase(n.lower(), a) for a in alts)]
+
+
+def run_show_namespaces(plan: ShowNamespaces, ctx: RunContext) -> Outcome:
+    cat = catalog_of(ctx, plan.catalog)
+    parent = tuple(plan.parent.split(".")) if plan.parent else ()
+    names = [".".join(ns) for ns in cat.list_namespaces(parent)]
+    names = sorted(_like(names, plan.pattern))
+    return Outcome(
+        "SHOW NAMESPACES",
+        columns=["namespace"],
+        types="namespace string",
+        rows=[(n,) for n in names],
+    )
+
+
+def run_show_tables(plan: ShowTables, ctx: RunContext) -> Outcome:
+    from mor.catalog_info import list_tables
+
+    cat = catalog_of(ctx, plan.catalog)
+    names = list_tables(cat, plan.namespace)
+    rows = []
+    for full in names:
+        ns, table = full.rsplit(".", 1)
+        if _like([table], plan.pattern):
+            rows.append((ns, table, False))
+    return Outcome(
+        "SHOW TABLES",
+        columns=["namespace", "tableName", "isTemporary"],
+        types="namespace string, tableName string, isTemporary boolean",
+        rows=rows,
+    )
+
+
+def _spark_type_name(t: Any) -> str:
+    """A column's type as Iceberg's Spark catalog presents it (`bigint`, `timestamp`,
+    `timestamp_ntz`, `struct<a:int>`)."""
+    from mor.physical.scan.types import spark_type
+
+    try:
+        return spark_type(t.model_dump_json(), "").simpleString()
+    except MorError:
+        return str(t)
+
+
+def _transform_sql(schema: Any, f: Any) -> str:
+    """A partition field as Spark's PARTITIONED BY writes it (`days(ts)`, `bucket(16, id)`)."""
+    src = schema.find_column_name(f.source_id) or str(f.source_id)
+    t = str(f.transform)
+    if t == "identity":
+        return src
+    if "[" in t:
+        kind, arg = t[:-1].split("[")
+        return f"{kind}({arg}, {src})"
+    return {"year": "years", "month": "months", "day": "days", "hour": "hours"}.get(
+        t, t
+    ) + f"({src})"
+
+
+def run_describe(plan: DescribeTable, ctx: RunContext) -> Outcome:
+    cat = catalog_of(ctx, plan.target.catalog)
+    md = metadata_of(ctx, cat, plan.target.name)
+    schema = md.schema()
+    if plan.column is not None:
+        path = ".".join(plan.column)
+        try:
+            f = schema.find_field(path, case_sensitive=False)
+        except ValueError:
+            raise TableNotFoundError(
+                f"DESCRIBE {plan.target}: no column {path}; its columns are "
+                f"{', '.join(x.name for x in schema.fields)}"
+            ) from None
+        rows = [
+            ("col_name", f.name),
+            ("data_type", _spark_type_name(f.field_type)),
+            ("comment", f.doc or "NULL"),
+        ]
+        return Outcome(
+            "DESCRIBE",
+            columns=["info_name", "info_value"],
+            types="info_name string, info_value string",
+            rows=rows,
+        )
+    rows: list[tuple[Any, ...]] = [
+        (f.name, _spark_type_name(f.field_type) + (" NOT NULL" if f.required else ""), f.doc)
+        for f in schema.fields
+    ]
+    spec = md.spec()
+    if spec.fields:
+        rows += [("", "", ""), ("# Partitioning", "", "")]
+        rows += [(f"Part {i}", _transform_sql(schema, f), "") for i, f in enumerate(spec.fields)]
+    if plan.extended:
+        rows += [("", "", ""), ("# Metadata Columns", "", "")]
+        meta = [
+            ("_spec_id", "int"),
+            ("_partition", "struct<...>"),
+            ("_file", "string"),
+            ("_pos", "bigint"),
+        ]
+        if md.format_version >= 3:
+            meta += [("_row_id", "bigint"), ("_last_updated_sequence_number", "bigint")]
+        rows += [(n, t, "") for n, t in meta]
+        props = ",".join(f"{k}={v}" for k, v in sorted(_properties(md).items()))
+        rows += [
+            ("", "", ""),
+            ("# Detailed Table Information", "", ""),
+            ("Name", str(plan.target), ""),
+            ("Type", "MANAGED", ""),
+            ("Location", md.location, ""),
+            ("Provider", "iceberg", ""),
+            ("Table Properties", f"[{props}]", ""),
+        ]
+    return Outcome(
+        "DESCRIBE",
+        columns=["col_name", "data_type", "comment"],
+        types="col_name string, data_type string, comment string",
+        rows=rows,
+    )
+
+
+def _properties(md: TableMetadata) -> dict[str, str]:
+    """A table's properties as Iceberg's Spark catalog shows them: its own, with the format,
+    its version and the current snapshot."""
+    out = dict(md.properties)
+    out["format"] = "iceberg/parquet"
+    out["format-version"] = str(md.format_version)
+    if md.current_snapshot_id is not None:
+        out["current-snapshot-id"] = str(md.current_snapshot_id)
+    order = md.sort_order_by_id(md.default_sort_order_id)
+    if order is not None and order.fields:
+        schema = md.schema()
+        out["sort-order"] = ", ".join(
+            f"{_transform_sql(schema, f)} {f.direction.value.upper()} "
+            f"{'NULLS FIRST' if f.null_order.value == 'nulls-first' else 'NULLS LAST'}"
+            for f in order.fields
+        )
+    if md.schema().identifier_field_ids:
+        schema = md.schema()
+        out["identifier-fields"] = (
+            "["
+            + ",".join(schema.find_column_name(i) or "?" for i in schema.identifier_field_ids)
+            + "]"
+        )
+    return out
+
+
+def run_show_properties(plan: ShowProperties, ctx: RunContext) -> Outcome:
+    cat = catalog_of(ctx, plan.target.catalog)
+    md = metadata_of(ctx, cat, plan.target.name)
+    props = _properties(md)
+    if plan.key is not None:
+        value = props.get(plan.key)
+        rows = [
+            (
+                plan.key,
+                value
+                if value is not None
+                else f"Table {plan.target} does not have property: {plan.key}",
+            )
+        ]
+    else:
+        rows = sorted(props.items())
+    return Outcome(
+        "SHOW TBLPROPERTIES", columns=["key", "value"], types="key string, value string", rows=rows
+    )
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _column_sql(f: Any) -> str:
+    out = f"{_quoted(f.name)} {_spark_type_name(f.field_type).upper()}"
+    if f.required:
+        out += " NOT NULL"
+    if f.doc:
+        out += f" COMMENT {_sql_string(f.doc)}"
+    return out
+
+
+def _quoted(name: str) -> str:
+    plain = name.replace("_", "").isalnum() and not name[:1].isdigit()
+    return name if plain else "`" + name.replace("`", "``") + "`"
+
+
+def create_statement(name: TableName | str, md: TableMetadata) -> str:
+    """A CREATE TABLE statement that makes a table of this one's schema, partitioning,
+    location and properties (what SHOW CREATE TABLE prints; mor runs it as it is)."""
+    schema = md.schema()
+    cols = ",\n".join(f"  {_column_sql(f)}" for f in schema.fields)
+    out = [f"CREATE TABLE {name} (\n{cols})", "USING iceberg"]
+    spec = md.spec()
+    if spec.fields:
+        out.append(f"PARTITIONED BY ({', '.join(_transform_sql(schema, f) for f in spec.fields)})")
+    out.append(f"LOCATION {_sql_string(md.location)}")
+    props = {
+        k: v
+        for k, v in _properties(md).items()
+        if k not in ("format", "current-snapshot-id", "sort-order", "identifier-fields")
+    }
+    if props:
+        body = ",\n".join(
+            f"  {_sql_string(k)} = {_sql_string(v)}" for k, v in sorted(props.items())
+        )
+        out.append(f"TBLPROPERTIES (\n{body})")
+    return "\n".join(out) + "\n"
+
+
+def run_show_create_table(plan: ShowCreateTable, ctx: RunContext) -> Outcome:
+    cat = catalog_of(ctx, plan.target.catalog)
+    md = metadata_of(ctx, cat, plan.target.name)
+    if md.format_version < 2:
+        raise UnsupportedError(f"SHOW CREATE TABLE {plan.target}: a v1 table")
+    return Outcome(
+        "SHOW CREATE TABLE",
+        columns=["createtab_stmt"],
+        types="createtab_stmt string",
+        rows=[(create_statement(plan.target, md),)],
+    )

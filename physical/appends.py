@@ -1,0 +1,428 @@
+"""The Spark job of an INSERT, a CREATE TABLE AS SELECT, or a DataFrame written to a table:
+the query's rows become the table's new data files on the executors; the driver collects one
+record per file written.
+
+1. `store_assigned`: the query's columns assigned to the table's, as Spark's
+   `TableOutputResolver` does for a table of its own: by position (or the column list, or by
+   name with BY NAME), a PARTITION clause's values in their places, each value of another type
+   cast under the session's `spark.sql.storeAssignmentPolicy` (ANSI by default: numeric to
+   numeric, anything atomic to string, date to timestamp; a value that does not fit its
+   column stops the statement: no silent truncation or overflow, whatever `ansi.enabled`
+   says; STRICT: widening only; LEGACY: Spark's CAST), arity and names checked first;
+2. `laid_out`: the rows distributed and ordered as Iceberg's writer asks Spark to
+   (`write.distribution-mode`: hash clusters them by partition, range orders them by the
+   partition and the sort order, none leaves them; then sorted within each task by the
+   partition and the sort order), the partition computed by Spark expressions where Spark
+   has them (identity, dates and times, truncate), by a Python UDF for bucket (Iceberg's
+   murmur3);
+3. `run_append_job`: one Spark action whose tasks write the files
+   (physical/tasks/append_files.py) and return their records.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mor.physical.row_writes import ArrowPlace, collected
+from mor.physical.tasks import by_value
+from mor.physical.tasks.append_files import append_stage
+from mor.physical.tasks.row_files import RECORD_DDL
+from mor.planner.errors import ColumnNotFoundError, UnsupportedError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+
+@dataclass(frozen=True)
+class TableColumn:
+    """A column of the table written: its name, Spark type, whether NULL is refused."""
+
+    name: str
+    dtype: Any  # pyspark DataType
+    required: bool
+
+
+# --- 1. store assignment ------------------------------------------------------------------
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def store_assigned(
+    df: DataFrame,
+    verb: str,
+    columns: list[TableColumn],
+    into: list[str] | None,
+    static: list[tuple[str, str]],
+    by_name: bool,
+    policy: str,
+) -> DataFrame:
+    """The query's rows (`df`) as the table's columns, in its order and types (module
+    docstring). `into`: the column list as the statement names the table's columns (None:
+    every column but the static ones, in order); `static`: (column, Spark SQL literal) of a
+    PARTITION clause; `policy`: ANSI, STRICT or LEGACY."""
+    by_lower = {c.name.lower(): c for c in columns}
+    static_names = {s.lower() for s, _ in static}
+    query_cols = df.columns
+    if by_name:
+        wanted = []
+        for q in query_cols:
+            if q.lower() not in by_lower:
+                raise ColumnNotFoundError(
+                    f"{verb}: the query's column {q} is not a column of the table (BY NAME); "
+                    f"its columns are {', '.join(c.name for c in columns)}"
+                )
+            wanted.append(by_lower[q.lower()].name)
+    elif into is not None:
+        wanted = list(into)
+    else:
+        wanted = [c.name for c in columns if c.name.lower() not in static_names]
+    if len(wanted) != len(query_cols):
+        raise UnsupportedError(
+            f"{verb}: the table takes {len(wanted)} columns here ({', '.join(wanted)}), and "
+            f"the query gives {len(query_cols)} ({', '.join(query_cols) or 'none'})"
+        )
+    given = {w.lower(): (f"_mor_q{i}", df.schema.fields[i].dataType) for i, w in enumerate(wanted)}
+    renamed = df.toDF(*[f"_mor_q{i}" for i in range(len(query_cols))])
+    lits = []
+    for k, (col, value) in enumerate(static):
+        alias = f"_mor_s{k}"
+        lits.append(f"{value} AS {alias}")
+        given[col.lower()] = (alias, None)
+    if lits:
+        renamed = renamed.selectExpr("*", *lits)
+        types = {f.name: f.dataType for f in renamed.schema.fields}
+        given = {k: (a, t if t is not None else types[a]) for k, (a, t) in given.items()}
+    out = []
+    for c in columns:
+        src = given.get(c.name.lower())
+        if src is None:
+            if c.required:
+                raise UnsupportedError(
+                    f"{verb}: column {c.name} is NOT NULL, and the statement gives it no value"
+                )
+            out.append(f"CAST(NULL AS {c.dtype.simpleString()}) AS {_q(c.name)}")
+            continue
+        alias, got = src
+        what = f"{verb}: column {c.name}"
+        out.append(f"{assign(_q(alias), got, c.dtype, what, policy)} AS {_q(c.name)}")
+    return renamed.selectExpr(*out)
+
+
+_NUMERIC = ("byte", "short", "integer", "long", "float", "double", "decimal")
+
+
+def _kind(t: Any) -> str:
+    return t.typeName()
+
+
+def assign(e: str, got: Any, want: Any, what: str, policy: str) -> str:
+    """The SQL of value `e` (Spark type `got`) stored into a column of type `want` under
+    `policy`; one line when the policy refuses the types."""
+    from pyspark.sql import types as T
+
+    if got == want or isinstance(got, T.NullType):
+        return e if got == want else f"CAST({e} AS {want.simpleString()})"
+    if policy == "LEGACY":
+        return f"CAST({e} AS {want.simpleString()})"
+    if isinstance(want, T.ArrayType) and isinstance(got, T.ArrayType):
+        inner = assign("x", got.elementType, want.elementType, f"{what} (an element)", policy)
+        return e if inner == "x" else f"transform({e}, x -> {inner})"
+    if isinstance(want, T.MapType) and isinstance(got, T.MapType):
+        k = assign("k", got.keyType, want.keyType, f"{what} (a key)", policy)
+        v = assign("v", got.valueType, want.valueType, f"{what} (a value)", policy)
+        out = e
+        if k != "k":
+            out = f"transform_keys({out}, (k, v) -> {k})"
+        if v != "v":
+            out = f"transform_values({out}, (k, v) -> {v})"
+        return out
+    if isinstance(want, T.StructType) and isinstance(got, T.StructType):
+        if len(got.fields) != len(want.fields):
+            raise UnsupportedError(
+                f"{what} is {want.simpleString()}, and the value {got.simpleString()} has "
+                f"{len(got.fields)} fields, not {len(want.fields)}"
+            )
+        parts = []
+        for a, b in zip(got.fields, want.fields):
+            inner = assign(f"{e}.{_q(a.name)}", a.dataType, b.dataType, f"{what}.{b.name}", policy)
+            parts.append(f"{_lit(b.name)}, {inner}")
+        body = f"named_struct({', '.join(parts)})"
+        return f"CASE WHEN {e} IS NULL THEN NULL ELSE {body} END"
+    target = want.simpleString()
+    if _fits_without_loss(got, want):
+        return f"CAST({e} AS {target})"
+    if policy == "ANSI" and _ansi_castable(got, want):
+        message = _lit(
+            f"mor: {what} is {target}, and a value of the query ({got.simpleString()}) does not "
+            "fit it (Spark's ANSI store assignment: no overflow, no silent truncation)"
+        )
+        return (
+            f"CASE WHEN {e} IS NULL THEN NULL WHEN try_cast({e} AS {target}) IS NULL THEN "
+            f"CAST(raise_error({message}) AS {target}) ELSE try_cast({e} AS {target}) END"
+        )
+    rule = {"ANSI": "ANSI", "STRICT": "STRICT"}.get(policy, policy)
+    raise UnsupportedError(
+        f"{what} is {target}, and the query gives {got.simpleString()}: Spark's {rule} store "
+        f"assignment does not cast {got.simpleString()} to {target}; CAST it in the query"
+    )
+
+
+def _fits_without_loss(got: Any, want: Any) -> bool:
+    """A widening that holds every value: integral to a wider integral, to decimal wide
+    enough, float to double, anything atomic to string, date to a timestamp."""
+    from pyspark.sql import types as T
+
+    order = {"byte": 1, "short": 2, "integer": 3, "long": 4}
+    g, w = _kind(got), _kind(want)
+    if g in order and w in order:
+        return order[g] <= order[w]
+    if g in order and isinstance(want, T.DecimalType):
+        digits = {"byte": 3, "short": 5, "integer": 10, "long": 19}[g]
+        return want.precision - want.scale >= digits
+    if g in order and w == "double":
+        return order[g] <= 3
+    if g in ("byte", "short") and w == "float":
+        return True
+    if g == "float" and w == "double":
+        return True
+    if isinstance(got, T.DecimalType) and isinstance(want, T.DecimalType):
+        return want.scale >= got.scale and want.precision - want.scale >= got.precision - got.scale
+    if isinstance(want, T.StringType) and not isinstance(
+        got, (T.ArrayType, T.MapType, T.StructType, T.BinaryType)
+    ):
+        return True
+    if isinstance(got, T.DateType) and isinstance(want, (T.TimestampType, T.TimestampNTZType)):
+        return True
+    return False
+
+
+def _ansi_castable(got: Any, want: Any) -> bool:
+    """Spark's `Cast.canANSIStoreAssign` for atomic types, where a value may not fit: numeric
+    to numeric, timestamp to timestamp without time zone and back."""
+    from pyspark.sql import types as T
+
+    numeric = (
+        T.ByteType,
+        T.ShortType,
+        T.IntegerType,
+        T.LongType,
+        T.FloatType,
+        T.DoubleType,
+        T.DecimalType,
+    )
+    if isinstance(got, numeric) and isinstance(want, numeric):
+        return True
+    stamps = (T.TimestampType, T.TimestampNTZType)
+    return isinstance(got, stamps) and isinstance(want, stamps)
+
+
+def assignment_policy(spark: Any) -> str:
+    """The session's `spark.sql.storeAssignmentPolicy` (ANSI, STRICT or LEGACY)."""
+    try:
+        value = spark.conf.get("spark.sql.storeAssignmentPolicy", "ANSI")
+    except Exception:  # noqa: BLE001 - a session that cannot say: Spark's default
+        value = "ANSI"
+    return str(value or "ANSI").upper()
+
+
+# --- 2. layout ------------------------------------------------------------------------------
+
+
+def partition_key(df: DataFrame, transform: str, source: str, path: list[str]) -> Column | None:
+    """A Spark expression equal for two rows exactly when Iceberg's transform gives them the
+    same partition value (None for `void`): the transform itself where Spark SQL has it, a
+    Python UDF for bucket."""
+    from pyspark.sql import functions as F
+
+    col = F.col(".".join(_q(p) for p in path))
+    kind = transform.split("[")[0]
+    if kind == "identity":
+        return col
+    if kind == "void":
+        return None
+    if kind in ("year", "month", "day", "hour"):
+        return _time_key(col, kind, source)
+    width = int(transform[transform.index("[") + 1 : -1])
+    if kind == "truncate":
+        if source in ("int", "long"):
+            return col - F.pmod(col, F.lit(width))
+        if source in ("string", "binary"):
+            return F.substring(col, 1, width)
+        m = re.match(r"decimal\((\d+),\s*(\d+)\)", source)
+        if m:
+            scale = int(m.group(2))
+            unit = F.lit(width).cast(f"decimal(38,{scale})") / F.lit(10**scale)
+            return col - F.pmod(col, unit.cast(f"decimal(38,{scale})"))
+    if kind == "bucket":
+        return _bucket_key(col, width, source)
+    raise UnsupportedError(f"partition transform {transform} over {source} is not written by mor")
+
+
+def _time_key(col: Column, kind: str, source: str) -> Column:
+    """years/months/days/hours since 1970 (Iceberg's values), in UTC for a timestamp with
+    time zone and as written for one without: independent of the session's time zone."""
+    from pyspark.sql import functions as F
+
+    if source == "date":
+        day = F.unix_date(col)
+        date = col
+    elif source == "timestamptz":
+        micros = F.unix_micros(col)
+        day = F.floor(micros / F.lit(86_400_000_000))
+        if kind == "hour":
+            return F.floor(micros / F.lit(3_600_000_000))
+        date = F.date_from_unix_date(day.cast("int"))
+    else:  # timestamp without time zone: its date and hour as written
+        date = col.cast("date")
+        day = F.unix_date(date)
+        if kind == "hour":
+            return day.cast("long") * F.lit(24) + F.hour(col)
+    if kind == "day":
+        return day
+    if kind == "month":
+        return (F.year(date) - F.lit(1970)) * F.lit(12) + F.month(date) - F.lit(1)
+    return F.year(date) - F.lit(1970)
+
+
+def _bucket_key(col: Column, n: int, source: str) -> Column:
+    """Iceberg's bucket of the column (murmur3 of its value's bytes), computed by a Python UDF
+    over the column alone; dates and timestamps go as their day and microsecond numbers."""
+    from pyspark.sql import functions as F
+
+    value, kind, default = col, source, F.lit(0)
+    if source == "date":
+        value, kind = F.unix_date(col), "int"
+    elif source == "timestamptz":
+        value, kind = F.unix_micros(col), "long"
+    elif source == "timestamp":  # without time zone: its micros as written, in the task
+        default = F.lit("1970-01-01 00:00:00").cast("timestamp_ntz")
+    elif source in ("string", "uuid"):
+        default = F.lit("00000000-0000-0000-0000-000000000000" if source == "uuid" else "")
+    elif source == "binary":
+        default = F.lit(b"")
+    elif source.startswith("decimal"):
+        default = F.lit(0).cast(source.replace(" ", ""))
+    elif source not in ("int", "long"):
+        raise UnsupportedError(f"bucket over a {source} column is not written by mor")
+    from mor.physical.udfs import bucket_udf
+
+    bucket = bucket_udf(f"bucket[{n}]", kind)
+    # NULL kept out of the UDF (pandas would turn integers with NULLs into doubles)
+    return F.when(value.isNull(), F.lit(None)).otherwise(bucket(F.coalesce(value, default)))
+
+
+def laid_out(
+    df: DataFrame,
+    partition: list[tuple[str, str, str, list[str]]],
+    sort: list[tuple[str, str, list[str], bool, bool]],
+    distribution: str,
+) -> tuple[DataFrame, bool]:
+    """The rows distributed and ordered as Iceberg's writer asks Spark to (module docstring);
+    and whether each task's rows come clustered by partition."""
+    from pyspark.sql import functions as F
+
+    keys: list[Any] = []
+    for _, transform, source, path in partition:
+        k = partition_key(df, transform, source, path)
+        if k is not None:
+            keys.append(k)
+    order: list[Any] = []
+    for transform, source, path, descending, nulls_first in sort:
+        k = (
+            partition_key(df, transform, source, path)
+            if transform != "identity"
+            else F.col(".".join(_q(p) for p in path))
+        )
+        if k is None:
+            continue
+        if descending:
+            order.append(k.desc_nulls_first() if nulls_first else k.desc_nulls_last())
+        else:
+            order.append(k.asc_nulls_first() if nulls_first else k.asc_nulls_last())
+    named = [k.alias(f"_mor_k{i}") for i, k in enumerate(keys)]
+    if named:
+        df = df.select("*", *named)
+    clustering = [F.col(f"_mor_k{i}") for i in range(len(keys))]
+    ordering = [c.asc_nulls_first() for c in clustering] + order
+    if distribution == "hash" and clustering:
+        df = df.repartition(*clustering)
+    elif distribution == "range" and ordering:
+        df = df.repartitionByRange(*ordering)
+    if ordering:
+        df = df.sortWithinPartitions(*ordering)
+    if named:
+        df = df.drop(*[f"_mor_k{i}" for i in range(len(keys))])
+    return df, bool(clustering) and distribution in ("hash", "range")
+
+
+def distribution_mode(properties: dict[str, str], partitioned: bool, sorted_: bool) -> str:
+    """Iceberg's `write.distribution-mode` for an INSERT (SparkWriteConf): the property, as
+    adjusted (hash without partitions, range without partitions or order: none); by default
+    range for a sorted table, hash for a partitioned one, else none."""
+    mode = (properties.get("write.distribution-mode") or "").strip().lower()
+    if mode:
+        if mode not in ("none", "hash", "range"):
+            raise UnsupportedError(
+                f"write.distribution-mode={mode!r}: Iceberg knows none, hash and range"
+            )
+        if mode == "range" and not partitioned and not sorted_:
+            return "none"
+        if mode == "hash" and not partitioned:
+            return "none"
+        return mode
+    if sorted_:
+        return "range"
+    return "hash" if partitioned else "none"
+
+
+# --- 3. the job -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AppendJob:
+    """What the tasks of one append need, all plain values (pickled with them)."""
+
+    table: str
+    folder: ArrowPlace
+    schema: bytes  # the data files' Arrow schema, field ids in its metadata
+    partition: tuple[Any, ...] = ()
+    sort: tuple[Any, ...] = ()
+    codec: str = "zstd"
+    target_bytes: int = 512 << 20
+    row_group_bytes: int = 128 << 20
+    distribution: str = "none"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def run_append_job(df: DataFrame, job: AppendJob) -> list[dict[str, Any]]:
+    """Lay the rows out and have the tasks write them: the records of the files written and
+    the counts (one Spark action; a task's failure is one MorError line)."""
+    from pyspark import cloudpickle
+
+    import mor.physical.udfs
+
+    by_value()
+    cloudpickle.register_pickle_by_value(mor.physical.udfs)  # bucket's UDF, by value too
+    rows, clustered = laid_out(
+        df, [list(p) for p in job.partition], [list(s) for s in job.sort], job.distribution
+    )
+    args = {
+        "fs": job.folder.fs,
+        "folder": job.folder.path,
+        "table": job.table,
+        "schema": job.schema,
+        "partition": [list(p) for p in job.partition],
+        "codec": job.codec,
+        "target_bytes": job.target_bytes,
+        "row_group_bytes": job.row_group_bytes,
+        "clustered": clustered,
+    }
+    return collected(rows.mapInArrow(append_stage(args), RECORD_DDL))
