@@ -31,6 +31,7 @@ from mor.planner.errors import MorError, TableNotFoundError, UnsupportedError
 from mor.planner.statement_plans import CreateTable, InsertRows
 from mor.planner.write_statements import quoted
 from mor.row_writes import spark_call
+from mor.writer.files import partition_key
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -225,8 +226,9 @@ def write_rows(
             continue
         values = partition_values(spec, schema, json.loads(r["partition"]))
         footer = (pq.read_metadata(_io.BytesIO(r["footer"])), r["size"])
+        nans = json.loads(r["metrics"])["nan"] if r.get("metrics") else None
         files.append(
-            data_file_of(src, f"{folder}/{r['name']}", values, spec.spec_id, schema, footer)
+            data_file_of(src, f"{folder}/{r['name']}", values, spec.spec_id, schema, footer, nans)
         )
     return files, folder, place
 
@@ -467,10 +469,10 @@ def _operation(
     entries = live_entries(src, head, cache)
     spec_id = src.metadata.default_spec_id
     if mode == "dynamic":
-        parts = {str(f.partition) for f in files}
-        op.replaces = lambda f: f.spec_id == spec_id and str(f.partition) in parts
+        parts = {partition_key(f.partition) for f in files}
+        op.replaces = lambda f: f.spec_id == spec_id and partition_key(f.partition) in parts
         for e in entries:
-            if e.spec_id == spec_id and str(e.file.partition) in parts:
+            if e.spec_id == spec_id and partition_key(e.file.partition) in parts:
                 op.remove(_with_spec(e))
         return op
     removed = {f.file_path for f in _replaced(src, schema, head, plan, static, files, cache)}

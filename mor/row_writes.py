@@ -570,8 +570,9 @@ def _operation(
         elif kind == "data":
             values = partition_values(md.spec(), schema, json.loads(r["partition"]))
             footer = (pq.read_metadata(io.BytesIO(r["footer"])), r["size"])
+            nans = json.loads(r["metrics"])["nan"] if r.get("metrics") else None
             op.added_data.append(
-                data_file_of(src, path, values, md.default_spec_id, schema, footer)
+                data_file_of(src, path, values, md.default_spec_id, schema, footer, nans)
             )
         elif kind in ("delete_file", "dv"):
             data = r["file"]

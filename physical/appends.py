@@ -103,13 +103,11 @@ def store_assigned(
     out = []
     for c in columns:
         src = given.get(c.name.lower())
-        if src is None:
-            if c.required:
-                raise UnsupportedError(
-                    f"{verb}: column {c.name} is NOT NULL, and the statement gives it no value"
-                )
-            out.append(f"CAST(NULL AS {c.dtype.simpleString()}) AS {_q(c.name)}")
-            continue
+        if src is None:  # as Spark for a table without column defaults (Iceberg's)
+            raise UnsupportedError(
+                f"{verb}: no value for column {c.name} (an Iceberg table takes a value for "
+                f"every column: name it in the column list, with NULL where it has none)"
+            )
         alias, got = src
         what = f"{verb}: column {c.name}"
         out.append(f"{assign(_q(alias), got, c.dtype, what, policy)} AS {_q(c.name)}")

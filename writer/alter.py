@@ -20,7 +20,7 @@ from pyiceberg.table.update.snapshot import ManageSnapshots
 from pyiceberg.transforms import IdentityTransform, parse_transform
 
 from mor.planner.errors import ColumnNotFoundError, TableNotFoundError, UnsupportedError
-from mor.writer.catalog_changes import CatalogChangeError, load, v3_writes
+from mor.writer.catalog_changes import CatalogChangeError, load, v3_models, v3_writes
 
 
 def alter_table(catalog: Catalog, identifier: str, changes: Sequence[Any]) -> str:
@@ -37,7 +37,10 @@ def alter_table(catalog: Catalog, identifier: str, changes: Sequence[Any]) -> st
     done = apply_changes(txn, changes, identifier)
     after = txn.table_metadata.format_version
     try:
-        with v3_writes(catalog, max(before, after), table.metadata_location, identifier, table.io):
+        with (
+            v3_models(),
+            v3_writes(catalog, max(before, after), table.metadata_location, identifier, table.io),
+        ):
             txn.commit_transaction()
     except (ValueError, ValidationError) as e:
         raise CatalogChangeError(f"ALTER TABLE {identifier}: {_reason(e)}") from None
@@ -49,18 +52,23 @@ def apply_changes(txn: Transaction, changes: Sequence[Any], identifier: str) -> 
     the table as they leave it); what they do, in one line."""
     done = []
     try:
-        schema_changes = [c for c in changes if c.kind in _SCHEMA]
-        if schema_changes:  # one new schema for the statement, as Iceberg's UpdateSchema
-            update = txn.update_schema()
-            for c in schema_changes:
-                done.append(_SCHEMA[c.kind](txn, update, c, identifier))
-            update.commit()
-        for c in changes:
-            if c.kind not in _SCHEMA:
-                done.append(_APPLY[c.kind](txn, c, identifier))
+        with v3_models():
+            _apply_all(txn, changes, identifier, done)
     except (ValueError, ValidationError) as e:
         raise CatalogChangeError(f"ALTER TABLE {identifier}: {_reason(e)}") from None
     return "; ".join(d for d in done if d)
+
+
+def _apply_all(txn: Transaction, changes: Sequence[Any], identifier: str, done: list[str]) -> None:
+    schema_changes = [c for c in changes if c.kind in _SCHEMA]
+    if schema_changes:  # one new schema for the statement, as Iceberg's UpdateSchema
+        update = txn.update_schema()
+        for c in schema_changes:
+            done.append(_SCHEMA[c.kind](txn, update, c, identifier))
+        update.commit()
+    for c in changes:
+        if c.kind not in _SCHEMA:
+            done.append(_APPLY[c.kind](txn, c, identifier))
 
 
 def renamed_to(identifier: str, to: tuple[str, ...], catalog_name: str) -> str:
@@ -234,7 +242,10 @@ def _set_properties(txn: Transaction, c: Any, table: str) -> str:
                 "downgrade a table"
             )
         if int(version) > current:
-            txn.upgrade_table_version(int(version))
+            from pyiceberg.table.update import UpgradeFormatVersionUpdate
+
+            with v3_models():
+                txn._apply((UpgradeFormatVersionUpdate(format_version=int(version)),))
     if props:
         txn.set_properties(props)
     return "set " + ", ".join(f"{k}={v}" for k, v in c.arg("properties"))

@@ -74,6 +74,11 @@ def v3_writes(
         before = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
 
     def write(metadata: Any, io: Any, metadata_path: str) -> None:
+        if getattr(metadata, "next_row_id", None) is None:
+            raise MorError(
+                f"{identifier}: its v3 metadata has no next-row-id, which Iceberg's readers "
+                "require; nothing was committed"
+            )
         text = IcebergBaseModel.model_dump_json(metadata, exclude_none=True)
         after = json.loads(text)
         lost = sorted(set(before) - set(after))
@@ -105,6 +110,36 @@ def v3_writes(
         yield
     finally:
         del catalog._write_metadata  # type: ignore[attr-defined]
+
+
+@contextmanager
+def v3_models() -> Iterator[None]:
+    """pyiceberg 0.12 models v3 metadata (row lineage included) but refuses to apply an
+    update that makes a table v3 (`SUPPORTED_TABLE_FORMAT_VERSION` is 2): for one creation
+    or upgrade, it applies it (the metadata it makes is written by `v3_writes`, checked)."""
+    import pyiceberg.table.update as updates
+    from pyiceberg.table.metadata import TableMetadataUtil
+
+    before = updates.SUPPORTED_TABLE_FORMAT_VERSION
+    apply = updates._apply_table_update
+    original = apply.dispatch(updates.UpgradeFormatVersionUpdate)
+
+    def upgrade(update: Any, base: Any, context: Any) -> Any:
+        # a table becoming v3 starts its row ids at 0 (Iceberg's `next-row-id`, which its
+        # readers require of v3 metadata; pyiceberg leaves it unset)
+        out = original(update, base, context)
+        if out.format_version >= 3 and getattr(out, "next_row_id", None) is None:
+            copy = out.model_copy(update={"next_row_id": 0})
+            out = TableMetadataUtil._construct_without_validation(copy)
+        return out
+
+    updates.SUPPORTED_TABLE_FORMAT_VERSION = max(before, 3)  # type: ignore[misc]
+    apply.register(updates.UpgradeFormatVersionUpdate, upgrade)
+    try:
+        yield
+    finally:
+        updates.SUPPORTED_TABLE_FORMAT_VERSION = before  # type: ignore[misc]
+        apply.register(updates.UpgradeFormatVersionUpdate, original)
 
 
 # --- namespaces -----------------------------------------------------------------------------
@@ -233,7 +268,9 @@ def stage_table(
             f"{identifier}: format-version 1 has no delete files: mor creates v2 and v3 tables"
         )
     try:
-        txn = catalog.create_table_transaction(identifier, schema, location, spec, order, props)
+        with v3_models():
+            txn = catalog.create_table_transaction(identifier, schema, location, spec, order, props)
+            txn.table_metadata  # noqa: B018 - its updates applied: refused now, not at commit
     except TableAlreadyExistsError:
         raise CatalogChangeError(f"table {identifier} already exists") from None
     except NoSuchNamespaceError:
@@ -252,8 +289,12 @@ def commit_new_table(catalog: Catalog, txn: Any, snapshot_updates: tuple = ()) -
     staged = txn._table
     updates = txn._updates + tuple(snapshot_updates)
     identifier = ".".join(staged.name())
+    version = max(
+        [staged.metadata.format_version]
+        + [int(u.format_version) for u in updates if hasattr(u, "format_version")]
+    )
     try:
-        with v3_writes(catalog, staged.metadata.format_version, None, identifier):
+        with v3_models(), v3_writes(catalog, version, None, identifier):
             catalog.commit_table(staged, requirements=(AssertCreate(),), updates=updates)
     except (TableAlreadyExistsError, CommitFailedException) as e:
         raise CatalogChangeError(f"table {identifier} was created meanwhile: {e}") from None

@@ -48,6 +48,12 @@ POSITION_DELETE_SCHEMA = Schema(
 FULL_METRICS = {"write.metadata.metrics.default": "full"}  # file_path bounds untruncated
 
 
+def partition_key(partition: Any) -> tuple[Any, ...]:
+    """A partition's values as a tuple, whether given as pyiceberg's Record (a new file's) or
+    as a tuple (planner's manifest reader's): what two files of one partition share."""
+    return tuple(partition) if partition is not None else ()
+
+
 def partition_record(partition: Any) -> Record:
     """A partition as pyiceberg's manifest writer takes it: a Record (planner's manifest
     reader gives the values as a tuple, in the spec's order)."""
@@ -239,6 +245,7 @@ def data_file_of(
     spec_id: int,
     schema: Schema | None = None,
     footer: tuple[pq.FileMetaData, int] | None = None,
+    nan_counts: dict[int, int] | None = None,
 ) -> DataFile:
     """The manifest record of a Parquet data file mor wrote in `schema` (default: the
     table's): its size, row count and the column metrics the table's
@@ -247,7 +254,9 @@ def data_file_of(
     `first_row_id` null (inherited from its manifest's), and the row lineage columns the file
     carries get no metrics: a null `_row_id` stands for one inherited, which bounds of the
     stored values would not cover. `footer`: the file's footer and size as its writer
-    returned them (no request for the file)."""
+    returned them (no request for the file). As Iceberg's Parquet writer records them: no
+    counts or bounds for a field inside a list or a map (only its column size), and, given
+    the NaN counts the writer made (`nan_counts`, per float or double field id), those."""
     if footer is None:
         inp = table.io.new_input(path)
         with inp.open() as stream:
@@ -263,11 +272,17 @@ def data_file_of(
         ]
         props = {**props, **{f"write.metadata.metrics.column.{f.name}": "none" for f in lineage}}
         schema = Schema(*schema.fields, *lineage, schema_id=schema.schema_id)
+    repeated = repeated_ids(schema)
     stats = data_file_statistics_from_parquet_metadata(
         meta,
-        compute_statistics_plan(schema, props),
+        metrics_plan(schema, props, repeated),
         parquet_path_to_id_mapping(schema),
     )
+    values = stats.to_serialized_dict()
+    for key in ("value_counts", "null_value_counts", "lower_bounds", "upper_bounds"):
+        values[key] = {k: v for k, v in values[key].items() if k not in repeated}
+    if nan_counts is not None:
+        values["nan_value_counts"] = {int(k): int(v) for k, v in nan_counts.items()}
     f = DataFile.from_args(
         _table_format_version=version,
         content=DataFileContent.DATA,
@@ -275,10 +290,69 @@ def data_file_of(
         file_format=FileFormat.PARQUET,
         partition=partition_record(partition),
         file_size_in_bytes=size,
-        **stats.to_serialized_dict(),
+        **values,
     )
     f.spec_id = spec_id
     return f
+
+
+def metrics_plan(schema: Schema, props: dict[str, str], repeated: set[int]) -> dict[int, Any]:
+    """pyiceberg's metrics plan, with a field inside a struct (not a list or a map) given the
+    bounds Iceberg's writer records for it (pyiceberg keeps its counts only): the table's
+    `write.metadata.metrics.*` mode, truncate(16) by default for strings and binary, full for
+    the others."""
+    from pyiceberg.io.pyarrow import (
+        MetricModeTypes,
+        MetricsMode,
+        StatisticsCollector,
+        match_metrics_mode,
+    )
+    from pyiceberg.table import TableProperties
+    from pyiceberg.types import BinaryType, StringType
+
+    plan = compute_statistics_plan(schema, props)
+    default = props.get(
+        TableProperties.DEFAULT_WRITE_METRICS_MODE,
+        TableProperties.DEFAULT_WRITE_METRICS_MODE_DEFAULT,
+    )
+    for fid, col in list(plan.items()):
+        if fid in repeated or "." not in col.column_name:
+            continue
+        mode = match_metrics_mode(
+            props.get(
+                f"{TableProperties.METRICS_MODE_COLUMN_CONF_PREFIX}.{col.column_name}", default
+            )
+        )
+        textual = isinstance(col.iceberg_type, (StringType, BinaryType))
+        if not textual and mode.type == MetricModeTypes.TRUNCATE:
+            mode = MetricsMode(MetricModeTypes.FULL)
+        plan[fid] = StatisticsCollector(fid, col.iceberg_type, mode, col.column_name)
+    return plan
+
+
+def repeated_ids(schema: Schema) -> set[int]:
+    """The field ids inside a list or a map (their elements, keys and values, and anything
+    below them): Iceberg's writer keeps no counts or bounds for them."""
+    from pyiceberg.types import ListType, MapType, StructType
+
+    out: set[int] = set()
+
+    def visit(t: Any, inside: bool) -> None:
+        if isinstance(t, StructType):
+            for f in t.fields:
+                if inside:
+                    out.add(f.field_id)
+                visit(f.field_type, inside)
+        elif isinstance(t, ListType):
+            out.add(t.element_id)
+            visit(t.element_type, True)
+        elif isinstance(t, MapType):
+            out.update((t.key_id, t.value_id))
+            visit(t.key_type, True)
+            visit(t.value_type, True)
+
+    visit(schema.as_struct(), False)
+    return out
 
 
 def delete_files(io: FileIO, paths: Iterable[str]) -> list[str]:

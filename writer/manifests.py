@@ -437,7 +437,9 @@ def v3_manifest_list(
         listed = {k: listed.get(k) for k in _LIST_NAMES}
         again = _v3_rewrite(table, listed, change, snapshot_id, seq, written, found)
         records.append(again if again is not None else listed)
-    records += [_listed(m, seq) for m in ours]
+    # the new manifests first, then the head's (rewritten or carried over) in their order, as
+    # Iceberg's SnapshotProducer lists them: the new rows get the first row ids of the range
+    records = [_listed(m, seq) for m in ours] + records
     missing = (change.removed | change.removed_dvs | change.removed_data) - found
     if missing:
         names = sorted(p if isinstance(p, str) else f"{p[0]} (offset {p[1]})" for p in missing)

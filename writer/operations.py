@@ -27,7 +27,7 @@ from pyiceberg.table.snapshots import Snapshot, Summary
 
 from mor.planner.manifests import ADDED, DELETED
 from mor.writer.conflicts import ConflictError, added_entries
-from mor.writer.files import content_size, named_data_file
+from mor.writer.files import content_size, named_data_file, partition_key
 
 
 @dataclass
@@ -81,8 +81,7 @@ class Operation:
             or (offset is None and f.file_path in {p for p, _ in self.removed_dvs})
         ):
             return (
-                f"removed a deletion vector of {f.file_path}, whose vectors this operation "
-                "replaces"
+                f"removed a deletion vector of {f.file_path}, whose vectors this operation replaces"
             )
         return ""
 
@@ -323,7 +322,7 @@ class Removed:
     records: int
     size: int
     spec_id: int
-    partition: str  # the partition's values, as text (`changed-partition-count`)
+    partition: tuple[Any, ...]  # the partition's values (`changed-partition-count`)
     dv_offset: int | None = None
 
     @staticmethod
@@ -331,7 +330,7 @@ class Removed:
         offset = f.content_offset if f.file_format == FileFormat.PUFFIN else None
         return Removed(
             f.file_path, f.content, int(f.record_count), content_size(f), int(f.spec_id or 0),
-            str(f.partition), offset,
+            partition_key(f.partition), offset,
         )  # fmt: skip
 
 
@@ -478,7 +477,7 @@ def _summary(
         "removed-equality-deletes": sum(r.records for r in eq),
     }
     props = {k: str(v) for k, v in counts.items() if v}
-    parts = {(f.spec_id, str(f.partition)) for f in added}
+    parts = {(f.spec_id, partition_key(f.partition)) for f in added}
     parts |= {(r.spec_id, r.partition) for r in removed}
     props["changed-partition-count"] = str(len(parts))
     props.update(extra)

@@ -202,7 +202,7 @@ class SnapshotProducer:
             else:
                 carried = manifests.rewritten_manifests(table, head, op, snapshot_id, written)
                 listing = manifests.manifest_list(
-                    table, head, carried + ours, snapshot_id, seq, written, self.prefix
+                    table, head, ours + carried, snapshot_id, seq, written, self.prefix
                 )
         except manifests.StaleChange as e:
             raise ConflictError(str(e)) from e

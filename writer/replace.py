@@ -33,7 +33,14 @@ from pyiceberg.table.update import (
 )
 from pyiceberg.types import ListType, MapType, NestedField, StructType
 
-from mor.writer.catalog_changes import CatalogChangeError, load, sort_order_of, spec_of, v3_writes
+from mor.writer.catalog_changes import (
+    CatalogChangeError,
+    load,
+    sort_order_of,
+    spec_of,
+    v3_models,
+    v3_writes,
+)
 
 
 def reassigned(schema: Schema, base: Schema, last_column_id: int) -> tuple[Schema, int]:
@@ -117,15 +124,26 @@ def replace_table(
     """Replace the table (module docstring); `write(metadata, io)`: the new rows' Spark job
     over the table as replaced, returning the data files it wrote (and where, for `clear`).
     The snapshot committed (None without rows) and the data files."""
+    from pyiceberg.table.update import UpgradeFormatVersionUpdate
+
     from mor.writer.files import delete_files
-    from mor.writer.operations import AppendFiles
+    from mor.writer.operations import OverwriteFiles
     from mor.writer.producer import new_table_snapshot
 
     table = load(catalog, identifier)
     md = table.metadata
+    properties = dict(properties)
+    version = properties.pop("format-version", None)  # a property of the metadata, not a key
     new_schema, last = reassigned(schema, md.schema(), md.last_column_id)
     same = next((s for s in md.schemas if s.fields == new_schema.fields), None)
     updates: list[Any] = []
+    if version is not None and int(version) > md.format_version:
+        updates.append(UpgradeFormatVersionUpdate(format_version=int(version)))
+    elif version is not None and int(version) < md.format_version:
+        raise CatalogChangeError(
+            f"REPLACE TABLE {identifier}: format-version {version}, and the table is "
+            f"v{md.format_version}: Iceberg cannot downgrade a table"
+        )
     if same is not None:
         updates.append(SetCurrentSchemaUpdate(schema_id=same.schema_id))
         new_schema = same
@@ -158,20 +176,26 @@ def replace_table(
     snapshot_id = None
     try:
         if write is not None:
-            staged_md = update_table_metadata(md, tuple(updates))
+            with v3_models():
+                staged_md = update_table_metadata(md, tuple(updates))
             files, place, folder = write(staged_md, table.io)
             if files:
                 staged = Table(table.name(), staged_md, table.metadata_location, table.io, catalog)
-                snap, more = new_table_snapshot(staged, AppendFiles(added_data=files), written)
+                # Spark's REPLACE ... AS SELECT writes through a truncate: an overwrite
+                rows = OverwriteFiles(added_data=files)
+                snap, more = new_table_snapshot(staged, rows, written)
                 updates += list(more)
                 snapshot_id = snap.snapshot_id
         requirements = (
             AssertTableUUID(uuid=md.table_uuid),
             AssertRefSnapshotId(ref="main", snapshot_id=md.current_snapshot_id),
         )
-        version = md.format_version
+        after = max(md.format_version, int(version or 0))
         try:
-            with v3_writes(catalog, version, table.metadata_location, identifier, table.io):
+            with (
+                v3_models(),
+                v3_writes(catalog, after, table.metadata_location, identifier, table.io),
+            ):
                 catalog.commit_table(table, requirements=requirements, updates=tuple(updates))
         except CommitFailedException as e:
             raise CatalogChangeError(

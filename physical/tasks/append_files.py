@@ -28,8 +28,10 @@ from mor.physical.tasks.row_files import (
     conform,
     create,
     fail,
+    float_fields,
     footer,
     json_value,
+    nan_counts,
     record,
     task_number,
 )
@@ -51,6 +53,7 @@ class _Open:
         self.held: list[pa.Table] = []
         self.held_bytes = 0
         self.rows = 0
+        self.nans: dict[int, int] = {}
 
     def flush(self) -> None:
         if not self.held:
@@ -87,6 +90,7 @@ class AppendWriter:
         self.row_group = int(args.get("row_group_bytes", ROW_GROUP_BYTES))
         self.buffered = int(args.get("buffered_bytes", BUFFERED_BYTES))
         self.clustered = bool(args.get("clustered"))
+        self.floats = float_fields(self.schema)
         self.task = task_number()
         self.open: dict[str, tuple[list[Any], _Open]] = {}
         self.held = 0
@@ -109,6 +113,7 @@ class AppendWriter:
                     _Open(self.fs, self.folder, self.task, self.schema, self.codec),
                 )
             f = self.open[key][1]
+            nan_counts(part, self.floats, f.nans)
             f.held.append(part)
             f.held_bytes += part.nbytes
             f.rows += part.num_rows
@@ -137,6 +142,7 @@ class AppendWriter:
                 size=size,
                 footer=footer,
                 partition=json.dumps(values),
+                metrics=json.dumps({"nan": f.nans}),
             )
         )
 

@@ -55,12 +55,13 @@ RECORD = pa.schema(
         ("updated", pa.int64()),
         ("deleted", pa.int64()),
         ("inserted", pa.int64()),
+        ("metrics", pa.string()),  # a data file's NaN counts, JSON {"nan": {field id: n}}
     ]
 )
 RECORD_DDL = (
     "kind string, file string, name string, blob binary, matched binary, rows long, "
     "size long, offset long, length long, footer binary, partition string, updated long, "
-    "deleted long, inserted long"
+    "deleted long, inserted long, metrics string"
 )
 UPDATE, DELETE, INSERT, MATCHED = 1, 2, 3, 0  # _mor_act: what a MERGE clause does to a row
 POSITION_DELETE_FIELDS = ((2147483546, "file_path"), (2147483545, "pos"))
@@ -314,6 +315,8 @@ class _DataWriter:
         size, footer = _write(
             self.fs, f"{self.folder}/{name}", rows, self.codec, ROW_GROUP_BYTES // per_row
         )
+        nans: dict[int, int] = {}
+        nan_counts(rows, float_fields(self.schema), nans)
         self.out.append(
             record(
                 "data",
@@ -322,8 +325,35 @@ class _DataWriter:
                 size=size,
                 footer=footer,
                 partition=json.dumps(values),
+                metrics=json.dumps({"nan": nans}),
             )
         )
+
+
+def float_fields(schema: pa.Schema) -> list[tuple[list[str], int]]:
+    """The float and double fields of an Arrow schema (top-level or inside structs, never
+    inside a list or a map), by path, with their field ids: the ones whose NaN values Iceberg's
+    writer counts."""
+    out: list[tuple[list[str], int]] = []
+
+    def visit(fields: Any, path: list[str]) -> None:
+        for f in fields:
+            fid = (f.metadata or {}).get(b"PARQUET:field_id")
+            if pa.types.is_floating(f.type) and fid is not None:
+                out.append((path + [f.name], int(fid)))
+            elif pa.types.is_struct(f.type):
+                visit([f.type.field(i) for i in range(f.type.num_fields)], path + [f.name])
+
+    visit(list(schema), [])
+    return out
+
+
+def nan_counts(rows: pa.Table, fields: list[tuple[list[str], int]], into: dict[int, int]) -> None:
+    """Add the NaN values of each float field of `rows` to `into` (by field id)."""
+    for path, fid in fields:
+        col = column(rows, path)
+        n = pc.sum(pc.is_nan(col)).as_py() if len(col) else 0
+        into[fid] = into.get(fid, 0) + int(n or 0)
 
 
 def column(t: pa.Table, path: list[str]) -> pa.Array:
