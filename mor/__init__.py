@@ -43,7 +43,9 @@ if TYPE_CHECKING:
         mor_errors,
         mor_sql,
         plan_query,
+        register,
         table,
+        write,
     )
     from mor.consume import ChangeBatch, stream_changes
 
@@ -60,7 +62,9 @@ _LAZY = {
             "mor_errors",
             "mor_sql",
             "plan_query",
+            "register",
             "table",
+            "write",
         ),
         "mor.api",
     ),
@@ -84,6 +88,8 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "mor_sql",
+    "write",
+    "register",
     "table",
     "changes",
     "stream_changes",

@@ -12,7 +12,7 @@ from pyiceberg.catalog import Catalog
 
 from mor.catalogs import DEFAULT_CATALOG_NAME, default_catalog, resolve_catalog
 from mor.execution import mor_errors
-from mor.planner.errors import MorError
+from mor.planner.errors import ArgumentError, MorError
 from mor.planner.query_metrics import MorMetrics
 from mor.planner.requests import counting
 from mor.planner.settings import effective_path_map, warehouse_dir
@@ -43,6 +43,8 @@ __all__ = [
     "resolve_catalog",
     "table",
     "warehouse_dir",
+    "write",
+    "register",
 ]
 
 
@@ -139,6 +141,72 @@ def explain(
         spark=spark,
         branch=branch,
     ).explain(verbose=verbose, physical=physical, analyze=analyze, check=check)
+
+
+@checked
+def write(
+    df: DataFrame,
+    table: str,
+    mode: str = "append",
+    *,
+    partition: dict[str, Any] | None = None,
+    partitioned_by: list[str] | None = None,
+    properties: dict[str, str] | None = None,
+    catalog: Catalog | str | None = None,
+    branch: str = "main",
+    isolation: str | None = None,
+    path_map: dict[str, str] | None = None,
+    io_properties: dict[str, str] | None = None,
+    settings: SettingsArg = None,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """Write a DataFrame's rows into a table of mor's catalog, by column name, as
+    `df.writeTo(table)` does with Iceberg's runtime, on any Spark (3.5, 4.x, Spark Connect):
+    Spark's tasks write the data files (laid out as Iceberg's writer lays them out: by
+    partition, in the table's sort order), one commit.
+
+    `mode`: "append" (`append()`), "overwrite" (every row, or the rows of `partition`:
+    {column: value} of identity partition columns, which the DataFrame then does not carry),
+    "overwrite_partitions" (`overwritePartitions()`: the partitions the rows land in),
+    "create", "create_or_replace", "replace" (`create()`, ...: the table made from the
+    DataFrame's columns, `partitioned_by` transforms such as "days(ts)", `properties`).
+    `isolation`: "serializable" or "snapshot" for an overwrite (Iceberg's `isolation-level`):
+    a commit landing meanwhile on what it replaces then stops it. Returns what was written
+    (rows, files, the snapshot committed) as a dict."""
+    from mor.dataframe_writes import write_statement
+
+    if partition:
+        present = [c for c in partition if c.lower() in {x.lower() for x in df.columns}]
+        if present:
+            raise ArgumentError(
+                f"write(): the DataFrame carries {present[0]}, which partition= sets: drop it"
+            )
+    ex = write_statement(
+        df,
+        table,
+        mode,
+        partition=partition,
+        partitioned_by=partitioned_by,
+        properties=properties,
+        branch=branch,
+        isolation=isolation,
+        catalog=catalog,
+        path_map=path_map,
+        io_properties=io_properties,
+        settings=settings,
+        dry_run=dry_run,
+    )
+    return ex.run().report
+
+
+def register(spark: SparkSession | None = None) -> None:
+    """Register mor's Python data source in a pyspark 4.x session (the active one by
+    default), so that Spark's own writer forms write tables of mor's catalog:
+    `df.write.format("mor").mode("append").save("ns.t")` (the catalog: the option
+    `catalog`, else mor's configured one)."""
+    from mor.datasource import register_data_source
+
+    register_data_source(spark)
 
 
 def clear_caches() -> None:

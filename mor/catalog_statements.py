@@ -75,8 +75,15 @@ def namespace_exists(ctx: RunContext, cat: Catalog, ns: str) -> bool:
 
 def metadata_of(ctx: RunContext, cat: Catalog, name: str) -> TableMetadata:
     """A table's metadata as the script leaves it (a check), else as the catalog has it."""
-    if ctx.pending is not None and ctx.pending.has_table(cat.name, name):
-        return ctx.pending.tables[f"{cat.name}:{name}"]
+    if ctx.pending is not None:
+        known = ctx.pending.has_table(cat.name, name)
+        if known:
+            return ctx.pending.tables[f"{cat.name}:{name}"]
+        if known is False:
+            raise TableNotFoundError(
+                f"table {name} not found in catalog {cat.name!r}: an earlier statement of the "
+                "script drops it"
+            )
     from mor.writer.catalog_changes import load
 
     return load(cat, name).metadata
@@ -424,8 +431,27 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _type_sql(t: Any) -> str:
+    """An Iceberg type as Spark SQL writes it in a CREATE TABLE (nested names as they are)."""
+    from pyiceberg.types import ListType, MapType, StructType
+
+    if isinstance(t, StructType):
+        inner = ", ".join(
+            f"{_quoted(f.name)}: {_type_sql(f.field_type)}"
+            + (" NOT NULL" if f.required else "")
+            + (f" COMMENT {_sql_string(f.doc)}" if f.doc else "")
+            for f in t.fields
+        )
+        return f"STRUCT<{inner}>"
+    if isinstance(t, ListType):
+        return f"ARRAY<{_type_sql(t.element_type)}>"
+    if isinstance(t, MapType):
+        return f"MAP<{_type_sql(t.key_type)}, {_type_sql(t.value_type)}>"
+    return _spark_type_name(t).upper()
+
+
 def _column_sql(f: Any) -> str:
-    out = f"{_quoted(f.name)} {_spark_type_name(f.field_type).upper()}"
+    out = f"{_quoted(f.name)} {_type_sql(f.field_type)}"
     if f.required:
         out += " NOT NULL"
     if f.doc:

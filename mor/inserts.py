@@ -180,26 +180,13 @@ def analysed(run: Any) -> Any:
 # --- the job and the commit -------------------------------------------------------------------
 
 
-def write_rows(
-    df: DataFrame,
-    src: TableSource,
-    schema: Any,
-    spec: Any,
-    verb: str,
-    note: Callable[[str], None],
-) -> tuple[list[Any], str, Any]:
-    """Run the append job over `df` (the table's columns): the data files written (their
-    manifest records), the folder they are in and where the tasks wrote it."""
-    import io as _io
-    import json
-
-    import pyarrow.parquet as pq
+def append_job(src: TableSource, schema: Any, spec: Any, verb: str) -> tuple[Any, str, Any]:
+    """The append job of a statement over `src` (its layout, codec and sizes, as the table's
+    properties say), the folder its files go to (as recorded) and where the tasks reach it."""
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-    from mor.physical.appends import AppendJob, distribution_mode, run_append_job
+    from mor.physical.appends import AppendJob, distribution_mode
     from mor.physical.row_writes import arrow_place
-    from mor.row_writes import partition_values
-    from mor.writer.files import data_file_of
 
     md = src.metadata
     props = md.properties
@@ -217,9 +204,22 @@ def write_rows(
         row_group_bytes=int(props.get("write.parquet.row-group-size-bytes", 128 << 20)),
         distribution=distribution_mode(props, bool(spec.fields), bool(sort)),
     )
-    note(f"writing rows of {src.name}")
-    with interrupts.spark_action():
-        records = run_append_job(df, job)
+    return job, folder, place
+
+
+def files_of(
+    records: list[dict[str, Any]], src: TableSource, schema: Any, spec: Any, folder: str
+) -> list[Any]:
+    """The manifest records of the data files the tasks wrote (their footers, partitions and
+    NaN counts in `records`)."""
+    import io as _io
+    import json
+
+    import pyarrow.parquet as pq
+
+    from mor.row_writes import partition_values
+    from mor.writer.files import data_file_of
+
     files = []
     for r in records:
         if r["kind"] != "data":
@@ -227,10 +227,36 @@ def write_rows(
         values = partition_values(spec, schema, json.loads(r["partition"]))
         footer = (pq.read_metadata(_io.BytesIO(r["footer"])), r["size"])
         nans = json.loads(r["metrics"])["nan"] if r.get("metrics") else None
-        files.append(
-            data_file_of(src, f"{folder}/{r['name']}", values, spec.spec_id, schema, footer, nans)
-        )
-    return files, folder, place
+        path = f"{folder}/{r['name']}"
+        files.append(data_file_of(src, path, values, spec.spec_id, schema, footer, nans))
+    return files
+
+
+def write_rows(
+    df: DataFrame,
+    src: TableSource,
+    schema: Any,
+    spec: Any,
+    verb: str,
+    note: Callable[[str], None],
+) -> tuple[list[Any], str, Any]:
+    """Run the append job over `df` (the table's columns): the data files written (their
+    manifest records), the folder they are in and where the tasks wrote it."""
+    from mor.physical.appends import run_append_job
+
+    job, folder, place = append_job(src, schema, spec, verb)
+    note(f"writing rows of {src.name}")
+    try:
+        with interrupts.spark_action():
+            records = run_append_job(df, job)
+        return files_of(records, src, schema, spec, folder), folder, place
+    except KeyboardInterrupt as e:  # the cancelled tasks stopped, then what they wrote removed
+        raise interrupts.not_committed(
+            f"{verb} {src.name}", src.name, lambda: _clear(place, folder, set())
+        ) from e
+    except BaseException:
+        _clear(place, folder, set())  # a failed task attempt's files: nothing commits them
+        raise
 
 
 def _clear(place: Any, folder: str, keep: set[str]) -> int:
@@ -315,7 +341,11 @@ def run_insert(plan: InsertRows, ctx: RunContext) -> Outcome:
     df = store_assigned(
         rows, f"{verb} {name}", columns, into, static, plan.by_name, assignment_policy(session)
     )
-    dynamic = plan.mode == "overwrite" and _dynamic(session, plan, spec)
+    dynamic = plan.mode == "overwrite" and (
+        bool(spec.fields) and plan.overwrite_mode == "dynamic"
+        if plan.overwrite_mode is not None
+        else _dynamic(session, plan, spec)
+    )
     mode = "dynamic" if dynamic else ("overwrite" if plan.mode == "overwrite" else "append")
     report = WriteReport(
         verb, name, plan.branch, mode, head.snapshot_id if head else None, ctx.dry_run
@@ -460,7 +490,7 @@ def _operation(
     if mode == "append":
         return AppendFiles(added_data=list(files))
     op = OverwriteFiles(
-        added_data=list(files), replace_partitions=mode == "dynamic", isolation=None
+        added_data=list(files), replace_partitions=mode == "dynamic", isolation=plan.isolation
     )
     if head is None:
         return op

@@ -100,6 +100,8 @@ _ARGS: dict[str, tuple[Callable[[Any], bool], str]] = {
         ),
         "a dict of view name -> DataFrame (names of one part, as a temporary view's), or None",
     ),
+    "df": (lambda v: hasattr(v, "schema") and hasattr(v, "sparkSession"), "a Spark DataFrame"),
+    "mode": (lambda v: isinstance(v, str), "a write mode (str)"),
     "columns": (
         lambda v: (
             v is None or (isinstance(v, (list, tuple)) and all(isinstance(c, str) for c in v))

@@ -155,9 +155,9 @@ def assign(e: str, got: Any, want: Any, what: str, policy: str) -> str:
         body = f"named_struct({', '.join(parts)})"
         return f"CASE WHEN {e} IS NULL THEN NULL ELSE {body} END"
     target = want.simpleString()
-    if _fits_without_loss(got, want):
+    if fits_without_loss(got, want):
         return f"CAST({e} AS {target})"
-    if policy == "ANSI" and _ansi_castable(got, want):
+    if policy == "ANSI" and ansi_castable(got, want):
         message = _lit(
             f"mor: {what} is {target}, and a value of the query ({got.simpleString()}) does not "
             "fit it (Spark's ANSI store assignment: no overflow, no silent truncation)"
@@ -173,7 +173,7 @@ def assign(e: str, got: Any, want: Any, what: str, policy: str) -> str:
     )
 
 
-def _fits_without_loss(got: Any, want: Any) -> bool:
+def fits_without_loss(got: Any, want: Any) -> bool:
     """A widening that holds every value: integral to a wider integral, to decimal wide
     enough, float to double, anything atomic to string, date to a timestamp."""
     from pyspark.sql import types as T
@@ -202,7 +202,7 @@ def _fits_without_loss(got: Any, want: Any) -> bool:
     return False
 
 
-def _ansi_castable(got: Any, want: Any) -> bool:
+def ansi_castable(got: Any, want: Any) -> bool:
     """Spark's `Cast.canANSIStoreAssign` for atomic types, where a value may not fit: numeric
     to numeric, timestamp to timestamp without time zone and back."""
     from pyspark.sql import types as T

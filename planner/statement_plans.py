@@ -237,6 +237,10 @@ class InsertRows(StatementPlan):
     columns: tuple[str, ...] | None = None
     static: tuple[tuple[str, str], ...] = ()
     by_name: bool = False
+    # static or dynamic, when the caller says (a DataFrame's overwritePartitions); None: the
+    # session's spark.sql.sources.partitionOverwriteMode
+    overwrite_mode: str | None = None
+    isolation: str | None = None  # Iceberg's `isolation-level` write option
 
     def describe(self) -> str:
         where = " AND ".join(f"{c} = {v}" for c, v in self.static)

@@ -33,17 +33,17 @@ def alter_table(catalog: Catalog, identifier: str, changes: Sequence[Any]) -> st
         return _rename(catalog, identifier, renames[0].arg("to"))
     table = load(catalog, identifier)
     before = table.metadata.format_version
-    txn = table.transaction()
-    done = apply_changes(txn, changes, identifier)
-    after = txn.table_metadata.format_version
-    try:
-        with (
-            v3_models(),
-            v3_writes(catalog, max(before, after), table.metadata_location, identifier, table.io),
-        ):
-            txn.commit_transaction()
-    except (ValueError, ValidationError) as e:
-        raise CatalogChangeError(f"ALTER TABLE {identifier}: {_reason(e)}") from None
+    with v3_models():  # the transaction's metadata is made again each time it is read
+        txn = table.transaction()
+        done = apply_changes(txn, changes, identifier)
+        after = txn.table_metadata.format_version
+        try:
+            with v3_writes(
+                catalog, max(before, after), table.metadata_location, identifier, table.io
+            ):
+                txn.commit_transaction()
+        except (ValueError, ValidationError) as e:
+            raise CatalogChangeError(f"ALTER TABLE {identifier}: {_reason(e)}") from None
     return done
 
 
@@ -66,8 +66,14 @@ def _apply_all(txn: Transaction, changes: Sequence[Any], identifier: str, done: 
         for c in schema_changes:
             done.append(_SCHEMA[c.kind](txn, update, c, identifier))
         update.commit()
+    spec_changes = [c for c in changes if c.kind in _SPEC]
+    if spec_changes:  # one new spec (REPLACE PARTITION FIELD: a field out, one in)
+        update = txn.update_spec()
+        for c in spec_changes:
+            done.append(_SPEC[c.kind](txn, update, c, identifier))
+        update.commit()
     for c in changes:
-        if c.kind not in _SCHEMA:
+        if c.kind not in _SCHEMA and c.kind not in _SPEC:
             done.append(_APPLY[c.kind](txn, c, identifier))
 
 
@@ -287,19 +293,17 @@ def _partition_field(txn: Transaction, c: Any, table: str) -> Any:
     )
 
 
-def _add_partition_field(txn: Transaction, c: Any, table: str) -> str:
+def _add_partition_field(txn: Transaction, update: Any, c: Any, table: str) -> str:
     source = _spelled(txn, ".".join(c.arg("source")), table)
     transform = parse_transform(c.arg("transform"))
     name = c.arg("name") if c.arg("named") else None
-    with txn.update_spec() as update:
-        update.add_field(source, transform, name)
+    update.add_field(source, transform, name)
     return f"added partition field {name or c.arg('name')}"
 
 
-def _drop_partition_field(txn: Transaction, c: Any, table: str) -> str:
+def _drop_partition_field(txn: Transaction, update: Any, c: Any, table: str) -> str:
     field = _partition_field(txn, c, table)
-    with txn.update_spec() as update:
-        update.remove_field(field.name)
+    update.remove_field(field.name)
     return f"dropped partition field {field.name}"
 
 
@@ -408,11 +412,13 @@ _SCHEMA = {
     "update_column": _update_column,
     "move_column": _move_column,
 }
+_SPEC = {
+    "drop_partition_field": _drop_partition_field,
+    "add_partition_field": _add_partition_field,
+}
 _APPLY = {
     "set_properties": _set_properties,
     "unset_properties": _unset_properties,
-    "add_partition_field": _add_partition_field,
-    "drop_partition_field": _drop_partition_field,
     "write_order": _write_order,
     "set_identifier_fields": _identifier_fields,
     "drop_identifier_fields": _identifier_fields,

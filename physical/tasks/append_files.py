@@ -218,3 +218,21 @@ def append_stage(
         yield from writer.close()
 
     return run
+
+
+def by_name(batch: pa.RecordBatch, names: list[str]) -> pa.RecordBatch:
+    """A batch's columns renamed and ordered as the table's (`names`: per table column, the
+    batch's column that fills it, matched by name without case)."""
+    index = {n.lower(): i for i, n in enumerate(batch.schema.names)}
+    arrays = [batch.column(index[n.lower()]) for n in names]
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def write_batches(args: dict[str, Any], batches: Iterator[pa.RecordBatch]) -> list[dict[str, Any]]:
+    """A data source task's rows written (AppendWriter, `args["columns"]`: the table's column
+    names in order): the records of its files, as plain dicts."""
+    names = list(args["columns"])
+    writer = AppendWriter(args)
+    for batch in batches:
+        writer.add(by_name(batch, names))
+    return [r for out in writer.close() for r in out.to_pylist()]
