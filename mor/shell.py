@@ -76,6 +76,20 @@ class Shell:
             check_s3a(self._spark)
         return self._spark
 
+    def names(self) -> Any:
+        """What Spark holds under a statement's names: the shell's session once started (the
+        views its statements created), a Spark Connect server's (asked when a name needs it),
+        else the session the shell will start (nothing but its configured catalogs)."""
+        from mor.options import remote_url
+        from mor.physical.spark.names import LazyNames, SessionNames, own_session_names
+        from mor.planning import Names
+
+        if self._spark is not None:
+            return Names(spark=SessionNames(self._spark))
+        if remote_url(self.args):
+            return Names(spark=LazyNames(lambda: self.spark(None)))
+        return Names(spark=own_session_names())
+
     def run(self, lines: Iterator[str]) -> int:
         buffer = ""
         for line in lines:
@@ -174,6 +188,7 @@ class Shell:
             io_properties=file_io(self.args),
             branch=getattr(self.args, "branch", "main"),
             dry_run=getattr(self.args, "dry_run", False),
+            names=self.names(),
         )
         run.spark = lambda: self.spark(run.query.plan if run.is_query else None)
         out = run.run()

@@ -260,8 +260,12 @@ def test_the_shell_cancels_the_statement_and_keeps_running(wh: Path) -> None:
     p.stdin.write(SLOW + ";\n")
     p.stdin.flush()
     when = _jvm_for(8)
+    deadline = time.monotonic() + 180
     while not when(p):
         assert p.poll() is None
+        if time.monotonic() > deadline:  # the statement never reached Spark: say why
+            p.kill()
+            raise AssertionError(f"no Spark job within 180 s: {p.communicate()[1][-2000:]}")
         time.sleep(0.05)
     p.send_signal(signal.SIGINT)
     time.sleep(1)
