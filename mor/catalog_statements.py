@@ -201,7 +201,9 @@ def run_drop_table(plan: DropTable, ctx: RunContext) -> Outcome:
     name = plan.target.name
     if ctx.checking or ctx.dry_run:
         if not table_exists(ctx, cat, name) and not plan.if_exists:
-            raise TableNotFoundError(f"DROP TABLE {name}: no such table in catalog {cat.name!r}")
+            raise TableNotFoundError(
+                f"DROP TABLE {name}: table {name} not found in catalog {cat.name!r}"
+            )
         if ctx.pending is not None:
             ctx.pending.drop(cat.name, name)
         return Outcome("DROP TABLE", f"table {name}: would be dropped")
@@ -265,6 +267,10 @@ def _like(names: list[str], pattern: str | None) -> list[str]:
 
 def run_show_namespaces(plan: ShowNamespaces, ctx: RunContext) -> Outcome:
     cat = catalog_of(ctx, plan.catalog)
+    if ctx.checking:
+        if plan.parent and not namespace_exists(ctx, cat, plan.parent):
+            raise TableNotFoundError(f"namespace {plan.parent} not found in catalog {cat.name!r}")
+        return Outcome("SHOW NAMESPACES")
     parent = tuple(plan.parent.split(".")) if plan.parent else ()
     names = [".".join(ns) for ns in cat.list_namespaces(parent)]
     names = sorted(_like(names, plan.pattern))
@@ -280,6 +286,12 @@ def run_show_tables(plan: ShowTables, ctx: RunContext) -> Outcome:
     from mor.catalog_info import list_tables
 
     cat = catalog_of(ctx, plan.catalog)
+    if ctx.checking:  # the namespace as the script leaves it; the listing waits for the run
+        if plan.namespace and not namespace_exists(ctx, cat, plan.namespace):
+            raise TableNotFoundError(
+                f"namespace {plan.namespace} not found in catalog {cat.name!r}"
+            )
+        return Outcome("SHOW TABLES")
     names = list_tables(cat, plan.namespace)
     rows = []
     for full in names:

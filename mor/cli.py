@@ -512,6 +512,17 @@ def _explain(args: argparse.Namespace) -> int:
         spark = spark_session(args, s3a=s3a)
         for r in runs:
             r.spark = spark
+    if not args.no_check:
+        # a statement other than a query or a row-level write (DDL, INSERT, SHOW, ...)
+        # checked as `mor run` checks it (an INSERT's columns and types too), against the
+        # catalog as the statements before it leave it
+        from mor.planner.pending import Pending
+        from mor.planner.statement_plans import Query, RowLevelWrite
+
+        pending = Pending()
+        for r in runs:
+            if not isinstance(r.inner, (Query, RowLevelWrite)):
+                r.check(pending)
     texts = [
         r.explain(
             verbose=args.verbose,

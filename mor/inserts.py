@@ -729,7 +729,9 @@ def run_replace_table(plan: CreateTable, ctx: RunContext) -> Outcome:
     name = plan.target.name
     if not table_exists(ctx, cat, name):
         if plan.mode == "replace":
-            raise TableNotFoundError(f"REPLACE TABLE {name}: no such table in catalog {cat.name!r}")
+            raise TableNotFoundError(
+                f"REPLACE TABLE {name}: table {name} not found in catalog {cat.name!r}"
+            )
         from dataclasses import replace
 
         created = replace(plan, mode="create")

@@ -25,15 +25,20 @@ def format_rows(cols: list[str], rows: list[Any], fmt: str) -> str:
         w = csv.writer(buf, lineterminator="\n")  # Unix line ends, as Spark writes CSV
         w.writerow(cols)
         for r in rows:
-            w.writerow(["" if v is None else v for v in r])
+            w.writerow(["" if v is None else _text(v) for v in r])
         return buf.getvalue()
-    cells = [[("NULL" if v is None else str(v)) for v in r] for r in rows]
+    cells = [[("NULL" if v is None else _text(v)) for v in r] for r in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
     line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
     out = [line, "| " + " | ".join(c.ljust(w) for c, w in zip(cols, widths)) + " |", line]
     out += ["| " + " | ".join(v.ljust(w) for v, w in zip(r, widths)) + " |" for r in cells]
     out += [line, f"({len(rows)} row{'s' if len(rows) != 1 else ''})", ""]
     return "\n".join(out)
+
+
+def _text(v: Any) -> Any:
+    """A value as Spark prints it where Python's spelling differs (booleans: true, false)."""
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
 
 
 def _plain(v: Any) -> Any:

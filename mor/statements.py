@@ -239,16 +239,23 @@ class StatementExecution:
 
         pending = pending if pending is not None else Pending()
         self.__dict__.pop("plan", None)  # bound again against what the script will hold
+        handed = self.views
+        # the views earlier statements create, as DataFrames Spark analysed (the ones handed
+        # in win, as they do when the script runs)
+        self.views = {**pending.frames, **handed}
         self._names = self._with_pending(pending)
-        plan = self.plan
-        checker = CHECKERS.get(type(plan), RUNNERS.get(type(plan)))
-        if checker is None:
-            raise MorError(f"{plan.label} statements are not run by mor")
-        with applied(self.settings):
-            checker(self, plan, self.context(pending))
-        self.__dict__.pop("plan", None)
-        self.__dict__.pop("query", None)
-        self._names = None if self._names is None else self._without_pending()
+        try:
+            plan = self.plan
+            checker = CHECKERS.get(type(plan), RUNNERS.get(type(plan)))
+            if checker is None:
+                raise MorError(f"{plan.label} statements are not run by mor")
+            with applied(self.settings):
+                checker(self, plan, self.context(pending))
+        finally:
+            self.views = handed
+            self.__dict__.pop("plan", None)
+            self.__dict__.pop("query", None)
+            self._names = None if self._names is None else self._without_pending()
 
     def _with_pending(self, pending: Pending) -> Names:
         from mor.planning import Names
@@ -374,8 +381,8 @@ class StatementExecution:
         if out.answer is not None:
             return out.answer()
         if out.affected is not None:
-            return session.createDataFrame(
-                [(out.affected, out.snapshot)], "num_affected_rows bigint, snapshot_id bigint"
+            return _counts(
+                session, ["num_affected_rows", "snapshot_id"], [out.affected, out.snapshot]
             )
         from pyspark.sql import types as T
 
@@ -442,24 +449,32 @@ def _report_row(ex: StatementExecution, report: RowWriteReport) -> Any:
         def __call__(self) -> Any:
             session = ex.session()
             if report.statement == "MERGE":  # the counts Spark 4's and Delta's MERGE return
-                return session.createDataFrame(
+                return _counts(
+                    session,
                     [
-                        (
-                            report.rows,
-                            report.updated,
-                            report.deleted,
-                            report.inserted,
-                            report.snapshot,
-                        )
+                        "num_affected_rows",
+                        "num_updated_rows",
+                        "num_deleted_rows",
+                        "num_inserted_rows",
+                        "snapshot_id",
                     ],
-                    "num_affected_rows bigint, num_updated_rows bigint, num_deleted_rows bigint, "
-                    "num_inserted_rows bigint, snapshot_id bigint",
+                    [report.rows, report.updated, report.deleted, report.inserted, report.snapshot],
                 )
-            return session.createDataFrame(
-                [(report.rows, report.snapshot)], "num_affected_rows bigint, snapshot_id bigint"
+            return _counts(
+                session, ["num_affected_rows", "snapshot_id"], [report.rows, report.snapshot]
             )
 
     return _Lazy()
+
+
+def _counts(session: Any, names: list[str], values: list[int | None]) -> DataFrame:
+    """One row of bigint counts: a local relation (on a classic session an inline VALUES,
+    which collects without a Spark job; createDataFrame's costs one, ~0.2 s)."""
+    from pyspark.sql import types as T
+
+    from mor.physical.scan.tables import local_table
+
+    return local_table(session, [(n, T.LongType()) for n in names], [tuple(values)])
 
 
 def _explain(ex: StatementExecution, plan: Explain, ctx: RunContext) -> Outcome:
@@ -482,7 +497,16 @@ def _spark_statement(ex: StatementExecution, plan: SparkStatement, ctx: RunConte
 
         if isinstance(tree, exp.Create) and str(tree.args.get("kind")).upper() == "VIEW":
             assert ctx.pending is not None
-            ctx.pending.views.add(tree.this.name.lower())
+            name = tree.this.name.lower()
+            ctx.pending.views.add(name)
+            ctx.pending.frames.pop(name, None)
+            if isinstance(tree.expression, exp.Query):
+                try:  # Spark analyses the view's query (nothing read); else run time says
+                    ctx.pending.frames[name] = ex.session().sql(
+                        tree.expression.sql(dialect="spark")
+                    )
+                except Exception:  # noqa: BLE001, S110 - it names what the script makes first
+                    pass
         return Outcome(plan.kind)
     session = ex.session()
     from mor.physical.spark.spark_errors import spark_failure
@@ -509,6 +533,14 @@ def _spark_statement(ex: StatementExecution, plan: SparkStatement, ctx: RunConte
             raise spark_failure(e) from e
     if df.columns:
         return Outcome(plan.kind, df=df)
+    from sqlglot import exp
+
+    tree = plan.statement.tree
+    if isinstance(tree, exp.Create) and str(tree.args.get("kind")).upper() == "VIEW":
+        name = tree.this.sql(dialect="spark") if tree.this is not None else "?"
+        kind = "temporary view" if tree.args.get("properties") else "view"
+        line = f"{kind} {name}: created (by Spark)"
+        return Outcome(plan.kind, line, {"statement": plan.kind, "view": name})
     return Outcome(plan.kind, f"{plan.kind}: done (run by Spark)", {"statement": plan.kind})
 
 
@@ -518,9 +550,12 @@ def _create_view(ex: StatementExecution, plan: CreateView, ctx: RunContext) -> O
     run = ex.query
     run.use(ex.session())
     if ctx.checking:
-        analysed(run)
         assert ctx.pending is not None
-        ctx.pending.views.add(plan.name.lower())
+        if not plan.is_global:
+            ctx.pending.views.add(plan.name.lower())
+            ctx.pending.frames[plan.name.lower()] = analysed(run)
+        else:
+            analysed(run)
         return Outcome("CREATE VIEW")
     df = run.dataframe
     try:

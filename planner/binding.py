@@ -103,10 +103,29 @@ def bind_statement(stmt: Statement, resolver: Resolver, branch: str = "main") ->
 # --- Spark's own statements -----------------------------------------------------------------
 
 
+_KIND_WORDS = frozenset(
+    "CREATE OR REPLACE TEMPORARY TEMP GLOBAL EXTERNAL TABLE VIEW DATABASE SCHEMA NAMESPACE "
+    "FUNCTION DROP ALTER INSERT INTO OVERWRITE LOCAL DIRECTORY SET RESET CACHE UNCACHE LAZY "
+    "REFRESH ADD JAR JARS FILE FILES LIST USE ANALYZE MSCK REPAIR LOAD DATA TRUNCATE COMMENT "
+    "CLEAR DECLARE VARIABLE".split()
+)
+
+
+def statement_kind(text: str) -> str:
+    """What a statement is, by its leading keywords (`CREATE TEMPORARY VIEW`, `SET`,
+    `CACHE TABLE`): at most four, never a name."""
+    words = []
+    for w in text.split()[:4]:
+        if w.upper() not in _KIND_WORDS:
+            break
+        words.append(w.upper())
+    return " ".join(words) or text.split()[0].upper()
+
+
 def _spark_statement(stmt: Statement, resolver: Resolver) -> StatementPlan:
     """A statement for Spark as it is: it must name none of mor's tables (Spark knows none of
     them: it would fail, or find another table of the same name)."""
-    kind = " ".join(stmt.text.split()[:3]).upper()
+    kind = statement_kind(stmt.text)
     for t in iceberg_tables(stmt.tree):
         if not isinstance(t.this, exp.Identifier):
             continue
@@ -152,13 +171,7 @@ def _target(
         held = spark.relation(parts)
         if held is not None and "view" in held:
             raise UnsupportedError(f"{verb} {shown}: {held} is not a table mor writes{at}")
-        if create:
-            raise UnsupportedError(
-                f"{verb} {shown}: mor's tables are named namespace.table (or "
-                f"catalog.namespace.table); a table of Spark's own catalog is "
-                f"spark_catalog.<database>.{shown}{at}"
-            )
-        return None
+        return None  # as Spark resolves it: its current catalog and database's
     if len(parts) == 3 and spark.is_catalog(parts[0]) and not resolver.is_mor_catalog(parts[0]):
         return None
     if len(parts) > 3:
@@ -202,24 +215,22 @@ def _create(stmt: Statement, resolver: Resolver, branch: str) -> StatementPlan:
     verb = {"create": "CREATE TABLE", "replace": "REPLACE TABLE"}.get(
         mode, "CREATE OR REPLACE TABLE"
     )
+    props = tree.args.get("properties")
+    for p in props.expressions if props is not None else ():
+        if isinstance(p, exp.FileFormatProperty) and p.this is not None:
+            if p.this.name.lower() != "iceberg":  # USING parquet, delta, ...: Spark's table
+                return _spark_statement(stmt, resolver)
     target = _target(head, stmt, resolver, verb, create=True)
     if target is None:
         return _spark_statement(stmt, resolver)
     w = Words(stmt.text, stmt.offset, stmt.source)
-    props = tree.args.get("properties")
     table_props: list[tuple[str, str]] = []
     partition: tuple[PartitionField, ...] = ()
     location = comment = None
     for p in props.expressions if props is not None else ():
         if isinstance(p, exp.FileFormatProperty):
-            provider = p.this.name if p.this is not None else ""
-            if provider.lower() != "iceberg":
-                raise UnsupportedError(
-                    f"{verb} {target} USING {provider}: mor creates Iceberg tables (USING "
-                    "iceberg, or no USING); a table of another format is Spark's: name it in "
-                    "Spark's catalog (spark_catalog.<database>.<table>)"
-                )
-        elif isinstance(p, exp.PartitionedByProperty):
+            continue  # USING iceberg (any other: Spark's table, above)
+        if isinstance(p, exp.PartitionedByProperty):
             found = p.this.expressions if isinstance(p.this, exp.Schema) else [p.this]
             partition = tuple(
                 PartitionField(source=t.source, transform=t.transform, name=t.default_name())

@@ -11,7 +11,7 @@ reads as an empty table of the schema it was created with. Nothing here is writt
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mor.planner.errors import TableNotFoundError
 
@@ -32,6 +32,10 @@ class Pending:
     namespaces: set[str] = field(default_factory=set)  # `catalog:ns`
     dropped_namespaces: set[str] = field(default_factory=set)
     views: set[str] = field(default_factory=set)  # lower-case names
+    # the views' rows as Spark analyses them (DataFrames over empty scans, nothing read), so
+    # the statements after them are checked against their columns; a view Spark could not
+    # analyse before the script runs is in `views` alone
+    frames: dict[str, Any] = field(default_factory=dict)
 
     def created(self, catalog: str, name: str, metadata: TableMetadata) -> None:
         key = f"{catalog}:{name}"

@@ -113,7 +113,9 @@ def _field(txn: Transaction, path: str, table: str) -> Any:
         return txn.table_metadata.schema().find_field(path, case_sensitive=False)
     except ValueError:
         cols = ", ".join(f.name for f in txn.table_metadata.schema().fields)
-        raise ColumnNotFoundError(f"{table}: no column {path}; its columns are {cols}") from None
+        raise ColumnNotFoundError(
+            f"ALTER TABLE {table}: no column {path}; its columns are {cols}"
+        ) from None
 
 
 def _spelled(txn: Transaction, path: str, table: str) -> str:
