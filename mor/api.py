@@ -12,7 +12,7 @@ from pyiceberg.catalog import Catalog
 
 from mor.catalogs import DEFAULT_CATALOG_NAME, default_catalog, resolve_catalog
 from mor.execution import mor_errors
-from mor.planner.errors import ArgumentError, MorError
+from mor.planner.errors import ArgumentError, MorError, UnsupportedError
 from mor.planner.query_metrics import MorMetrics
 from mor.planner.requests import counting
 from mor.planner.settings import effective_path_map, warehouse_dir
@@ -204,9 +204,19 @@ def register(spark: SparkSession | None = None) -> None:
     default), so that Spark's own writer forms write tables of mor's catalog:
     `df.write.format("mor").mode("append").save("ns.t")` (the catalog: the option
     `catalog`, else mor's configured one)."""
+    from mor.physical.spark.session import active_session
+
+    session = spark if spark is not None else active_session()
+    if session is None:
+        raise UnsupportedError("register(): no Spark session is active: pass spark=")
+    if not hasattr(session, "dataSource"):
+        raise UnsupportedError(
+            "register(): Python data sources need pyspark 4.0 or later; on pyspark 3.5 write "
+            "with mor.write(df, table)"
+        )
     from mor.datasource import register_data_source
 
-    register_data_source(spark)
+    register_data_source(session)
 
 
 def clear_caches() -> None:

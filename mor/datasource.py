@@ -85,23 +85,17 @@ class MorWriter(_Writer):  # type: ignore[misc, valid-type]
 
 def register_data_source(spark: Any = None) -> None:
     """`spark.dataSource.register(MorDataSource)` on the given (or the active) session, with
-    the task modules shipped by value (the executors need pyarrow, not mor)."""
+    the task modules shipped by value (the executors need pyarrow, not mor). mor.register
+    checks the session first (pyspark 3.5 has no Python data sources: this module does not
+    import there)."""
     from pyspark import cloudpickle
 
     from mor.physical.spark.session import active_session
     from mor.physical.tasks import by_value
-    from mor.planner.errors import UnsupportedError
 
     session = spark if spark is not None else active_session()
-    if session is None:
-        raise UnsupportedError("register(): no Spark session is active: pass spark=")
-    if not hasattr(session, "dataSource"):
-        raise UnsupportedError(
-            "register(): Python data sources need pyspark 4.0 or later; on pyspark 3.5 write "
-            "with mor.write(df, table)"
-        )
     by_value()
-    import mor.datasource
+    import sys
 
-    cloudpickle.register_pickle_by_value(mor.datasource)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
     session.dataSource.register(MorDataSource)

@@ -130,6 +130,8 @@ def assign(e: str, got: Any, want: Any, what: str, policy: str) -> str:
         return e if got == want else f"CAST({e} AS {want.simpleString()})"
     if policy == "LEGACY":
         return f"CAST({e} AS {want.simpleString()})"
+    if policy == "LEGACY+ANSI":
+        return legacy_cast(e, got, want)
     if isinstance(want, T.ArrayType) and isinstance(got, T.ArrayType):
         inner = assign("x", got.elementType, want.elementType, f"{what} (an element)", policy)
         return e if inner == "x" else f"transform({e}, x -> {inner})"
@@ -222,13 +224,53 @@ def ansi_castable(got: Any, want: Any) -> bool:
     return isinstance(got, stamps) and isinstance(want, stamps)
 
 
+_INTEGRAL_BITS = {"byte": 8, "short": 16, "integer": 32, "long": 64}
+
+
+def legacy_cast(e: str, got: Any, want: Any) -> str:
+    """Spark's legacy (non-ANSI) CAST of `e` where the session's ANSI mode is on (LEGACY store
+    assignment casts without ANSI whatever the session says; a CAST in SQL would follow the
+    session): a bad string and a decimal that does not fit become NULL (try_cast), a narrower
+    integral keeps the low bits, a float or double into an integral saturates (NaN: 0) as the
+    JVM's conversion does, then keeps the low bits of an int."""
+    from pyspark.sql import types as T
+
+    target = want.simpleString()
+    if fits_without_loss(got, want):
+        return f"CAST({e} AS {target})"
+    g, w = _kind(got), _kind(want)
+    if g in ("float", "double") and w in _INTEGRAL_BITS:
+        size = "long" if w == "long" else "int"
+        lo, hi = (-(1 << 63), (1 << 63) - 1) if w == "long" else (-(1 << 31), (1 << 31) - 1)
+        saturated = (
+            f"CASE WHEN {e} IS NULL THEN NULL WHEN isnan({e}) THEN CAST(0 AS {size}) "
+            f"WHEN {e} >= {hi} THEN CAST({hi} AS {size}) "
+            f"WHEN {e} <= {lo} THEN CAST({lo} AS {size}) ELSE CAST({e} AS {size}) END"
+        )
+        if w in ("integer", "long"):
+            return saturated
+        return legacy_cast(f"({saturated})", T.IntegerType(), want)
+    if g in _INTEGRAL_BITS and w in _INTEGRAL_BITS:
+        bits = _INTEGRAL_BITS[w]
+        mask, sign = (1 << bits) - 1, 1 << (bits - 1)
+        return f"CAST(((CAST({e} AS BIGINT) & {mask}) ^ {sign}) - {sign} AS {target})"
+    return f"try_cast({e} AS {target})"
+
+
 def assignment_policy(spark: Any) -> str:
-    """The session's `spark.sql.storeAssignmentPolicy` (ANSI, STRICT or LEGACY)."""
+    """The session's `spark.sql.storeAssignmentPolicy` (ANSI, STRICT or LEGACY; LEGACY+ANSI
+    for LEGACY in a session whose ANSI mode is on: its casts are still the legacy ones)."""
     try:
-        value = spark.conf.get("spark.sql.storeAssignmentPolicy", "ANSI")
+        value = str(spark.conf.get("spark.sql.storeAssignmentPolicy") or "ANSI").upper()
     except Exception:  # noqa: BLE001 - a session that cannot say: Spark's default
         value = "ANSI"
-    return str(value or "ANSI").upper()
+    if value == "LEGACY":
+        try:
+            ansi = str(spark.conf.get("spark.sql.ansi.enabled")).lower() == "true"
+        except Exception:  # noqa: BLE001
+            ansi = False
+        return "LEGACY+ANSI" if ansi else "LEGACY"
+    return value
 
 
 # --- 2. layout ------------------------------------------------------------------------------

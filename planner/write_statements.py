@@ -129,6 +129,8 @@ def value_fits(got: Any, want: Any) -> bool:
     if isinstance(got, str) and isinstance(want, str):
         if got in _WIDENS.get(want, ()):
             return True
+        if want.startswith("decimal") and got.startswith("decimal"):
+            return _decimal_widens(got, want)
         return want.startswith("decimal") and got in _INTEGRAL
     if not (isinstance(got, dict) and isinstance(want, dict)) or got["type"] != want["type"]:
         return False
@@ -145,6 +147,21 @@ def value_fits(got: Any, want: Any) -> bool:
             for x, y in zip(a, b)
         )
     return False
+
+
+def _decimal_widens(got: str, want: str) -> bool:
+    """decimal(p, s) into decimal(P, S) holds every value: S >= s and P - S >= p - s (a
+    literal 25.50 is decimal(4,2), written into a decimal(10,2) column)."""
+
+    def ps(t: str) -> tuple[int, int]:
+        p, _, s = t[len("decimal(") : -1].partition(",")
+        return int(p), int(s)
+
+    try:
+        (p, s), (pw, sw) = ps(got), ps(want)
+    except ValueError:
+        return False
+    return sw >= s and pw - sw >= p - s
 
 
 def simple_string(t: Any) -> str:
