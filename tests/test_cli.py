@@ -75,8 +75,14 @@ BAD_QUERIES = [
         1,
         ["MERGE INTO demo.orders", "WHEN NOT MATCHED THEN DELETE", "Spark allows INSERT there"],
     ),
-    ("INSERT INTO demo.orders VALUES (1, 'EU', 'x', 2)", 1, ["INSERT", "not supported"]),
-    ("DROP TABLE demo.orders", 1, ["DROP", "not supported"]),
+    ("INSERT INTO demo.orders VALUES (1, 'EU')", 1, ["INSERT INTO demo.orders", "columns"]),
+    (
+        "INSERT INTO demo.orders (order_id, nope) VALUES (1, 2)",
+        1,
+        ["INSERT INTO demo.orders", "no column nope"],
+    ),
+    ("DROP TABLE demo.nope", 1, ["demo.nope", "not found"]),
+    ("ALTER TABLE demo.orders DROP COLUMN nope", 1, ["ALTER TABLE demo.orders", "nope"]),
     ("-- nothing here\n;", 1, ["empty statement"]),
     ("SELECT * FROM demo.orders VERSION AS OF 42", 1, ["no snapshot 42"]),
 ]

@@ -59,7 +59,7 @@ def test_unknown_table_and_column(catalog: object, tmp_path: Path) -> None:
 
 def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     wh = str(tmp_path / "wh")
-    assert main(["explain", "-e", "DROP TABLE x", "--warehouse", wh]) == 1
+    assert main(["explain", "-e", "DROP TABLE x.y", "--warehouse", wh]) == 1
     assert main(["explain", str(tmp_path / "missing.sql"), "--warehouse", wh]) == 2
     assert main(["explain", "-e", "  ", "--warehouse", wh]) == 1
     out = capsys.readouterr()

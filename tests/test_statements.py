@@ -157,6 +157,10 @@ def test_every_statement_kind_binds_to_its_plan(lake: Any) -> None:
         "CREATE TEMPORARY VIEW v AS SELECT 1": SparkStatement,
         "SET spark.sql.shuffle.partitions = 4": SparkStatement,
         "SHOW FUNCTIONS": SparkStatement,
+        # as Spark resolves them: a one-part name and another format are Spark's tables
+        "CREATE TABLE t (a INT)": SparkStatement,
+        "CREATE TABLE db.u (a INT) USING parquet": SparkStatement,
+        "DROP TABLE t": SparkStatement,
         "EXPLAIN INSERT INTO db.t SELECT * FROM db.t": Explain,
     }
     for sql, kind in cases.items():
@@ -243,8 +247,7 @@ def test_alter_table_binds_each_form(lake: Any) -> None:
 def test_bad_statements_are_one_line_at_their_place(lake: Any) -> None:
     spark = FakeSpark({("staging",): "temporary view staging"})
     bad = {
-        "CREATE TABLE t (a INT)": (UnsupportedError, "namespace.table"),
-        "CREATE TABLE db.u (a INT) USING parquet": (UnsupportedError, "mor creates Iceberg tables"),
+        "CREATE TABLE t USING parquet AS SELECT * FROM db.t": (UnsupportedError, "names db.t"),
         "CREATE TABLE db.u (a INTERVAL DAY)": (UnsupportedError, "Iceberg has no such type"),
         "CREATE TABLE db.u (a INT, A STRING)": (UnsupportedError, "defined twice"),
         "INSERT INTO staging VALUES (1)": (UnsupportedError, "temporary view staging is not a"),
@@ -413,3 +416,82 @@ def test_a_script_is_checked_whole_against_what_it_creates(lake: Any, tmp_path: 
         StatementExecution(stmt, catalog=lake).check(pending)
     md = pending.tables["mor:s2.a"]
     assert [f.name for f in md.schema().fields] == ["x", "y", "z"]
+
+
+# --- commits: Iceberg's validations ---------------------------------------------------------------
+
+
+def test_overwrite_isolation_as_icebergs(catalog: Any, tmp_path: Path) -> None:
+    """INSERT OVERWRITE's commit (OverwriteFiles) with a concurrent append landing between the
+    head the statement read and its commit: by default the filter applies at commit time, so
+    the file added meanwhile is replaced too (Iceberg's overwriteByRowFilter); under
+    `serializable` it is a conflict naming the file and nothing commits (validateNoConflictingData);
+    `snapshot` lets it through. ReplacePartitions likewise, only for a partition it replaces."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.typedef import Record
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    from mor.planner.scan_planning import live_entries
+    from mor.planner.state import ProcessCaches
+    from mor.writer.conflicts import ConflictError
+    from mor.writer.files import data_file_of
+    from mor.writer.operations import OverwriteFiles
+    from mor.writer.producer import SnapshotProducer
+
+    catalog.create_namespace("w")
+    rows = pa.table({"id": pa.array([1, 2], pa.int64()), "p": pa.array(["a", "b"])})
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "p", StringType(), required=False),
+    )
+    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "p"))
+
+    def ids(name: str) -> list[int]:
+        return sorted(catalog.load_table(name).scan().to_arrow()["id"].to_pylist())
+
+    for isolation, dynamic in [
+        (None, False), ("snapshot", False), ("serializable", False), ("serializable", True),
+        ("serializable", "other"),
+    ]:  # fmt: skip
+        name = f"w.t_{isolation}_{dynamic}"
+        table = catalog.create_table(name, schema=schema, partition_spec=spec)
+        table.append(rows)
+        table = catalog.load_table(name)
+        head = table.current_snapshot()
+        src = Resolver(catalog, PathMap.of({})).by_name(tuple(name.split(".")))
+        entries = live_entries(src, head, ProcessCaches())
+        # the statement's new file (partition a), written before the concurrent append lands
+        path = f"{table.metadata.location}/data/p=a/new-{isolation}.parquet"
+        pq.write_table(  # with the field ids, as mor's tasks write them
+            pa.table({"id": pa.array([10], pa.int64()), "p": pa.array(["a"])}).cast(
+                schema_to_pyarrow(table.schema())
+            ),
+            path.removeprefix("file://"),
+        )
+        new = data_file_of(table, path, Record("a"), 0)
+        late = "b" if dynamic == "other" else "a"
+        table.append(pa.table({"id": pa.array([99], pa.int64()), "p": pa.array([late])}))
+        op = OverwriteFiles(added_data=[new], replace_partitions=bool(dynamic), isolation=isolation)
+        if dynamic:
+            op.replaces = lambda f: f.partition[0] == "a"
+            removed = [e for e in entries if e.file.partition[0] == "a"]
+        else:
+            op.replaces = lambda f: True
+            removed = list(entries)
+        for e in removed:
+            e.file.spec_id = e.spec_id
+            op.remove(e.file)
+        producer = SnapshotProducer(catalog, name)
+        if isolation == "serializable" and dynamic != "other":
+            with pytest.raises(ConflictError, match=r"added data file .*validateNoConflictingData"):
+                producer.commit(op, head)
+            assert ids(name) == [1, 2, 99]  # nothing committed
+        else:
+            producer.commit(op, head)
+            want = {(None, False): [10], ("snapshot", False): [10]}.get((isolation, dynamic))
+            assert ids(name) == (want if want is not None else [2, 10, 99]), name

@@ -82,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--versions", default="2,3")
     ap.add_argument("--rows", type=int, default=3000)
     ap.add_argument("--layouts", default=",".join(n for n, _, _ in LAYOUTS))
+    ap.add_argument(
+        "--connect",
+        action="store_true",
+        help="through Spark Connect (pyspark 4.x): a server started with Iceberg's runtime, "
+        "mor's statements and Iceberg's on the one remote session",
+    )
     args = ap.parse_args(argv)
 
     from tests.oracle.runtime import RuntimeUnavailable, iceberg_session
@@ -92,14 +98,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with Postgres() as pg:
             os.environ.update(pg.environment(warehouse))
+            server = None
             try:
-                spark = iceberg_session(
-                    f"file://{tmp}/java", small_data=True, conf=pg.spark_conf(warehouse)
-                )
+                if args.connect:
+                    spark, server = _connect_session(pg.spark_conf(warehouse))
+                else:
+                    spark = iceberg_session(
+                        f"file://{tmp}/java", small_data=True, conf=pg.spark_conf(warehouse)
+                    )
             except RuntimeUnavailable as e:
                 print(f"cannot run the oracle here: {e}")
                 return 2
-            return _run(spark, pg, warehouse, args)
+            try:
+                return _run(spark, pg, warehouse, args)
+            finally:
+                if server is not None:
+                    spark.stop()
+                    server.stop()
     except PostgresUnavailable as e:
         print(f"cannot run the writes harness here: {e}")
         return 2
@@ -108,6 +123,24 @@ def main(argv: list[str] | None = None) -> int:
             print(f"kept {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _connect_session(conf: dict[str, str]) -> tuple[Any, Any]:
+    """A Spark Connect session on a server of this pyspark started with Iceberg's runtime
+    and its SQL extensions, and `conf` (the JDBC catalog): mor runs as a Connect client."""
+    from pyspark.sql import SparkSession
+
+    from tests.oracle.runtime import iceberg_coordinates, merged, packages_conf
+    from tests.spark_modes import ConnectServer
+
+    extensions = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+    server = ConnectServer(
+        merged(
+            {**packages_conf(iceberg_coordinates()), "spark.sql.extensions": extensions},
+            {**conf, "spark.sql.shuffle.partitions": "2"},
+        )
+    )
+    return SparkSession.builder.remote(server.url).getOrCreate(), server
 
 
 class Twins:
@@ -168,6 +201,7 @@ class Twins:
     def check(self, case: str, step: str, ranged: bool = False) -> None:
         try:
             self._check(case, step, ranged)
+            self.counts[f"checked after {step}"] += 1
         except Exception as e:  # noqa: BLE001 - a check that cannot run is a difference
             self.n += 1
             self.diffs.append(f"{case} after {step}: the check failed: {str(e).strip()[:300]}")
