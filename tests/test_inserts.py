@@ -334,3 +334,53 @@ def test_legacy_store_assignment_casts_as_spark_without_ansi(spark: Any) -> None
                 spark.conf.unset("spark.sql.ansi.enabled")
             same = lambda v: "NaN" if isinstance(v, float) and v != v else v  # noqa: E731
             assert [same(v) for v in ours] == [same(v) for v in ref], (got, want)
+
+
+def test_bucket_in_sparks_expressions_is_icebergs(spark: Any) -> None:
+    """The bucket key a write clusters by, computed in Spark's own expressions (murmur3 of a
+    64-bit value, in bigint arithmetic under ANSI mode), against pyiceberg's transform: ints,
+    longs at both ends, dates before 1970, timestamps with time zone, NULL."""
+    import datetime as dt
+
+    from pyiceberg.transforms import BucketTransform
+    from pyiceberg.types import DateType, IntegerType, LongType, TimestamptzType
+
+    from mor.physical.appends import _integral_bucket, bucket_column
+
+    utc = dt.timezone.utc
+    cases = {
+        ("long", LongType()): [0, 1, -1, 34, 2**31, -(2**31) - 5, 2**63 - 1, -(2**63), None],
+        ("int", IntegerType()): [0, -7, 2**31 - 1, -(2**31), 123456, None],
+        ("date", DateType()): [dt.date(1970, 1, 1), dt.date(1969, 12, 31), dt.date(2024, 2, 29)],
+        ("timestamptz", TimestamptzType()): [
+            dt.datetime(2024, 5, 1, 12, 30, 0, 123456, tzinfo=utc),
+            dt.datetime(1960, 1, 1, tzinfo=utc),
+        ],
+    }
+    spark_types = {"long": "long", "int": "int", "date": "date", "timestamptz": "timestamp"}
+    spark.conf.set("spark.sql.ansi.enabled", "true")
+    try:
+        for (source, itype), values in cases.items():
+            for n in (1, 7, 16, 1000):
+                df = spark.createDataFrame([(v,) for v in values], f"c {spark_types[source]}")
+                sql = _integral_bucket(f"bucket[{n}]", source, ["c"])
+                assert sql is not None
+                out, col = bucket_column(df, sql, n, "_t_")
+                assert out.columns == ["c", col]
+                got = [r[col] for r in out.collect()]
+                b = BucketTransform(n).transform(itype)
+                want = [None if v is None else b(_iceberg_value(v, source)) for v in values]
+                assert got == want, (source, n)
+    finally:
+        spark.conf.unset("spark.sql.ansi.enabled")
+
+
+def _iceberg_value(v: Any, source: str) -> Any:
+    """A Python value as pyiceberg's transform takes it (days, microseconds)."""
+    import datetime as dt
+
+    if source == "date":
+        return (v - dt.date(1970, 1, 1)).days
+    if source == "timestamptz":
+        return (v - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(microseconds=1)
+    return v
