@@ -19,9 +19,14 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "quickstart.md"
 
 
+def _python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.S)
+
+
 def _commands() -> list[list[str]]:
     blocks = re.findall(r"```sh\n(.*?)```", PAGE.read_text(), re.S)
-    return [shlex.split(ln, comments=True) for b in blocks for ln in b.splitlines() if ln.strip()]
+    lines = [shlex.split(ln, comments=True) for b in blocks for ln in b.splitlines()]
+    return [c for c in lines if c]  # a comment line is no command
 
 
 def test_the_install_line_names_declared_extras() -> None:
@@ -79,6 +84,31 @@ def test_every_command_of_the_quickstart_runs(tmp_path: Path) -> None:
         outputs.append((shlex.join(c), done.stdout))
     text = dict(outputs)
     assert (user / "warehouse" / "catalog.db").exists()
+    # a table from nothing: created, filled, upserted from a view, joined with a Parquet file
+    created = next(v for k, v in text.items() if "CREATE TABLE shop.orders" in k)
+    assert "table shop.orders: created" in created, created
+    merged = next(v for k, v in text.items() if "MERGE INTO shop.orders" in k)
+    assert "merged 2 rows (1 updated, 0 deleted, 1 inserted" in merged, merged
+    joined = next(v for k, v in text.items() if "rates.parquet` r" in k)
+    assert "| APAC   | 0.057750  |" in joined and "| EU     | 56.160000 |" in joined, joined
+    assert "| US     | 30.000000 |" in joined, joined
+    shown = next(v for k, v in text.items() if "SHOW TABLES IN shop" in k)
+    assert "| shop      | orders    | false       |" in shown and "Part 0" in shown
+    # the Python block, in the same folder, as a script run with the environment's Python
+    (blocks,) = _python_blocks()
+    script = user / "quickstart.py"
+    script.write_text(blocks)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=user,
+        env={**env, "PYSPARK_PYTHON": sys.executable},  # an activated environment's python3
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "|  APAC|  1|" in done.stdout and "|    EU|  2|" in done.stdout, done.stdout
+    assert "|    US|  3|" in done.stdout, done.stdout
     by_region = next(v for k, v in text.items() if "GROUP BY region" in k)
     assert "| EU " in by_region and "| US " in by_region
     assert "sales.orders" in text["mor tables --catalog lake"]
