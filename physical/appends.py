@@ -11,10 +11,12 @@ record per file written.
    says; STRICT: widening only; LEGACY: Spark's CAST), arity and names checked first;
 2. `laid_out`: the rows distributed and ordered as Iceberg's writer asks Spark to
    (`write.distribution-mode`: hash clusters them by partition, range orders them by the
-   partition and the sort order, none leaves them; then sorted within each task by the
-   partition and the sort order), the partition computed by Spark expressions where Spark
-   has them (identity, dates and times, truncate), by a Python UDF for bucket (Iceberg's
-   murmur3);
+   partition and the sort order, none leaves them; then, for a table with a sort order,
+   sorted within each task by the partition and the sort order; a table without one is
+   written unsorted by a fanout writer, one open file per partition, as Iceberg's
+   `SparkWriteUtil.writeOrdering` has it), the partition computed by Spark expressions
+   (identity, dates and times, truncate, and bucket of integers, dates and timestamps:
+   Iceberg's murmur3 in Spark's arithmetic), by a Python UDF for the other buckets;
 3. `run_append_job`: one Spark action whose tasks write the files
    (physical/tasks/append_files.py) and return their records.
 """
@@ -366,7 +368,8 @@ def laid_out(
     distribution: str,
 ) -> tuple[DataFrame, bool]:
     """The rows distributed and ordered as Iceberg's writer asks Spark to (module docstring);
-    and whether each task's rows come clustered by partition."""
+    and whether each task's rows come clustered by partition (sorted by it: a file is done
+    when the next partition starts)."""
     from pyspark.sql import functions as F
 
     keys: list[Any] = []
@@ -403,11 +406,15 @@ def laid_out(
         df = df.repartition(*clustering)
     elif distribution == "range" and ordering:
         df = df.repartitionByRange(*ordering)
-    if ordering:
+    # Iceberg's write ordering: with its fanout writer (on by default for an INSERT), a table
+    # without a sort order asks for none, whatever the distribution; one with a sort order
+    # asks for the partition, then the sort order
+    sorted_ = bool(order)
+    if sorted_:
         df = df.sortWithinPartitions(*ordering)
     if named or made:
         df = df.drop(*[f"_mor_k{i}" for i in range(len(keys))], *made)
-    return df, bool(clustering) and distribution in ("hash", "range")
+    return df, bool(clustering) and sorted_
 
 
 _M32 = 0xFFFFFFFF

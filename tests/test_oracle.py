@@ -186,13 +186,14 @@ def test_created_and_filled_tables_match_icebergs_own_writer(postgres: object) -
     Iceberg's Spark SQL on twin tables of one JDBC catalog (tests/oracle/writes.py): after
     each statement the metadata (field ids, specs, sort orders), the rows through both
     readers, each partition's files and their metrics, the snapshot's summary and, on v3, the
-    row ids are the same. In CI: v2 and v3, identity-partitioned (with the schema changes),
-    bucket-partitioned and sorted (range distribution), 600 rows; every layout (days,
-    truncate, two fields, a partitioned sort) with 3000 rows in `make soak`."""
+    row ids are the same. In CI three tables, 600 rows: identity-partitioned on v3 (the
+    schema and spec changes, a tag and a branch, row ids), bucket-partitioned on v2 (the hash
+    distribution's keys) and sorted on v3 (the range distribution); every layout (days,
+    truncate, two fields, a partitioned sort) on v2 and v3 with 3000 rows in `make soak`
+    (until 2026-12-06 CI ran all three layouts on both versions: 441 comparisons, 105 s)."""
     summary = run_harness(
-        "writes", "--versions", "2,3", "--layouts", "ident,bucket,sorted", "--rows", "600",
-        timeout=900,
-    )  # fmt: skip
+        "writes", "--cases", "ident:3,bucket:2,sorted:3", "--rows", "600", timeout=900
+    )
     assert " 0 differences" in summary
     for what in (
         "INSERT OVERWRITE ... PARTITION",

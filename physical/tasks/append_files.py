@@ -5,10 +5,11 @@ files of the table's current partition spec. The driver gets one record per file
 row.
 
 As Iceberg's Spark writer, the rows come to the tasks laid out by Spark (physical/appends.py):
-clustered by partition (hash distribution) or ordered (range distribution), sorted within the
-task by the partition and the table's sort order. A task keeps one Parquet file open per
-partition it holds (Iceberg's fanout writer; with `clustered` input, a partition's file is
-closed as soon as the next partition starts, as its clustered writer does), writes a row
+clustered by partition (hash distribution) or ordered (range distribution); for a table with a
+sort order, sorted within the task by the partition and that order. A task keeps one Parquet
+file open per partition it holds (Iceberg's fanout writer; with `clustered` input, a
+partition's file is closed as soon as the next partition starts, as its clustered writer
+does), writes a row
 group whenever the rows buffered for a file reach `row_group_bytes` (or the task's buffers
 `buffered_bytes`: the largest goes first), and rolls to a new file once a file reaches
 `target_bytes` written, the table's `write.target-file-size-bytes`.
@@ -179,7 +180,7 @@ class AppendWriter:
         for i, (_, transform, source, path) in enumerate(self.partition):
             keys[f"k{i}"] = apply(transform, source, column(rows, path))
         keyed = pa.table(keys)
-        if self.clustered and _constant(keyed):
+        if _constant(keyed):  # one partition in the batch (clustered input, or a fanout's luck)
             yield [json_value(keyed.column(k)[0].as_py()) for k in keys], rows
             return
         keyed = keyed.append_column("_i", pa.array(range(rows.num_rows), pa.int64()))

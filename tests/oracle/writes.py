@@ -83,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=3000)
     ap.add_argument("--layouts", default=",".join(n for n, _, _ in LAYOUTS))
     ap.add_argument(
+        "--cases",
+        default="",
+        help="layout:version pairs (ident:3,bucket:2) run instead of every version of every "
+        "layout --versions and --layouts name",
+    )
+    ap.add_argument(
         "--connect",
         action="store_true",
         help="through Spark Connect (pyspark 4.x): a server started with Iceberg's runtime, "
@@ -396,61 +402,57 @@ def _run(spark: Any, pg: Any, warehouse: str, args: argparse.Namespace) -> int:
     half = args.rows // 2
     spark.sql(SOURCE.format(start=0, end=args.rows)).createOrReplaceTempView("src")
     spark.sql(SOURCE.format(start=args.rows, end=args.rows + half)).createOrReplaceTempView("more")
-    wanted = set(args.layouts.split(","))
-    for version in args.versions.split(","):
-        for name, partitioned, ordered in LAYOUTS:
-            if name not in wanted:
-                continue
-            case = f"{name}_v{version}"
-            ranged = bool(ordered)
-            props = f"TBLPROPERTIES ('format-version' = '{version}', 'k1' = 'v1')"
-            twins.both(f"CREATE TABLE <t> ({COLUMNS}) USING iceberg {partitioned} {props}", case)
-            if ordered:
-                twins.both(f"ALTER TABLE <t> WRITE ORDERED BY {ordered}", case)
-            twins.check(case, "CREATE TABLE", ranged)
-            twins.both("INSERT INTO <t> SELECT * FROM src", case)
-            twins.check(case, "INSERT INTO ... SELECT", ranged)
+    for name, partitioned, ordered, version in _cases(args):
+        case = f"{name}_v{version}"
+        ranged = bool(ordered)
+        props = f"TBLPROPERTIES ('format-version' = '{version}', 'k1' = 'v1')"
+        twins.both(f"CREATE TABLE <t> ({COLUMNS}) USING iceberg {partitioned} {props}", case)
+        if ordered:
+            twins.both(f"ALTER TABLE <t> WRITE ORDERED BY {ordered}", case)
+        twins.check(case, "CREATE TABLE", ranged)
+        twins.both("INSERT INTO <t> SELECT * FROM src", case)
+        twins.check(case, "INSERT INTO ... SELECT", ranged)
+        twins.both(
+            "INSERT INTO <t> (id, p, s, n, amt, ts, d, f, flag, tags, st, m) VALUES "
+            "(900001, 'p1', 'z', 1, 1.5, TIMESTAMP'2024-02-01 00:00:00', DATE'2024-02-01', "
+            "1.0, true, array('a'), named_struct('a', 1, 'b', 'b'), map('k', 1)), "
+            "(900002, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+            case,
+        )
+        twins.check(case, "INSERT INTO ... VALUES", ranged)
+        if partitioned == "PARTITIONED BY (p)":
             twins.both(
-                "INSERT INTO <t> (id, p, s, n, amt, ts, d, f, flag, tags, st, m) VALUES "
-                "(900001, 'p1', 'z', 1, 1.5, TIMESTAMP'2024-02-01 00:00:00', DATE'2024-02-01', "
-                "1.0, true, array('a'), named_struct('a', 1, 'b', 'b'), map('k', 1)), "
-                "(900002, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+                "INSERT OVERWRITE <t> PARTITION (p = 'p1') SELECT id, s, n, amt, ts, d, f, "
+                "flag, tags, st, m FROM more WHERE p = 'p1'",
                 case,
             )
-            twins.check(case, "INSERT INTO ... VALUES", ranged)
-            if partitioned == "PARTITIONED BY (p)":
-                twins.both(
-                    "INSERT OVERWRITE <t> PARTITION (p = 'p1') SELECT id, s, n, amt, ts, d, f, "
-                    "flag, tags, st, m FROM more WHERE p = 'p1'",
-                    case,
-                )
-                twins.check(case, "INSERT OVERWRITE ... PARTITION", ranged)
-            if partitioned:
-                spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
-                try:
-                    twins.both("INSERT OVERWRITE <t> SELECT * FROM more WHERE id % 4 = 0", case)
-                finally:
-                    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "static")
-                twins.check(case, "INSERT OVERWRITE (dynamic)", ranged)
-            else:
-                twins.both("INSERT OVERWRITE <t> SELECT * FROM more WHERE id % 2 = 0", case)
-                twins.check(case, "INSERT OVERWRITE (static, every row)", ranged)
-            if name in ("ident", "plain"):
-                _evolve(twins, case, ranged)
-            ctas = f"{case}_ctas"
+            twins.check(case, "INSERT OVERWRITE ... PARTITION", ranged)
+        if partitioned:
+            spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+            try:
+                twins.both("INSERT OVERWRITE <t> SELECT * FROM more WHERE id % 4 = 0", case)
+            finally:
+                spark.conf.set("spark.sql.sources.partitionOverwriteMode", "static")
+            twins.check(case, "INSERT OVERWRITE (dynamic)", ranged)
+        else:
+            twins.both("INSERT OVERWRITE <t> SELECT * FROM more WHERE id % 2 = 0", case)
+            twins.check(case, "INSERT OVERWRITE (static, every row)", ranged)
+        if name in ("ident", "plain"):
+            _evolve(twins, case, ranged)
+        ctas = f"{case}_ctas"
+        twins.both(
+            f"CREATE TABLE <t> USING iceberg {partitioned} {props} AS SELECT * FROM src "
+            "WHERE id % 3 <> 1",
+            ctas,
+        )
+        twins.check(ctas, "CREATE TABLE AS SELECT", ranged)
+        if name in ("ident", "bucket"):
             twins.both(
-                f"CREATE TABLE <t> USING iceberg {partitioned} {props} AS SELECT * FROM src "
-                "WHERE id % 3 <> 1",
+                f"REPLACE TABLE <t> USING iceberg PARTITIONED BY (truncate(2, s)) {props} "
+                "AS SELECT id, p, s, amt FROM more",
                 ctas,
             )
-            twins.check(ctas, "CREATE TABLE AS SELECT", ranged)
-            if name in ("ident", "bucket"):
-                twins.both(
-                    f"REPLACE TABLE <t> USING iceberg PARTITIONED BY (truncate(2, s)) {props} "
-                    "AS SELECT id, p, s, amt FROM more",
-                    ctas,
-                )
-                twins.check(ctas, "REPLACE TABLE AS SELECT", ranged)
+            twins.check(ctas, "REPLACE TABLE AS SELECT", ranged)
     elapsed = time.monotonic() - started
     for k, v in sorted(twins.counts.items()):
         print(f"  {k}: {v}")
@@ -459,6 +461,19 @@ def _run(spark: Any, pg: Any, warehouse: str, args: argparse.Namespace) -> int:
         print(f"  DIFF {d}")
     _ = mor_sql
     return 1 if twins.diffs else 0
+
+
+def _cases(args: argparse.Namespace) -> list[tuple[str, str, str, str]]:
+    """(layout, PARTITIONED BY, WRITE ORDERED BY, format version) of each case to run."""
+    layouts = {n: (n, p, o) for n, p, o in LAYOUTS}
+    if args.cases:
+        pairs = [c.split(":") for c in args.cases.split(",")]
+    else:
+        pairs = [[n, v] for v in args.versions.split(",") for n in args.layouts.split(",")]
+    bad = [":".join(c) for c in pairs if len(c) != 2 or c[0] not in layouts or c[1] not in "23"]
+    if bad:
+        raise SystemExit(f"writes: unknown case {bad[0]!r} (layouts: {', '.join(layouts)})")
+    return [(*layouts[n], v) for n, v in pairs]
 
 
 def _evolve(twins: Twins, case: str, ranged: bool) -> None:
