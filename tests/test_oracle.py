@@ -148,7 +148,21 @@ def test_converted_and_compacted_tables_match_iceberg_reader_and_library(postgre
     print(summary)
 
 
-def test_deletes_updates_and_merges_match_icebergs_own_writer(postgres: object) -> None:
+@pytest.fixture(scope="module")
+def writers(postgres: object) -> dict[str, str]:
+    """Iceberg's writer against mor's, both harnesses in one process (one JVM with Iceberg's
+    runtime, one catalog; until 2026-12-06 two processes): tests/oracle/writes.py, then
+    tests/oracle/row_writes.py (`--row-writes`). Each one's summary, by name."""
+    rows = "--seeds 2,12 --version 2,3 --statements 4"
+    out = run_harness(
+        "writes", "--cases", "ident:3,bucket:2,sorted:3", "--rows", "600", "--row-writes", rows,
+        timeout=1500,
+    )  # fmt: skip
+    cut = out.index("row-writes harness, ")
+    return {"writes": out[:cut], "row_writes": out[cut:]}
+
+
+def test_deletes_updates_and_merges_match_icebergs_own_writer(writers: dict[str, str]) -> None:
     """DELETE, UPDATE and MERGE committed by mor and by Iceberg's Spark writer on two
     registrations of the same Java-written history (tests/oracle/row_writes.py): Iceberg's
     reader reads both the same after every statement (on v3 with each row's lineage), mor
@@ -159,9 +173,7 @@ def test_deletes_updates_and_merges_match_icebergs_own_writer(postgres: object) 
     its rows, an UPDATE in place rebased over a Java INSERT, one moving rows across
     partitions, a MERGE upserting the table's own rows); more seeds, upgraded tables and
     bucket partitions in `make soak`."""
-    summary = run_harness(
-        "row_writes", "--seeds", "2,12", "--version", "2,3", "--statements", "4", timeout=900
-    )
+    summary = writers["row_writes"]
     assert " 0 differences" in summary
     for what in (
         "histories v2",
@@ -180,7 +192,7 @@ def test_deletes_updates_and_merges_match_icebergs_own_writer(postgres: object) 
     print(summary)
 
 
-def test_created_and_filled_tables_match_icebergs_own_writer(postgres: object) -> None:
+def test_created_and_filled_tables_match_icebergs_own_writer(writers: dict[str, str]) -> None:
     """CREATE TABLE, ALTER TABLE, INSERT INTO (SELECT and VALUES), INSERT OVERWRITE (a
     PARTITION clause, dynamic, every row), CTAS and REPLACE TABLE AS SELECT by mor and by
     Iceberg's Spark SQL on twin tables of one JDBC catalog (tests/oracle/writes.py): after
@@ -191,9 +203,7 @@ def test_created_and_filled_tables_match_icebergs_own_writer(postgres: object) -
     distribution's keys) and sorted on v3 (the range distribution); every layout (days,
     truncate, two fields, a partitioned sort) on v2 and v3 with 3000 rows in `make soak`
     (until 2026-12-06 CI ran all three layouts on both versions: 441 comparisons, 105 s)."""
-    summary = run_harness(
-        "writes", "--cases", "ident:3,bucket:2,sorted:3", "--rows", "600", timeout=900
-    )
+    summary = writers["writes"]
     assert " 0 differences" in summary
     for what in (
         "INSERT OVERWRITE ... PARTITION",

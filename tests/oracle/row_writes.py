@@ -54,7 +54,40 @@ from tests.pgcatalog import CATALOG
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    args, seeds, versions = parse(argv)
+
+    from tests.oracle.runtime import RuntimeUnavailable, iceberg_session
+    from tests.pgcatalog import Postgres, PostgresUnavailable
+
+    tmp = tempfile.mkdtemp(prefix="mor-row-writes-")
+    warehouse = f"file://{tmp}/wh"
+    try:
+        with Postgres() as pg:
+            os.environ.update(pg.environment(warehouse))
+            try:
+                spark = iceberg_session(
+                    f"file://{tmp}/java", small_data=True, conf=pg.spark_conf(warehouse)
+                )
+            except RuntimeUnavailable as e:
+                print(f"cannot run the oracle here: {e}")
+                return 2
+            return _run(spark, pg, warehouse, f"file://{tmp}/java", seeds, versions, args)
+    except PostgresUnavailable as e:
+        print(f"cannot run the row-writes harness here: {e}")
+        return 2
+    finally:
+        if os.environ.get("MOR_HARNESS_KEEP"):
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[int], list[str | None]]:
+    """The harness's arguments, its seeds and each seed's format version (None: by seed);
+    tests/oracle/writes.py runs it in its own JVM with `--row-writes`."""
+    ap = argparse.ArgumentParser(
+        prog="tests.oracle.row_writes", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--steps", type=int, default=8, help="Java steps of each history")
     ap.add_argument(
@@ -81,32 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         versions *= len(seeds)
     if len(versions) != len(seeds):
         ap.error(f"--version: {len(versions)} versions for {len(seeds)} seeds")
-
-    from tests.oracle.runtime import RuntimeUnavailable, iceberg_session
-    from tests.pgcatalog import Postgres, PostgresUnavailable
-
-    tmp = tempfile.mkdtemp(prefix="mor-row-writes-")
-    warehouse = f"file://{tmp}/wh"
-    try:
-        with Postgres() as pg:
-            os.environ.update(pg.environment(warehouse))
-            try:
-                spark = iceberg_session(
-                    f"file://{tmp}/java", small_data=True, conf=pg.spark_conf(warehouse)
-                )
-            except RuntimeUnavailable as e:
-                print(f"cannot run the oracle here: {e}")
-                return 2
-            vs = [None if v == "any" else v for v in versions]
-            return _run(spark, pg, warehouse, f"file://{tmp}/java", seeds, vs, args)
-    except PostgresUnavailable as e:
-        print(f"cannot run the row-writes harness here: {e}")
-        return 2
-    finally:
-        if os.environ.get("MOR_HARNESS_KEEP"):
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+    return args, seeds, [None if v == "any" else v for v in versions]
 
 
 def _run(

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -94,7 +95,19 @@ def main(argv: list[str] | None = None) -> int:
         help="through Spark Connect (pyspark 4.x): a server started with Iceberg's runtime, "
         "mor's statements and Iceberg's on the one remote session",
     )
+    ap.add_argument(
+        "--row-writes",
+        default=None,
+        metavar="ARGS",
+        help="then tests/oracle/row_writes.py with these arguments, in the same JVM and "
+        "catalog (one Spark start-up for both harnesses)",
+    )
     args = ap.parse_args(argv)
+    then = None
+    if args.row_writes is not None:
+        from tests.oracle import row_writes
+
+        then = row_writes.parse(shlex.split(args.row_writes))
 
     from tests.oracle.runtime import RuntimeUnavailable, iceberg_session
     from tests.pgcatalog import Postgres, PostgresUnavailable
@@ -116,7 +129,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"cannot run the oracle here: {e}")
                 return 2
             try:
-                return _run(spark, pg, warehouse, args)
+                rc = _run(spark, pg, warehouse, args)
+                if then is not None:
+                    from tests.oracle import row_writes
+
+                    rw_args, seeds, versions = then
+                    java = f"file://{tmp}/java"
+                    more = row_writes._run(spark, pg, warehouse, java, seeds, versions, rw_args)
+                    rc = max(rc, more)
+                return rc
             finally:
                 if server is not None:
                     spark.stop()
