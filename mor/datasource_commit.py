@@ -125,7 +125,8 @@ def commit(job: dict[str, Any], records: list[dict[str, Any]]) -> None:
 
 
 def abort(job: dict[str, Any], records: list[dict[str, Any]]) -> None:
-    """The write failed: every file of its folder is deleted (nothing references them)."""
-    from mor.row_writes import clear_folder
+    """The write failed: every file of its folder is deleted (nothing references them), the
+    ones tasks still stopping write after the failure too (row_writes.clear_failed)."""
+    from mor.row_writes import clear_failed
 
-    clear_folder(job["place"], job["folder"], set())
+    clear_failed(job["place"], job["folder"])

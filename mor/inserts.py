@@ -255,7 +255,10 @@ def write_rows(
             f"{verb} {src.name}", src.name, lambda: _clear(place, folder, set())
         ) from e
     except BaseException:
-        _clear(place, folder, set())  # a failed task attempt's files: nothing commits them
+        from mor.row_writes import clear_failed
+
+        # what the job's tasks wrote, the ones still stopping too: nothing commits them
+        clear_failed(place, folder)
         raise
 
 

@@ -447,6 +447,34 @@ def clear_folder(place: Any, folder: str, keep: set[str]) -> int:
     return left
 
 
+def clear_failed(place: Any, folder: str, quiet: float = 2.5, timeout: float = 20.0) -> int:
+    """`clear_folder` after a failed Spark job, nothing committed: the job's other tasks may
+    still write for a moment after it failed (Spark cancels them, and kills a Python task's
+    worker `spark.python.task.killTimeout`, 2 s by default, after that; through Spark Connect
+    the server does, unseen), so the folder is cleared again until no file has appeared in
+    it for `quiet` seconds (at most `timeout`). The number of files left, as clear_folder."""
+    left = clear_folder(place, folder, set())
+    start = calm = time.monotonic()
+    while time.monotonic() - calm < quiet and time.monotonic() - start < timeout:
+        time.sleep(0.5)
+        if _has_files(place):
+            left = clear_folder(place, folder, set())
+            calm = time.monotonic()
+    return left
+
+
+def _has_files(place: Any) -> bool:
+    from pyarrow.fs import FileSelector, FileType
+
+    try:
+        infos = place.fs.get_file_info(
+            FileSelector(place.path.rstrip("/"), recursive=True, allow_not_found=True)
+        )
+    except OSError:
+        return False
+    return any(i.type == FileType.File for i in infos)
+
+
 def _job(work: _Work, place: Any) -> Any:
     """What the tasks of the write's Spark job are told: the table's layout for the rows they
     write (its Arrow schema with field ids, `_row_id` on v3; its current partition spec and
