@@ -31,17 +31,6 @@ for _dir in ("XDG_CONFIG_HOME", "MOR_CACHE_DIR", "MOR_SERVER_DIR"):  # gone with
     atexit.register(shutil.rmtree, os.environ[_dir], ignore_errors=True)
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """The harnesses a selected test needs that run beside the suite (tests/oracle EARLY),
-    started now, before the first test."""
-    from tests.oracle import EARLY, start_early
-
-    needed = {f for item in session.items for f in getattr(item, "fixturenames", ())}
-    for name in EARLY:
-        if name in needed and not session.config.option.collectonly:
-            start_early(name)
-
-
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """One Spark session per test run, of the mode MOR_TEST_SPARK names (tests/spark_modes.py)."""
