@@ -39,7 +39,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.row_writes import MiB, _jvm_pid, _same, _Sampler
+from bench.row_writes import Cells, _jvm_pid, _same, _Sampler, worker_output
 
 COLUMNS = "id BIGINT, k INT, grp STRING, v DOUBLE, ts TIMESTAMP, pad STRING"
 # (statement, the table's clauses: PARTITIONED BY and, for an INSERT, the sort order)
@@ -120,29 +120,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print(name: str, got: dict[str, Any]) -> None:
-    for peer, g in got.items():
-        if "error" in g:
-            print(f"  {name:<14} {peer} failed: {g['error']}")
-    ice, mor = (g if g and "error" not in g else None for g in (got.get("iceberg"), got.get("mor")))
-    if ice is None and mor is None:
+    c = Cells(name, got, 14)
+    if not c.any():
         return
-
-    def t(peer: Any, run: str) -> str:
-        return f"{peer[run]['seconds']:.2f}" if peer else "-"
-
-    def ratio(run: str) -> str:
-        return f"{mor[run]['seconds'] / ice[run]['seconds']:.2f}" if ice and mor else "-"
-
-    def mem(key: str, run: str = "first") -> str:
-        return "/".join(f"{p[run][key] / MiB:.0f}" if p else "-" for p in (ice, mor))
-
+    ice, mor = c.ice, c.mor
     files = "/".join(str(p["first"]["files"]) if p else "-" for p in (ice, mor))
-    py = f"{mem('py_growth')} ({mem('py_growth', 'again')})"
-    jvm = f"{mem('jvm_growth')} ({mem('jvm_growth', 'again')})"
     print(
-        f"  {name:<14} {t(ice, 'first'):>8} {t(ice, 'again'):>7} {t(mor, 'first'):>7} "
-        f"{t(mor, 'again'):>7} {ratio('first'):>8} {ratio('again'):>6} {files:>16}   "
-        f"{py:>22}   {jvm:>26}"
+        f"  {name:<14} {c.t(ice, 'first'):>8} {c.t(ice, 'again'):>7} {c.t(mor, 'first'):>7} "
+        f"{c.t(mor, 'again'):>7} {c.ratio('first'):>8} {c.ratio('again'):>6} {files:>16}   "
+        f"{c.growth('py_growth'):>22}   {c.growth('jvm_growth'):>26}"
     )
 
 
@@ -156,14 +142,7 @@ def _run_worker(args: argparse.Namespace, work: Path, pg: str, peer: str, statem
         "--version", str(args.version), "--master", args.master,
     ]  # fmt: skip
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=7200, cwd=str(work))
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-    if done.returncode != 0 or not lines:
-        if not statement:
-            sys.stderr.write(done.stderr[-4000:])
-            raise SystemExit("the process writing the source failed")
-        why = [ln for ln in done.stderr.splitlines() if "Error" in ln or "error" in ln]
-        return {"error": (why[-1] if why else f"exit {done.returncode}")[:160]}
-    return json.loads(lines[-1])
+    return worker_output(done, None if statement else "the process writing the source failed")
 
 
 def _source(spark: Any, work: Path, rows: int, files: int) -> str:

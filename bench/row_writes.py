@@ -133,30 +133,47 @@ def _spark_version() -> str:
     return f"pyspark {version('pyspark')}"
 
 
-def _print(name: str, got: dict[str, Any]) -> None:
-    for peer, g in got.items():
-        if "error" in g:
-            print(f"  {name:<12} {peer} failed: {g['error']}")
-    ice, mor = (g if g and "error" not in g else None for g in (got.get("iceberg"), got.get("mor")))
-    if ice is None and mor is None:
-        return
+class Cells:
+    """One statement's figures of both peers (`got`: peer -> its figures, or its error), as
+    the benchmarks' tables print them; a failed peer's line printed first."""
 
-    def t(peer: Any, run: str) -> str:
+    def __init__(self, name: str, got: dict[str, Any], width: int) -> None:
+        for peer, g in got.items():
+            if "error" in g:
+                print(f"  {name:<{width}} {peer} failed: {g['error']}")
+        self.ice, self.mor = (
+            g if g and "error" not in g else None for g in (got.get("iceberg"), got.get("mor"))
+        )
+
+    def any(self) -> bool:
+        return self.ice is not None or self.mor is not None
+
+    def t(self, peer: Any, run: str) -> str:
         return f"{peer[run]['seconds']:.2f}" if peer else "-"
 
-    def ratio(run: str) -> str:
+    def ratio(self, run: str) -> str:
+        ice, mor = self.ice, self.mor
         return f"{mor[run]['seconds'] / ice[run]['seconds']:.2f}" if ice and mor else "-"
 
-    def mem(key: str, run: str = "first") -> str:
-        return "/".join(f"{p[run][key] / MiB:.0f}" if p else "-" for p in (ice, mor))
+    def mem(self, key: str, run: str = "first") -> str:
+        return "/".join(f"{p[run][key] / MiB:.0f}" if p else "-" for p in (self.ice, self.mor))
 
+    def growth(self, key: str) -> str:
+        """A growth of the first run, then of the second in parentheses."""
+        return f"{self.mem(key)} ({self.mem(key, 'again')})"
+
+
+def _print(name: str, got: dict[str, Any]) -> None:
+    c = Cells(name, got, 12)
+    if not c.any():
+        return
+    ice, mor = c.ice, c.mor
     rows = (mor or ice)["first"]["rows"]
-    py = f"{mem('py_growth')} ({mem('py_growth', 'again')})"
-    jvm = f"{mem('jvm_growth')} ({mem('jvm_growth', 'again')})"
     print(
-        f"  {name:<12} {rows:>10,} {t(ice, 'first'):>8} {t(ice, 'again'):>7} "
-        f"{t(mor, 'first'):>7} {t(mor, 'again'):>7} {ratio('first'):>8} {ratio('again'):>6}   "
-        f"{py:>22}   {jvm:>26}   {mem('jvm_peak'):>14}"
+        f"  {name:<12} {rows:>10,} {c.t(ice, 'first'):>8} {c.t(ice, 'again'):>7} "
+        f"{c.t(mor, 'first'):>7} {c.t(mor, 'again'):>7} {c.ratio('first'):>8} "
+        f"{c.ratio('again'):>6}   {c.growth('py_growth'):>22}   {c.growth('jvm_growth'):>26}   "
+        f"{c.mem('jvm_peak'):>14}"
     )
 
 
@@ -180,12 +197,18 @@ def _run_worker(
         env["MOR_BENCH_BASE"] = json.dumps(base)
     # run from the work folder: a checkout in the current folder would shadow `--mor`'s
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=7200, cwd=str(work))
+    return worker_output(done, None if statement else "the process building the table failed")
+
+
+def worker_output(done: subprocess.CompletedProcess, fatal: str | None) -> Any:
+    """A worker process's figures (its last JSON line). When it failed: with `fatal` (a
+    process the run cannot go on without), its stderr's end and exit; else `{"error": ...}`,
+    a peer that fails a statement (out of memory, say) reported as such."""
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     if done.returncode != 0 or not lines:
-        if not statement:
+        if fatal is not None:
             sys.stderr.write(done.stderr[-4000:])
-            raise SystemExit("the process building the table failed")
-        # a peer that fails a statement (out of memory, say) is reported as such
+            raise SystemExit(fatal)
         why = [ln for ln in done.stderr.splitlines() if "Error" in ln or "error" in ln]
         return {"error": (why[-1] if why else f"exit {done.returncode}")[:160]}
     return json.loads(lines[-1])
