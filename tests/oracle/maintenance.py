@@ -31,9 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import sys
-import tempfile
 import time
 from collections import Counter
 from typing import Any
@@ -62,31 +60,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--version: {len(versions)} versions for {len(seeds)} seeds")
     args.version = [None if v == "any" else v for v in versions]
 
-    from tests.oracle.runtime import RuntimeUnavailable, iceberg_session
-    from tests.pgcatalog import Postgres, PostgresUnavailable
+    from tests.oracle import on_jdbc_catalog
 
-    tmp = tempfile.mkdtemp(prefix="mor-maintenance-")
-    warehouse = f"file://{tmp}/wh"
-    try:
-        with Postgres() as pg:
-            os.environ.update(pg.environment(warehouse))
-            try:
-                spark = iceberg_session(
-                    f"file://{tmp}/java", small_data=True, conf=pg.spark_conf(warehouse)
-                )
-            except RuntimeUnavailable as e:
-                print(f"cannot run the oracle here: {e}")
-                return 2
-            java_wh = f"file://{tmp}/java"
-            return _run(spark, pg, warehouse, java_wh, seeds, args.steps, args.version)
-    except PostgresUnavailable as e:
-        print(f"cannot run the maintenance harness here: {e}")
-        return 2
-    finally:
-        if os.environ.get("MOR_HARNESS_KEEP"):  # to look at the tables after a difference
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+    return on_jdbc_catalog(
+        "maintenance",
+        lambda spark, pg, warehouse, java_wh: _run(
+            spark, pg, warehouse, java_wh, seeds, args.steps, args.version
+        ),
+    )
 
 
 def _run(

@@ -40,10 +40,7 @@ Prints "row writes: N comparisons, M differences"; exits 1 on any difference.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
-import tempfile
 import time
 from collections import Counter
 from typing import Any
@@ -56,30 +53,14 @@ from tests.pgcatalog import CATALOG
 def main(argv: list[str] | None = None) -> int:
     args, seeds, versions = parse(argv)
 
-    from tests.oracle.runtime import RuntimeUnavailable, iceberg_session
-    from tests.pgcatalog import Postgres, PostgresUnavailable
+    from tests.oracle import on_jdbc_catalog
 
-    tmp = tempfile.mkdtemp(prefix="mor-row-writes-")
-    warehouse = f"file://{tmp}/wh"
-    try:
-        with Postgres() as pg:
-            os.environ.update(pg.environment(warehouse))
-            try:
-                spark = iceberg_session(
-                    f"file://{tmp}/java", small_data=True, conf=pg.spark_conf(warehouse)
-                )
-            except RuntimeUnavailable as e:
-                print(f"cannot run the oracle here: {e}")
-                return 2
-            return _run(spark, pg, warehouse, f"file://{tmp}/java", seeds, versions, args)
-    except PostgresUnavailable as e:
-        print(f"cannot run the row-writes harness here: {e}")
-        return 2
-    finally:
-        if os.environ.get("MOR_HARNESS_KEEP"):
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+    return on_jdbc_catalog(
+        "row-writes",
+        lambda spark, pg, warehouse, java_wh: _run(
+            spark, pg, warehouse, java_wh, seeds, versions, args
+        ),
+    )
 
 
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[int], list[str | None]]:

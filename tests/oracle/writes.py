@@ -32,11 +32,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
-import shutil
 import sys
-import tempfile
 import time
 from collections import Counter
 from typing import Any
@@ -109,52 +106,25 @@ def main(argv: list[str] | None = None) -> int:
 
         then = row_writes.parse(shlex.split(args.row_writes))
 
-    from tests.oracle.runtime import RuntimeUnavailable, iceberg_session
-    from tests.pgcatalog import Postgres, PostgresUnavailable
+    from tests.oracle import on_jdbc_catalog
 
-    tmp = tempfile.mkdtemp(prefix="mor-writes-")
-    warehouse = f"file://{tmp}/wh"
-    try:
-        with Postgres() as pg:
-            os.environ.update(pg.environment(warehouse))
-            server = None
-            try:
-                if args.connect:
-                    spark, server = _connect_session(pg.spark_conf(warehouse))
-                else:
-                    spark = iceberg_session(
-                        f"file://{tmp}/java", small_data=True, conf=pg.spark_conf(warehouse)
-                    )
-            except RuntimeUnavailable as e:
-                print(f"cannot run the oracle here: {e}")
-                return 2
-            try:
-                rc = _run(spark, pg, warehouse, args)
-                if then is not None:
-                    from tests.oracle import row_writes
+    def run(spark: Any, pg: Any, warehouse: str, java_wh: str) -> int:
+        rc = _run(spark, pg, warehouse, args)
+        if then is not None:
+            from tests.oracle import row_writes
 
-                    rw_args, seeds, versions = then
-                    java = f"file://{tmp}/java"
-                    more = row_writes._run(spark, pg, warehouse, java, seeds, versions, rw_args)
-                    rc = max(rc, more)
-                return rc
-            finally:
-                if server is not None:
-                    spark.stop()
-                    server.stop()
-    except PostgresUnavailable as e:
-        print(f"cannot run the writes harness here: {e}")
-        return 2
-    finally:
-        if os.environ.get("MOR_HARNESS_KEEP"):
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+            rw_args, seeds, versions = then
+            more = row_writes._run(spark, pg, warehouse, java_wh, seeds, versions, rw_args)
+            rc = max(rc, more)
+        return rc
+
+    return on_jdbc_catalog("writes", run, _connect_session if args.connect else None)
 
 
-def _connect_session(conf: dict[str, str]) -> tuple[Any, Any]:
+def _connect_session(conf: dict[str, str], java_wh: str) -> tuple[Any, Any]:
     """A Spark Connect session on a server of this pyspark started with Iceberg's runtime
-    and its SQL extensions, and `conf` (the JDBC catalog): mor runs as a Connect client."""
+    and its SQL extensions, and `conf` (the JDBC catalog): mor runs as a Connect client.
+    Returns it and what stops both (`java_wh` unused: the server has no Hadoop catalog)."""
     from pyspark.sql import SparkSession
 
     from tests.oracle.runtime import iceberg_coordinates, merged, packages_conf
@@ -167,7 +137,13 @@ def _connect_session(conf: dict[str, str]) -> tuple[Any, Any]:
             {**conf, "spark.sql.shuffle.partitions": "2"},
         )
     )
-    return SparkSession.builder.remote(server.url).getOrCreate(), server
+    spark = SparkSession.builder.remote(server.url).getOrCreate()
+
+    def stop() -> None:
+        spark.stop()
+        server.stop()
+
+    return spark, stop
 
 
 class Twins:
