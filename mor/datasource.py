@@ -91,9 +91,13 @@ def register_data_source(spark: Any = None) -> None:
     from pyspark import cloudpickle
 
     from mor.physical.spark.session import active_session
+    from mor.physical.spark.workers import NEEDED, check_python_workers
     from mor.physical.tasks import by_value
 
     session = spark if spark is not None else active_session()
+    # the writer is made in a Python worker on Spark's driver (it imports mor); its tasks
+    # need pyarrow
+    check_python_workers(session, "format('mor')", (*NEEDED, "mor"))
     by_value()
     import sys
 

@@ -530,7 +530,9 @@ def run_append_job(df: DataFrame, job: AppendJob) -> list[dict[str, Any]]:
     from pyspark import cloudpickle
 
     import mor.physical.udfs
+    from mor.physical.spark.workers import check_python_workers
 
+    check_python_workers(df.sparkSession, f"the write into {job.table}")
     by_value()
     cloudpickle.register_pickle_by_value(mor.physical.udfs)  # bucket's UDF, by value too
     rows, clustered = laid_out(

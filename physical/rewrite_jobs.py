@@ -213,6 +213,9 @@ def write_arrow(
     file is returned by no task (the caller clears the folder of whatever it does not
     commit). The columns carry their field ids, timestamps are microseconds; a task given
     no row writes no file."""
+    from mor.physical.spark.workers import check_python_workers
+
+    check_python_workers(spark, "compaction (compaction_writer=arrow)")
     out, partition = _rows(spark, plan, columns, groups)
     target = _nullable(_arrow_schema(columns))
     task = _arrow_task(

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pyarrow.fs import LocalFileSystem
 
 from mor.physical.spark.spark_errors import spark_failure
+from mor.physical.spark.workers import check_python_workers
 from mor.physical.tasks import by_value
 from mor.physical.tasks.row_files import RECORD, RECORD_DDL, merge_stage, rows_stage
 from mor.planner.errors import MorError, UnsupportedError
@@ -88,6 +89,7 @@ def run_row_write_job(df: DataFrame, job: RowWriteJob) -> list[dict[str, Any]]:
     physical/tasks/row_files.RECORD), one Spark action, and a second one of a few tasks when
     several tasks wrote positions for one data file. A failure inside the tasks is one
     MorError line."""
+    check_python_workers(df.sparkSession, f"{job.kind} on {job.table}")
     by_value()
     place = job.folder
     args = {

@@ -778,3 +778,46 @@ def test_an_interrupt_during_a_commit_waits_for_the_catalogs_answer() -> None:
     assert reached == ["the commit went on"]
     assert interrupts.line(got.value) == "mor: interrupted: committed as snapshot 7"
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_python_workers_lacking_pyarrow_get_one_line_before_any_task(
+    catalog: Any, spark: Any, tmp_path: Path
+) -> None:
+    """A session whose Python workers cannot import what mor's tasks import is told so in
+    one line naming the interpreter and what it lacks, before any of the write's tasks runs
+    (nothing written, nothing committed); a session whose workers can is asked once. Classic
+    local sessions: the workers' interpreter (`pythonExec`) is asked directly, here a fresh
+    virtual environment without pyarrow; clusters and Spark Connect: one task reports it."""
+    from mor.physical.spark import workers
+    from mor.physical.spark.session import is_connect
+
+    w = _three_files(catalog)
+    before = w.refresh().current_snapshot().snapshot_id
+    # the task's report (what a cluster or a Connect server answers), on this leg's session
+    assert workers._asked_by_a_task(spark, "here", ("pyarrow",)) is None
+    said = workers._asked_by_a_task(spark, "the workers", ("pyarrow", "mor_no_such_module"))
+    assert said is not None and "the workers, which lacks mor_no_such_module" in said
+    if is_connect(spark):
+        return  # a Connect client cannot point the server's workers elsewhere
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    sc = spark.sparkContext
+    saved, sc.pythonExec = sc.pythonExec, str(bare / "bin" / "python")
+    checked = set(workers._CHECKED)
+    workers._CHECKED.clear()
+    jobs = max(sc.statusTracker().getJobIdsForGroup(), default=-1)
+    try:
+        with pytest.raises(MorError) as e:
+            mor_sql("DELETE FROM c.t WHERE v = 1", catalog=catalog, spark=spark)
+    finally:
+        sc.pythonExec = saved
+        workers._CHECKED.clear()
+        workers._CHECKED.update(checked)
+    line = str(e.value)
+    assert "\n" not in line and line.startswith("DELETE on c.t: Spark's Python workers run ")
+    assert str(bare / "bin" / "python") in line and "lacks pyarrow" in line
+    assert f"PYSPARK_PYTHON={sys.executable}" in line
+    assert max(sc.statusTracker().getJobIdsForGroup(), default=-1) == jobs  # no job ran
+    assert w.refresh().current_snapshot().snapshot_id == before and not _mor_files(w)
+    mor_sql("DELETE FROM c.t WHERE v = 1", catalog=catalog, spark=spark)  # the real workers
+    assert _ids(catalog, spark) == [0, 2, 3, 11, 12, 14]
