@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test check setup java venv dev spark4 clean golden soak
+.PHONY: demo server test check setup java venv dev spark4 clean golden soak
 
 java:
 	@command -v java >/dev/null 2>&1 || { echo "mor needs Java 17 or newer (for Spark): install a JDK, e.g. 'apt-get install openjdk-17-jre-headless'" >&2; exit 1; }
@@ -105,6 +105,20 @@ setup: dev spark4
 
 demo: java venv
 	$(BIN)/mor demo
+
+# commands at a local tool's pace: a user's pyspark 4.x environment (a Spark Connect server
+# needs pyspark 4, client and server; the newest pyspark, as `pip install 'mor[spark]'
+# 'pyspark[connect]>=4'` gives a user) and `mor server start` from it; later commands of
+# .venv/server/bin/mor run on the server until `.venv/server/bin/mor server stop`
+SRV := $(VENV)/server
+$(SRV)/.installed: pyproject.toml | $(BIN)/python
+	$(PY) -m venv $(SRV)
+	$(SRV)/bin/pip install -q --upgrade pip
+	$(SRV)/bin/pip install -q -e '.[spark]' 'pyspark[connect]==$(SPARK4)' 'pandas<3'
+	touch $@
+
+server: java $(SRV)/.installed
+	$(SRV)/bin/mor server start
 
 # A leg: its header, its command, then its time and exit code on one line (`.ci/run` adds the
 # total). $(1): the leg's name, $(2): the command.

@@ -146,7 +146,8 @@ def _pyspark_home() -> tuple[str, str]:
         raise ConfigError(
             f"mor server needs pyspark 4.0 or later in this Python (installed: pyspark "
             f"{version}: its jars hold no Spark Connect server, and mor's Connect client needs "
-            "4.x); commands here start a classic session each"
+            "4.x); commands here start a classic session each. For a server: pip install "
+            "'pyspark[connect]>=4' in an environment of its own (in mor's checkout: make server)"
         )
     home = os.path.dirname(os.path.abspath(pyspark.__file__))
     if not os.path.exists(os.path.join(home, "bin", "spark-submit")):

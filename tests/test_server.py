@@ -34,6 +34,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _quickstart_server_block() -> list[list[str]]:
+    import re
+    import shlex
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "quickstart.md").read_text()
+    (block,) = re.findall(r"```sh server\n(.*?)```", page, re.S)
+    commands = [shlex.split(ln, comments=True) for ln in block.splitlines()]
+    commands = [c for c in commands if c]
+    assert [c[:3] for c in commands if c[:2] == ["mor", "server"]] == [
+        ["mor", "server", "start"], ["mor", "server", "stop"]
+    ], commands  # fmt: skip
+    return commands
+
+
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     from mor.demo import build_demo_table
@@ -96,6 +110,15 @@ def test_a_server_serves_later_commands_until_it_is_stopped(
         assert f"server       mor server: running at sc://127.0.0.1:{port} (pid {pid}" in (
             config.stdout
         )
+        # the quickstart's server block (docs/quickstart.md, "```sh server"): its commands
+        # between start and stop, as the page has them, run on this server
+        for c in _quickstart_server_block():
+            if c[0] == "pip" or c[1] == "server":
+                assert c[0] == "pip" or c[2] in ("start", "stop"), c
+                continue
+            done = _mor(*c[1:], env=env)
+            assert done.returncode == 0, (c, done.stderr)
+            assert "| EU " in done.stdout and "| US " in done.stdout, done.stdout
         # killed behind mor's back: not running, and nothing to stop
         os.killpg(pid, signal.SIGKILL)
         assert _gone(pid)
