@@ -12,7 +12,11 @@ Every `mor` command is a new process. Measured in new processes, in turns, `--re
 - with `--server` (pyspark 4.x): `mor run` of the demo query (examples/01_live_rows.sql) as a
   user types it, timed from launch to exit, against the server `mor server start` starts here
   (**mor run, server**), and with a session of its own (**mor run, own session**: `--set
-  server=off`, a JVM started by the command). The target: under 2 s against the server.
+  server=off`, a JVM started by the command); `mor run -e` of a grouped aggregate against the
+  server (**mor run -e agg, server**) beside **bare Connect client**: a process that imports
+  pyspark's Connect client alone, connects to the same server and runs the same aggregate over
+  the table's data files read as plain Parquet (no deletes applied: the floor a Connect
+  command pays). The targets: under 2 s against the server, at most 1.3x the bare client.
 
 The demo table is built (mor/demo.py) in `--warehouse` (default `$TMPDIR/mor-bench-start`).
 The inside of a mor start process is printed too: its imports, catalog, table and planning.
@@ -63,6 +67,22 @@ def worker(warehouse: str) -> None:
     os._exit(0)  # as `mor` ends (mor/cli.py _leave): no teardown of every module
 
 
+AGG = "SELECT region, count(*) AS n, sum(amount) AS total FROM demo.orders GROUP BY region"
+
+
+def bare(url: str, paths: list[str]) -> None:
+    """A bare Spark Connect client: the aggregate over the data files as plain Parquet."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    df = spark.read.parquet(*paths).groupBy("region")
+    for r in df.agg(F.count("*").alias("n"), F.sum("amount").alias("total")).collect():
+        print(*r)
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
     t = time.perf_counter()
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -79,9 +99,13 @@ def main() -> None:
     p.add_argument("--server", action="store_true", help="also `mor run` whole (pyspark 4.x)")
     p.add_argument("--json", help="write the figures here (under bench/out/)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--bare", nargs="+", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         worker(args.warehouse)
+        return
+    if args.bare:
+        bare(args.bare[0], args.bare[1:])
         return
     env = {**os.environ, "MOR_WAREHOUSE": args.warehouse}
     env.pop("SPARK_REMOTE", None)
@@ -102,6 +126,20 @@ def main() -> None:
             raise SystemExit("a mor server runs already: `mor server stop` first")
         started = server.start()
         print(f"# {started.line()}")
+        from mor.api import resolve_catalog
+
+        files = resolve_catalog(None, args.warehouse).load_table("demo.orders").inspect.files()
+        paths = [
+            p for p, c in zip(*files.select(["file_path", "content"]).columns) if c.as_py() == 0
+        ]
+        peers["mor run -e agg, server"] = [str(MOR), "run", "-e", AGG]
+        peers["bare Connect client"] = [
+            sys.executable,
+            __file__,
+            "--bare",
+            started.url,
+            *(p.as_py() for p in paths),
+        ]
     times: dict[str, list[float]] = {k: [] for k in peers}
     inside: list[dict[str, float]] = []
     answers: dict[str, str] = {}
@@ -112,13 +150,16 @@ def main() -> None:
                 times[name].append(took)
                 if name == "mor start":
                     inside.append(json.loads(out))
-                elif name.startswith("mor run"):
+                elif name in ("mor run, server", "mor run, own session"):
                     answers.setdefault(name, out)
     finally:
         if args.server:
             server.stop()
     if len(set(answers.values())) > 1:
-        raise SystemExit("`mor run` printed different rows against the server and on its own")
+        shown = "\n".join(f"--- {k}:\n{v[-800:]}" for k, v in answers.items())
+        raise SystemExit(
+            f"`mor run` printed different rows against the server and on its own:\n{shown}"
+        )
     med = {k: statistics.median(v) for k, v in times.items()}
     floor = med["python"]
     print(f"{'process':<22} {'median s':>9} {'x python':>9}")
@@ -133,6 +174,11 @@ def main() -> None:
         print(
             f"target: mor run against the server under 2 s: {med['mor run, server']:.2f} s "
             f"({med['mor run, server'] / med['mor run, own session']:.2f}x its own session's)"
+        )
+        agg, floor_c = med["mor run -e agg, server"], med["bare Connect client"]
+        print(
+            f"target: mor run -e agg at most 1.3x a bare Connect client: {agg:.2f} s / "
+            f"{floor_c:.2f} s = {agg / floor_c:.2f}x"
         )
     if args.json:
         write_json(args.json, {"medians": med, "runs": times, "inside": inside})
