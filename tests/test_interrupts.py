@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from legs import soak_in
 from mor.api import default_catalog
 from mor.cli import main
 from mor.interrupts import child_pids
@@ -179,6 +180,9 @@ def test_while_a_delete_writes_its_files(wh: Path) -> None:
     assert _state(wh) == before
 
 
+# through Connect in `make soak` (since 2026-12-06, CI's time): the DELETE's files above are
+# cleared by the same path, and the Connect leg keeps the query job and the DELETE
+@soak_in("connect")
 def test_while_compact_writes_its_files(wh: Path) -> None:
     """A maintenance command: compaction's tasks have written files when the signal comes."""
     before = _state(wh)
@@ -244,6 +248,7 @@ def test_before_the_commit_is_asked_nothing_commits(
     assert _state(wh) == before
 
 
+@soak_in("connect")  # since 2026-12-06, CI's time; classic sessions hold it in CI
 def test_the_shell_cancels_the_statement_and_keeps_running(wh: Path) -> None:
     env = {**os.environ, "MOR_WAREHOUSE": str(wh)}
     env.pop("SPARK_REMOTE", None)

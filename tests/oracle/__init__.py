@@ -28,7 +28,6 @@ def run_harness(module: str, *args: str, timeout: float) -> str:
     return proc.stdout
 
 
-
 def on_jdbc_catalog(
     what: str,
     run: Callable[[Any, Any, str, str], int],
