@@ -145,4 +145,7 @@ def _task_probe(needed: tuple[str, ...]) -> Any:
                 bad.append(m)
         return "%d.%d %s" % (_sys.version_info[0], _sys.version_info[1], ",".join(bad))
 
+    # no type hints for Spark to read: from `Any` pyspark 4's Connect client cannot infer an
+    # evaluation type and warns on the user's stderr (a plain Python UDF is what is meant)
+    probe.__annotations__ = {}
     return udf(probe, "string")
