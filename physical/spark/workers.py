@@ -33,7 +33,7 @@ _PROBE = (
     "for m in {needed!r}:\n"
     "    try:\n"
     "        importlib.import_module(m)\n"
-    "    except Exception as e:\n"
+    "    except Exception:\n"
     "        bad.append(m)\n"
     "print('%d.%d' % sys.version_info[:2], ','.join(bad))\n"
 )
@@ -64,17 +64,12 @@ def check_python_workers(spark: Any, what: str, needed: tuple[str, ...] = NEEDED
     _CHECKED.add(key)
 
 
-def _same_interpreter(exe: str) -> bool:
-    found = exe if os.path.isabs(exe) else shutil.which(exe)
-    return found is not None and os.path.abspath(found) == os.path.abspath(sys.executable)
-
-
 def _asked_directly(exe: str, needed: tuple[str, ...]) -> str | None:
     """A local worker's interpreter `exe`: None when it can run mor's tasks, else what it
     lacks, in words."""
-    if _same_interpreter(exe):
-        return None
     found = exe if os.path.isabs(exe) else shutil.which(exe)
+    if found is not None and os.path.abspath(found) == os.path.abspath(sys.executable):
+        return None  # this process's own interpreter
     fix = (
         f"set PYSPARK_PYTHON={sys.executable} before the session starts (this process's "
         "interpreter), or install what it lacks there"
