@@ -26,8 +26,10 @@ def _python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.S)
 
 
-def _commands() -> list[list[str]]:
-    blocks = re.findall(r"```sh\n(.*?)```", PAGE.read_text(), re.S)
+def _commands(info: str = "sh") -> list[list[str]]:
+    """The commands of the page's code blocks whose info string is `info` ("sh": the ones
+    this test runs; "sh server": the server block, tests/test_server.py's)."""
+    blocks = re.findall(rf"```{re.escape(info)}\n(.*?)```", PAGE.read_text(), re.S)
     lines = [shlex.split(ln, comments=True) for b in blocks for ln in b.splitlines()]
     return [c for c in lines if c]  # a comment line is no command
 

@@ -35,13 +35,9 @@ def _free_port() -> int:
 
 
 def _quickstart_server_block() -> list[list[str]]:
-    import re
-    import shlex
+    from test_quickstart import _commands
 
-    page = (Path(__file__).resolve().parent.parent / "docs" / "quickstart.md").read_text()
-    (block,) = re.findall(r"```sh server\n(.*?)```", page, re.S)
-    commands = [shlex.split(ln, comments=True) for ln in block.splitlines()]
-    commands = [c for c in commands if c]
+    commands = _commands("sh server")
     assert [c[:3] for c in commands if c[:2] == ["mor", "server"]] == [
         ["mor", "server", "start"], ["mor", "server", "stop"]
     ], commands  # fmt: skip
