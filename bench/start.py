@@ -129,16 +129,14 @@ def main() -> None:
         from mor.api import resolve_catalog
 
         files = resolve_catalog(None, args.warehouse).load_table("demo.orders").inspect.files()
-        paths = [
-            p for p, c in zip(*files.select(["file_path", "content"]).columns) if c.as_py() == 0
-        ]
+        paths = [f["file_path"] for f in files.to_pylist() if f["content"] == 0]  # data files
         peers["mor run -e agg, server"] = [str(MOR), "run", "-e", AGG]
         peers["bare Connect client"] = [
             sys.executable,
             __file__,
             "--bare",
             started.url,
-            *(p.as_py() for p in paths),
+            *paths,
         ]
     times: dict[str, list[float]] = {k: [] for k in peers}
     inside: list[dict[str, float]] = []
