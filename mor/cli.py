@@ -562,13 +562,13 @@ def _run(args: argparse.Namespace) -> int:
     s3a = any(r.reads_s3a for r in runs)
     spark = early.session(s3a) if early is not None else spark_session(args, s3a=s3a)
     progress.clear()
-    results = []
     for r in runs:
-        df = r.use(spark).dataframe
-        if args.limit is not None:
-            df = df.limit(args.limit)
-        results.append((df, r.plan))
+        r.use(spark)
     if args.format == "parquet":
+        results = []
+        for r in runs:
+            df = r.dataframe
+            results.append((df.limit(args.limit) if args.limit is not None else df, r.plan))
         for (df, plan), out in zip(results, targets):
             with progress.spark_stages(spark, f"writing {out}"):
                 replace_atomically(
@@ -577,10 +577,13 @@ def _run(args: argparse.Namespace) -> int:
                     lambda tmp, df=df, plan=plan: run_spark(lambda: df.write.parquet(tmp), plan),
                 )
         return 0
+    if len(runs) > 1:  # every statement checked by Spark before the first one runs
+        for r in runs:
+            r.dataframe  # noqa: B018
     collected = []
-    for i, (df, plan) in enumerate(results, start=1):
-        with progress.spark_stages(spark, f"statement {i}/{len(results)}"):
-            collected.append(run_spark(lambda df=df: (df.columns, df.collect()), plan))
+    for i, r in enumerate(runs, start=1):
+        with progress.spark_stages(spark, f"statement {i}/{len(runs)}"):
+            collected.append(run_spark(lambda r=r: r.rows(args.limit), r.plan))
     texts = [format_rows(cols, rows, args.format) for cols, rows in collected]
     if args.output:  # one file per statement (PATH.N when there are several)
         for text, out in zip(texts, targets):

@@ -171,6 +171,20 @@ class QueryExecution:
         """The lazy DataFrame of the statement's rows. The session's facts are asked (and its
         Parquet reader warmed) while the statement is planned, when the session is known
         before planning."""
+        return self._build(analyse=True)
+
+    def rows(self, limit: int | None = None) -> tuple[list[str], list[Any]]:
+        """The statement's columns and rows (at most `limit`), run now: what the CLI prints.
+        On Spark Connect the query is analysed once, by its execution, not first on its own as
+        `dataframe` does it for a caller that holds the DataFrame (physical/compile.run_query);
+        its errors are the same lines."""
+        from mor.physical import collect_rows
+
+        if "dataframe" in self.__dict__:
+            return collect_rows(self.dataframe, limit)
+        return collect_rows(self._build(analyse=False), limit)
+
+    def _build(self, analyse: bool) -> DataFrame:
         from mor.physical import to_dataframe
         from mor.physical.scan.reads import early_facts
         from mor.physical.spark.session import active_session
@@ -188,6 +202,7 @@ class QueryExecution:
                 self.cache,
                 facts=facts if session is known else None,
                 relations=self.views,
+                analyse=analyse,
             )
         df.__dict__[_ATTRIBUTE] = self
         return df

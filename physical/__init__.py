@@ -14,6 +14,7 @@ from typing import Any
 _EXPORTS = {
     "Compiler": "mor.physical.compile",
     "to_dataframe": "mor.physical.compile",
+    "collect_rows": "mor.physical.compile",
     "local_session": "mor.physical.spark.session",
     "prepare_session": "mor.physical.spark.session",
     "remote_session": "mor.physical.spark.session",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Hashable
 from functools import reduce
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -106,8 +107,10 @@ class Compiler:
         facts: Callable[[], SessionFacts] | None = None,
         resolve_every: bool = False,
         relations: dict[str, DataFrame] | None = None,
+        analyse: bool = True,
     ) -> None:
         self.spark = spark
+        self.analyse = analyse  # Spark Connect: the query analysed when built (run_query)
         self.relations = relations or {}  # the DataFrames the call hands in by name
         self.cache = cache  # the process's caches (planner/state.py), passed down
         self.resolve_every = resolve_every  # every equality delete resolved (conversion)
@@ -250,7 +253,8 @@ class Compiler:
 
     def _query(self, node: QueryExec) -> DataFrame:
         frames = [self.run(v) for v in node.views]
-        return run_query(self.spark, node.node, frames + given(node.node, self.relations))
+        frames += given(node.node, self.relations)
+        return run_query(self.spark, node.node, frames, analyse=self.analyse)
 
     def _view(self, node: ViewExec) -> DataFrame:
         df = self.run(node.input)
@@ -327,13 +331,15 @@ def to_dataframe(
     analyse_only: bool = False,
     facts: Callable[[], SessionFacts] | None = None,
     relations: dict[str, DataFrame] | None = None,
+    analyse: bool = True,
 ) -> DataFrame:
     """The query's result, built with the process's caches (`cache`). `analyse_only`: over
     empty scans, to have Spark check the query (and name its columns) without reading any
     file (no cache needed). `facts`: the session's facts when the caller started asking for
     them before planning (physical/scan/reads.early_facts), else asked here. `relations`:
     the DataFrames the call hands in by name (`views=`), bound where the statement names
-    them."""
+    them. `analyse=False`: for a caller that runs the query at once through `collect_rows`
+    (run_query)."""
     if not isinstance(plan, SparkQuery):
         raise InternalError("a plan to run must be a SparkQuery")
     if cache is None and not analyse_only:
@@ -344,7 +350,7 @@ def to_dataframe(
             frames = [_empty(spark, s) for s in plan.scans] + given(plan, relations or {})
         else:
             assert cache is not None
-            compiler = Compiler(spark, cache, facts, relations=relations)
+            compiler = Compiler(spark, cache, facts, relations=relations, analyse=analyse)
             query = compiler.plan(plan)
             assert isinstance(query, QueryExec)
             compiler.count_reads(query)
@@ -376,14 +382,19 @@ def given(plan: SparkQuery, relations: dict[str, DataFrame]) -> list[DataFrame]:
     return [by_lower[r] for r in plan.relations]
 
 
-def run_query(spark: SparkSession, plan: SparkQuery, frames: list[DataFrame]) -> DataFrame:
+def run_query(
+    spark: SparkSession, plan: SparkQuery, frames: list[DataFrame], analyse: bool = True
+) -> DataFrame:
     """`spark.sql` of the statement, each scan bound under a name of its own; the user's
     session keeps no trace of the names.
 
     Classic: temporary views, dropped as soon as `spark.sql` returns (it analyses the statement
     then, and its plan holds the views' plans). Spark Connect analyses a plan again each time it
     runs, so the scans travel inside the SQL relation itself (`WithRelations`), and the query is
-    analysed once here so that its errors come now, as for classic."""
+    analysed once here so that its errors come now, as for classic. With `analyse=False` that
+    round trip is left to the caller that runs the query at once (`collect_rows`: the CLI's
+    one query, 0.2 s of a command against a server, bench/start.py): the server analyses it
+    in its execution, and its errors are named as here."""
     tag = uuid.uuid4().hex[:12]
     names = tuple(f"mor_scan_{i + 1}_{tag}" for i in range(len(plan.scans))) + tuple(
         f"mor_view_{i + 1}_{tag}" for i in range(len(plan.relations))
@@ -394,7 +405,10 @@ def run_query(spark: SparkSession, plan: SparkQuery, frames: list[DataFrame]) ->
     if is_connect(spark):
         try:
             df = _connect_sql(spark, text, names, frames)
-            df.schema  # noqa: B018 - analyse now: errors at the call, as on classic sessions
+            if analyse:
+                df.schema  # noqa: B018 - analyse now: errors at the call, as on classic sessions
+            else:
+                df.__dict__[_DEFERRED] = (plan, names)
             return df
         except Exception as e:  # noqa: BLE001 - Spark's parse and analysis errors, as one line
             raise query_error(e, plan, names) from e
@@ -407,6 +421,27 @@ def run_query(spark: SparkSession, plan: SparkQuery, frames: list[DataFrame]) ->
     finally:
         for n in names:
             spark.catalog.dropTempView(n)
+
+
+_DEFERRED = "_mor_unanalysed"  # on a Connect DataFrame run_query built with analyse=False
+
+
+def collect_rows(df: DataFrame, limit: int | None = None) -> tuple[list[str], list[Any]]:
+    """The columns and rows of a query's DataFrame (`limit`: at most that many rows). One built
+    unanalysed (run_query) is analysed by this execution alone, and an analysis error is named
+    as run_query names one; the columns come with the rows (asked apart only when there are
+    none)."""
+    run = df.limit(limit) if limit is not None else df
+    try:
+        rows = run.collect()
+    except Exception as e:  # noqa: BLE001 - only Spark's analysis errors are named here
+        from pyspark.errors import AnalysisException
+
+        deferred = vars(df).get(_DEFERRED)
+        if deferred is not None and isinstance(e, AnalysisException):
+            raise query_error(e, *deferred) from e
+        raise
+    return (list(rows[0].__fields__) if rows else run.columns), rows
 
 
 def _connect_sql(

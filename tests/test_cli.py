@@ -239,6 +239,41 @@ def test_run_formats(
     ]
 
 
+def test_run_has_its_one_query_analysed_by_its_execution_alone(
+    wh: Path, spark: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`mor run` of one query prints what the DataFrame `mor_sql` returns holds, columns
+    included when no row comes back (duplicate names kept). On Spark Connect the query is not
+    analysed on its own before it runs (a round trip of its own, 0.2 s of a command against a
+    server): its errors are the same lines (test_bad_queries)."""
+    from mor.api import mor_sql, resolve_catalog
+    from mor.physical.spark.session import is_connect
+
+    analysed: list[str] = []
+    if is_connect(spark):
+        from pyspark.sql.connect.client.core import SparkConnectClient
+
+        ask = SparkConnectClient._analyze
+
+        def counted(self: Any, method: str, **kwargs: Any) -> Any:
+            if method == "schema" and "mor_scan_" in str(kwargs.get("plan")):
+                analysed.append(method)
+            return ask(self, method, **kwargs)
+
+        monkeypatch.setattr(SparkConnectClient, "_analyze", counted)
+    sql = "SELECT region, region AS r2, count(*) AS n FROM demo.orders GROUP BY region"
+    code, out, err = _run(capsys, "run", "-e", sql, "--format", "json", "--warehouse", str(wh))
+    assert code == 0, err
+    assert analysed == []
+    want = mor_sql(sql, catalog=resolve_catalog(None, str(wh)), spark=spark).collect()
+    assert sorted(out.splitlines()) == sorted(json.dumps(r.asDict()) for r in want)
+    analysed.clear()  # mor_sql's DataFrame is analysed when built: the caller holds it
+    empty = "SELECT region AS a, amount AS a FROM demo.orders WHERE order_id < 0"
+    code, out, err = _run(capsys, "run", "-e", empty, "--format", "csv", "--warehouse", str(wh))
+    assert (code, out) == (0, "a,a\n"), err
+    assert analysed == (["schema"] if is_connect(spark) else [])  # no rows: columns asked
+
+
 def test_output_never_replaces_what_was_not_asked_for(
     wh: Path, tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
