@@ -175,7 +175,11 @@ def start() -> tuple[Any, Any]:
 
         server = ConnectServer()
         os.environ["MOR_TEST_CONNECT_URL"] = server.url  # for tests that run `mor --remote`
-        return SparkSession.builder.remote(server.url).getOrCreate(), server
+        try:
+            return SparkSession.builder.remote(server.url).getOrCreate(), server
+        except BaseException:  # no session (a classic one runs already): no server left behind
+            server.stop()
+            raise
     from mor.physical import local_session
 
     if m == "standalone":
