@@ -27,7 +27,7 @@ from mor.rules.physical.nodes import (
     UnionExec,
     ViewExec,
 )
-from mor.rules.physical.reading import Reading, SessionFacts, spark_tasks
+from mor.rules.physical.reading import Reading, SessionFacts, per_file_text, spark_tasks
 
 
 def _files(n: int, what: str) -> str:
@@ -120,10 +120,10 @@ class _Describer:
             if node.compact:
                 self.emit("distinct keys")
         else:
-            self.emit(
-                f"join broadcast(delete file table) on {how.key.describe()} "
-                f"-> $del_seq, $del_partition ({', '.join(kinds)})"
+            per = per_file_text(
+                "delete file table", how.key.describe(), "$del_seq, $del_partition", len(eq.files)
             )
+            self.emit(f"{per} ({', '.join(kinds)})")
             if node.compact:
                 self.emit("compact: one row per key and $del_partition with max($del_seq)")
         self._persist(node.persist)
@@ -302,10 +302,10 @@ class _Describer:
                 self.emit(self.read(files, "position delete", node.delete_reading, detail))
             if strategy.method != "bitmap":
                 self._persist(node.persist)
-                self.emit(
-                    f"join broadcast(recorded row counts) on {key}: a row at or past its file's "
-                    "count stops the query"
+                counts = per_file_text(
+                    "recorded row counts", key, "$count, $recorded_path", strategy.data_files
                 )
+                self.emit(f"{counts}: a row at or past its file's count stops the query")
             side = side_text(
                 "deleted positions",
                 node.broadcast,
@@ -319,12 +319,11 @@ class _Describer:
         if "_pos" in scan.hidden:
             step = self.emit("_pos = _metadata.row_index")
         per_file = [h for h in scan.hidden if h != "_pos"]
+        files = len(scan.data_files())
         if per_file:
-            step = self.emit(
-                f"join broadcast(file metadata table) on {key} -> {', '.join(per_file)}"
-            )
+            step = self.emit(per_file_text("file metadata table", key, ", ".join(per_file), files))
         if scan.meta:
-            step = self.emit(f"join broadcast(data file table) on {key} -> {', '.join(scan.meta)}")
+            step = self.emit(per_file_text("data file table", key, ", ".join(scan.meta), files))
         return step
 
 

@@ -30,7 +30,7 @@ from mor.physical.scan.columns import column, merged_fields, read_schema
 from mor.physical.scan.guards import POS, check_deletes, check_files, guard
 from mor.physical.scan.metadata_columns import STORED, hidden_type, with_hidden
 from mor.physical.scan.reads import KEY, ROW_INDEX, Group, ReadContext, read_files, where_all
-from mor.physical.scan.tables import FKEY, file_table
+from mor.physical.scan.tables import FKEY, with_file_columns
 from mor.physical.scan.types import spark_type
 from mor.physical.spark.store_access import table_access
 from mor.planner.nodes import DATA_SEQ, LINEAGE_COLUMNS, PART, Layout
@@ -93,8 +93,7 @@ def scan_data(ctx: ReadContext, node: ReadData | CountRows) -> DataFrame:
         hidden = [guard(h, scan.table) if h == "_file" else F.col(h) for h in scan.hidden]
     if scan.meta:
         rows = [(read.keys[t.file_id], t.data_seq, t.partition_id) for t in tasks]
-        per_file = file_table(spark, read.key, rows, (DATA_SEQ, PART), (T.LongType(),) * 2)
-        df = df.join(per_file, FKEY, "left")
+        df = with_file_columns(spark, df, read.key, rows, (DATA_SEQ, PART), (T.LongType(),) * 2)
         # guard the columns the anti-joins read, so Spark cannot prune the check away
         return df.select(*out_cols, *hidden, *[guard(m, scan.table) for m in scan.meta])
     return df.select(*out_cols, *hidden)

@@ -83,7 +83,14 @@ def position_method(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param != "bitmap":
         monkeypatch.setenv("MOR_POSITION_BITMAP_BYTES", "0")  # always the join
     if request.param == "join-pairs":
+        import importlib
+
         import mor.rules.physical.positions
 
         monkeypatch.setattr(mor.rules.physical.positions, "packed_shift", lambda *_: None)
+        # and every per-file table broadcast and joined, as beyond a few files, not looked up
+        # in map literals (rules/physical/reading.looked_up; the package's `reading` is a
+        # function of that name, hence the module by its path)
+        reading = importlib.import_module("mor.rules.physical.reading")
+        monkeypatch.setattr(reading, "LOOKUP_FILES", 0)
     return request.param

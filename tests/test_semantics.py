@@ -395,10 +395,12 @@ def test_truncated_data_file_on_storage_is_refused(two_partitions: Any, spark: A
 
 
 def test_positions_past_the_end_or_negative_delete_nothing(
-    two_partitions: Any, spark: Any, position_method: str
+    two_partitions: Any, spark: Any, position_method: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A position delete naming a row the file does not have removes nothing, under every
-    method (a packed key must not turn a huge position into another file's row)."""
+    method (a packed key must not turn a huge position into another file's row); bitmaps
+    looked up in map literals (few small ones) and broadcast as a table (beyond
+    rules/physical/reading.looked_up's bounds) alike."""
     from mor.api import explain
 
     cat, w, a, b = two_partitions
@@ -412,8 +414,17 @@ def test_positions_past_the_end_or_negative_delete_nothing(
     assert "spark.range(rows)" in counted and "no data file is read" in counted
     shown = explain("SELECT * FROM r.t", catalog=cat, physical=True)
     assert ("filter by bitmaps" in shown) == position_method.startswith("bitmap")
-    assert ("broadcast(bitmap file table)" in shown) == (position_method == "bitmap")
+    assert ("one array per file looked up by" in shown) == (position_method == "bitmap")
     assert ("one 64-bit key" in shown) == (position_method == "join-packed")
+    if position_method == "bitmap":
+        import importlib
+
+        # the module (the package's `reading` is its function of that name)
+        reading = importlib.import_module("mor.rules.physical.reading")
+        monkeypatch.setattr(reading, "LOOKUP_FILES", 0)
+        shown = explain("SELECT * FROM r.t", catalog=cat, physical=True)
+        assert "one array per file in broadcast(bitmap file table)" in shown
+        assert _rows(cat, spark) == {(1, "a", 2), (100, "b", 3), (None, "b", 4)}
 
 
 def test_file_with_more_rows_than_recorded_stops_the_bitmap_filter(

@@ -10,6 +10,7 @@ from mor.planner.nodes import DeleteTask, EqDeleteScan, IcebergScan, Plan, ScanF
 from mor.rules.physical.equality import scoped_only
 from mor.rules.physical.positions import bitmap_bytes, packed_shift, position_strategy
 from mor.rules.physical.reading import (
+    LOOKUP_FILES,
     SHARED_SIZE_FILES,
     FileKey,
     SessionFacts,
@@ -46,7 +47,13 @@ def test_bitmap_while_small_join_beyond_each_limit(monkeypatch: pytest.MonkeyPat
     assert s is not None and s.method == "bitmap"
     assert (s.data_files, s.delete_files, s.delete_rows) == (3, 1, 30)
     assert s.bitmap_bytes == 3 * bitmap_bytes(100) == 3 * 16
-    assert "broadcast(bitmap file table)" in s.describe("_metadata.file_size")
+    assert s.looked_up  # 3 files, 48 bytes: map literals, no broadcast
+    assert "looked up by _metadata.file_size in a map literal" in s.describe("_metadata.file_size")
+    many = position_strategy(
+        [data_file(i, pos=(100,)) for i in range(LOOKUP_FILES + 1)], deletes, SIZES
+    )
+    assert many is not None and many.method == "bitmap" and not many.looked_up
+    assert "broadcast(bitmap file table)" in many.describe("_metadata.file_size")
     for name, value in (
         ("MOR_POSITION_BITMAP_BYTES", "47"),
         ("MOR_POSITION_DRIVER_ROWS", "29"),

@@ -19,7 +19,7 @@ from pyspark.sql import types as T
 from mor.physical.scan.columns import column, float_key, read_schema
 from mor.physical.scan.guards import check_files, guard
 from mor.physical.scan.reads import KEY, Group, ReadContext, read_files, where_all
-from mor.physical.scan.tables import FKEY, file_table
+from mor.physical.scan.tables import FKEY, with_file_columns
 from mor.physical.spark.reuse import cached, fingerprint
 from mor.physical.spark.store_access import table_access
 from mor.planner.nodes import DEL_PART, DEL_SEQ, EqDeleteScan
@@ -69,8 +69,7 @@ def _rows(ctx: ReadContext, node: EqDeleteScan, compact: bool, how: Reading) -> 
         df = df.select(*key_names)
         return df.distinct() if compact else df
     rows = [(read.keys[f.file_id], f.data_seq, f.partition_id) for f in node.files]
-    per_file = file_table(ctx.spark, read.key, rows, (DEL_SEQ, DEL_PART), (T.LongType(),) * 2)
-    df = df.join(per_file, FKEY, "left")
+    df = with_file_columns(ctx.spark, df, read.key, rows, (DEL_SEQ, DEL_PART), (T.LongType(),) * 2)
     df = df.select(*key_names, guard(DEL_SEQ, f"equality deletes of {node.table}"), DEL_PART)
     if compact:
         # one row per key and scope, with the highest sequence number (a key is deleted for

@@ -38,11 +38,12 @@ from mor.physical.scan.tables import (
     COUNT,
     FKEY,
     RECORDED,
+    bitmap_lookups,
     bitmap_table,
-    file_table,
     key_type,
     local_table,
     sql_literal,
+    with_file_columns,
 )
 from mor.physical.spark.reuse import cached, reused
 from mor.physical.spark.store_access import StoreAccess
@@ -89,6 +90,11 @@ def _by_bitmaps(
     spark, fk = ctx.spark, read.key
     by_id = {t.file_id: t for t in tasks}
     rows = bitmap_files(found, by_id, read.keys, deletes, ctx.cache)
+    text = T.StringType()
+    keep = bitmap_keep(POS, BITMAP, COUNT, RECORDED, table, lambda v: sql_literal(v, text))
+    inline = bitmap_lookups(fk, rows) if strategy.looked_up else None
+    if inline is not None:  # a few files: looked up in the scan's projection, no broadcast
+        return df.selectExpr("*", *inline).where(keep)
     bitmaps = reused(
         spark,
         ("bitmaps", fk.is_long, tuple(rows)),
@@ -96,10 +102,7 @@ def _by_bitmaps(
         weight=lambda: strategy.bitmap_bytes,
         limit=lambda: ctx.facts.broadcast_limit,
     )
-    df = df.join(F.broadcast(bitmaps), FKEY, "left")
-    text = T.StringType()
-    keep = bitmap_keep(POS, BITMAP, COUNT, RECORDED, table, lambda v: sql_literal(v, text))
-    return df.where(keep)
+    return df.join(F.broadcast(bitmaps), FKEY, "left").where(keep)
 
 
 def _by_join(
@@ -137,7 +140,7 @@ def _by_join(
     # as bitmap_keep does for bitmaps: a row past its file's recorded count stops
     counted = [(keys[t.file_id], t.record_count, t.path) for t in tasks if t.pos_deletes]
     types = (T.LongType(), T.StringType())
-    df = df.join(file_table(spark, fk, counted, (COUNT, RECORDED), types), FKEY, "left")
+    df = with_file_columns(spark, df, fk, counted, (COUNT, RECORDED), types)
     df = row_count_check(df, table)
     if node.broadcast:
         positions = F.broadcast(positions)

@@ -21,7 +21,7 @@ from pyspark.sql import types as T
 
 from mor.physical.scan.guards import POS
 from mor.physical.scan.reads import Read
-from mor.physical.scan.tables import FKEY, SMALL, file_table, sql_literal, values
+from mor.physical.scan.tables import SMALL, sql_literal, values, with_file_columns
 from mor.physical.scan.types import spark_type
 from mor.planner.errors import UnsupportedError
 from mor.planner.nodes import LINEAGE_COLUMNS, DataTask, IcebergScan
@@ -72,7 +72,7 @@ def with_hidden(spark: SparkSession, scan: IcebergScan, df: DataFrame, read: Rea
         return t.path if h == "_file" else t.spec_id if h == "_spec_id" else t.partition_id
 
     rows = [(read.keys[t.file_id], *(value(t, h) for h in names)) for t in tasks]
-    df = df.join(file_table(spark, read.key, rows, names, types), FKEY, "left")
+    df = with_file_columns(spark, df, read.key, rows, names, types)
     if partition:
         df = df.join(F.broadcast(_partitions(spark, scan, tasks, ptype)), HPART, "left")
     return df
@@ -140,7 +140,7 @@ def _with_lineage(
         for t in scan.data_files()
     ]
     names = ("$first_row_id", "$lineage_seq")
-    df = df.join(file_table(spark, read.key, rows, names, (T.LongType(),) * 2), FKEY, "left")
+    df = with_file_columns(spark, df, read.key, rows, names, (T.LongType(),) * 2)
     if "_row_id" in lineage:
         inherited = F.col("`$first_row_id`") + F.col(POS)
         df = df.withColumn("_row_id", F.coalesce(F.col(f"`{STORED}_row_id`"), inherited))

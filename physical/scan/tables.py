@@ -1,18 +1,22 @@
-"""Small tables of one row per file (or per partition), broadcast and joined to a scan's rows
-on the file key: per-file sequence numbers and partitions for the equality anti-joins, bitmaps
-and recorded row counts for position deletes, metadata and lineage columns.
+"""Small tables of one row per file (or per partition), joined to a scan's rows on the file
+key: per-file sequence numbers and partitions for the equality anti-joins, bitmaps and
+recorded row counts for position deletes, metadata and lineage columns.
 
-How a table reaches Spark depends on its size (measured on classic 3.5 and Connect 4.3): an
-inline `VALUES` relation is a local relation Spark broadcasts without a job, the cheapest for
-a classic session up to about a thousand rows, but Spark parses it as SQL text, which runs the
-driver out of memory at 100,000 rows; `createDataFrame` of Python rows costs ~0.2 s at
-100,000 rows and ~1.7 s at 1,000,000 on classic (a job collects it for the broadcast, ~0.05 s),
-and on Spark Connect is an Arrow local relation, the cheapest at every size. So: `VALUES` for
-small tables of a classic session, `createDataFrame` for the rest. A bitmap table's rows are
-expressions (each file's words split and cast from one query parameter), and Spark's analysis
-of them grows faster than their number (classic 3.5, 40 words a file: 0.16 s at 300 rows, 0.93 s
-at 1,000, where `createDataFrame` and its broadcast's job took 0.20 and 0.25 s): it is inline up
-to BITMAP_SMALL rows. Either way the plan holds data, never a filter or a branch per file.
+For a few files (rules/physical/reading.looked_up: at most 64, bitmaps of at most 8 KiB) each
+column is a lookup in a map literal of the scan's own projection (`with_file_columns`,
+`bitmap_lookups`): Spark broadcasts even a local relation through a job of its own (measured
+on 3.5 and 4.1, about 0.1 s of a short statement), a map of a few keys costs a row no more
+than the join's probe. Beyond, the table is broadcast and joined, and how it reaches Spark
+depends on its size (measured on classic 3.5 and Connect 4.3): an inline `VALUES` relation,
+the cheapest for a classic session up to about a thousand rows, but Spark parses it as SQL
+text, which runs the driver out of memory at 100,000 rows; `createDataFrame` of Python rows
+costs ~0.2 s at 100,000 rows and ~1.7 s at 1,000,000 on classic, and on Spark Connect is an
+Arrow local relation, the cheapest at every size. So: `VALUES` for small tables of a classic
+session, `createDataFrame` for the rest. A bitmap table's rows are expressions (each file's
+words split and cast from one query parameter), and Spark's analysis of them grows faster
+than their number (classic 3.5, 40 words a file: 0.16 s at 300 rows, 0.93 s at 1,000, where
+`createDataFrame` and its broadcast's job took 0.20 and 0.25 s): it is inline up to
+BITMAP_SMALL rows. Either way the plan holds data, never a filter or a branch per file.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from mor.physical.spark.session import is_connect
-from mor.rules.physical.reading import FileKey
+from mor.rules.physical.reading import FileKey, looked_up
 
 SMALL = 1000  # rows up to which a classic session gets an inline VALUES relation
 BITMAP_SMALL = 300  # ... for a bitmap table, whose rows are expressions (above)
@@ -88,9 +92,74 @@ def file_table(
     return F.broadcast(local_table(spark, fields, rows))
 
 
+# characters of literals the lookups of one table may hold at most (rules/physical/reading.py
+# bounds the files and the bitmaps' bytes; this is the compiler's own bound on the plan's text)
+LOOKUP_TEXT = 1 << 16
+
+
+def with_file_columns(
+    spark: SparkSession,
+    df: DataFrame,
+    fk: FileKey,
+    rows: Sequence[tuple[Any, ...]],
+    names: tuple[str, ...],
+    types: tuple[T.DataType, ...] | None = None,
+) -> DataFrame:
+    """`df` with the columns `names` of each row's file (`rows`: the file key and the values,
+    one row per file), NULL for a file `rows` lacks: what a left join with `file_table` on
+    the file key gives. For few files (rules/physical/reading.looked_up) each column is a
+    lookup in a map literal of the plan (no broadcast, no job); for more, or literals longer
+    than LOOKUP_TEXT, the broadcast join."""
+    types = types or (T.IntegerType(),) + (T.LongType(),) * (len(names) - 1)
+    if not rows:
+        return df.select("*", *[F.lit(None).cast(t).alias(n) for n, t in zip(names, types)])
+    if looked_up(len(rows)):
+        kt = key_type(fk)
+        keys = [sql_literal(r[0], kt) for r in rows]
+        per = [[sql_literal(r[i], t) for r in rows] for i, t in enumerate(types, start=1)]
+        cols = lookups(names, keys, per)
+        if cols is not None:
+            return df.selectExpr("*", *cols)
+    return df.join(file_table(spark, fk, rows, names, types), FKEY, "left")
+
+
+def lookups(
+    names: Sequence[str], keys: Sequence[str], values: Sequence[Sequence[str]]
+) -> list[str] | None:
+    """SQL expressions `map(key, value, ...)[$fkey] AS name`, one per name (`values`: the
+    SQL literals of each name, in the order of `keys`); None when their literals are longer
+    than LOOKUP_TEXT (the broadcast join then)."""
+    if sum(len(k) for k in keys) * len(names) + sum(len(v) for vs in values for v in vs) > (
+        LOOKUP_TEXT
+    ):
+        return None
+    return [
+        f"map({', '.join(f'{k}, {v}' for k, v in zip(keys, vs))})[`{FKEY}`] AS `{n}`"
+        for n, vs in zip(names, values)
+    ]
+
+
 COUNT = "$count"
 BITMAP = "$bitmap"
 RECORDED = "$recorded_path"
+
+
+def bitmap_lookups(fk: FileKey, rows: Sequence[tuple[Any, str, int, str]]) -> list[str] | None:
+    """The columns of `bitmap_table` as lookups in map literals (`with_file_columns`), for a
+    scan whose strategy says so (PositionStrategy.looked_up), when the words fit LOOKUP_TEXT;
+    else None. Each file's words are one string literal, split and cast once as Spark folds
+    constants, never per row of the scan."""
+    if not rows:
+        return None
+    kt = key_type(fk)
+    keys = [sql_literal(key, kt) for key, _, _, _ in rows]
+    words = [
+        f"CAST(split('{text}', ',') AS array<bigint>)" if text else "CAST(array() AS array<bigint>)"
+        for _, text, _, _ in rows  # the text is digits, '-' and ',' alone
+    ]
+    counts = [sql_literal(count, T.LongType()) for _, _, count, _ in rows]
+    paths = [sql_literal(path, T.StringType()) for _, _, _, path in rows]
+    return lookups((BITMAP, COUNT, RECORDED), keys, [words, counts, paths])
 
 
 def bitmap_table(

@@ -5,8 +5,9 @@ which compile.py builds and describe.py prints):
 
 - `bitmap`: the delete files are read on the driver, and each data file's deleted positions
   become a bitmap (one bit per row), an array column of a broadcast table of one row per data
-  file, joined on the file key. The scan keeps a row iff its bit is clear: no Spark job reads
-  the delete files (the table's broadcast is one small job over its rows).
+  file, joined on the file key, or for a few small bitmaps (reading.looked_up) a map literal
+  looked up by the file key. The scan keeps a row iff its bit is clear: no Spark job reads
+  the delete files (the table's broadcast is one small job over its rows; a lookup none).
   Chosen when the bitmaps are small (they travel with the broadcast) and the delete files are
   few enough, and hold few enough rows, to read on the driver: at 10^4 delete files on an
   object store, reading each on the driver is seconds before the first task.
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 from mor.planner.nodes import DataTask, DeleteTask
 from mor.planner.settings import current
-from mor.rules.physical.reading import SHARED_SIZE_FILES, FileKey
+from mor.rules.physical.reading import SHARED_SIZE_FILES, FileKey, looked_up
 
 
 def bitmap_limits() -> tuple[int, int, int]:
@@ -42,12 +43,23 @@ class PositionStrategy:
     bitmap_bytes: int  # estimated size of all bitmaps (one bit per row of each data file)
     shift: int | None  # join: bits of row_index in the packed key; None = (file key, row_index)
 
+    @property
+    def looked_up(self) -> bool:
+        """Bitmaps few and small enough to be map literals of the scan's projection, not a
+        broadcast table (reading.looked_up)."""
+        return self.method == "bitmap" and looked_up(self.data_files, self.bitmap_bytes)
+
     def describe(self, key: str, broadcast: str = "broadcast(deleted positions)") -> str:
         if self.method == "bitmap":
+            where = (
+                f"looked up by {key} in a map literal"
+                if self.looked_up
+                else f"in broadcast(bitmap file table) joined on {key}"
+            )
             return (
                 f"filter by bitmaps of deleted positions ({self.data_files} data file(s), "
-                f"~{kib(self.bitmap_bytes)}): one array per file in broadcast(bitmap file "
-                f"table) joined on {key}, tested at _metadata.row_index"
+                f"~{kib(self.bitmap_bytes)}): one array per file {where}, tested at "
+                "_metadata.row_index"
             )
         on = (
             f"{key} << {self.shift} | _metadata.row_index (one 64-bit key)"

@@ -13,6 +13,31 @@ from mor.planner.nodes import DataTask, DeleteTask
 # path itself as the key (a string hash per row in every join on it)
 SHARED_SIZE_FILES = 64
 
+# A per-file table (one row per file; its values reach the rows through the file key) of at
+# most LOOKUP_FILES files is compiled as lookups in map literals of the scan's own projection,
+# not joined: Spark broadcasts even a local relation through a job of its own (about 0.1 s of a
+# statement that takes a second, bench/start.py and bench/row_writes.py), while a lookup in a
+# map of this many keys costs a row no more than the join's probe. A bitmap table also needs
+# its bitmaps small: every element of a literal is rendered and hashed with the plan.
+LOOKUP_FILES = 64
+LOOKUP_BITMAP_BYTES = 8 << 10
+
+
+def looked_up(files: int, bitmap_bytes: int = 0) -> bool:
+    """Whether a per-file table of `files` rows (`bitmap_bytes`: its bitmaps' estimated size)
+    is looked up in map literals rather than broadcast and joined."""
+    return 0 < files <= LOOKUP_FILES and bitmap_bytes <= LOOKUP_BITMAP_BYTES
+
+
+def per_file_text(table: str, key: str, columns: str, files: int) -> str:
+    """EXPLAIN PHYSICAL's line for a per-file table of `files` rows."""
+    if looked_up(files):
+        return f"look up {columns} by {key} in map literals of {files} file(s)"
+    return (
+        f"join broadcast({table}) on {key} -> {columns} (map lookups instead in a read of at "
+        f"most {LOOKUP_FILES} of the files)"
+    )
+
 
 @dataclass(frozen=True, slots=True)
 class FileKey:
