@@ -261,7 +261,9 @@ def test_merge_upserts_keep_row_ids_and_write_each_partition(catalog: Any, spark
     assert len(got) == 11
     files = catalog.load_table("c.v3").inspect.files().to_pylist()
     written = [f for f in files if f["file_path"] not in before and f["content"] == 0]
-    assert [f["partition"]["p"] for f in written] == ["b"]
+    # in the rows' new partition only (as many files as tasks held its rows: a row-level
+    # write does not shuffle its rows, and Spark's plan of the MERGE decides how many do)
+    assert written and {f["partition"]["p"] for f in written} == {"b"}
     assert _ids(catalog, spark, "c.t") == [0, 1, 2, 3, 4, 10, 11, 12, 13, 14]  # untouched
 
 
