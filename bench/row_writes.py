@@ -1,9 +1,12 @@
 """mor's DELETE, UPDATE and MERGE against Iceberg's own merge-on-read ones: time and the
 driver's memory, each statement in a new process, first call and repeated.
 
-    .venv/bin/python -m bench.row_writes --rows 20000000
+    .venv/bin/python -m bench.row_writes       # v2 and v3, 2M and 20M rows: four tables
     .venv/spark41/bin/python -m bench.row_writes --rows 20000000 --version 3
     .venv/bin/python -m bench.row_writes --rows 2000000 --statements update_1 update_30
+
+Each (format version, size) pair is a table of its own, built once, and one printed table of
+figures (the defaults: about 25 minutes on 2 cores, most of it at 20M rows).
 
 bench/tables.py's table (Iceberg's Java writer: 8 data files, 1% position deletes through
 Spark's DELETE, `--eq` equality deletes through RowDelta) is registered in a JDBC catalog on
@@ -68,9 +71,9 @@ MiB = 1 << 20
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=20_000_000)
+    ap.add_argument("--rows", type=int, nargs="+", default=[2_000_000, 20_000_000])
     ap.add_argument("--eq", type=float, default=0.0, help="equality deletes in the table")
-    ap.add_argument("--version", type=int, choices=(2, 3), default=2)
+    ap.add_argument("--version", type=int, nargs="+", choices=(2, 3), default=[2, 3])
     ap.add_argument("--statements", nargs="*", default=DEFAULT, choices=list(STATEMENTS))
     ap.add_argument("--peers", nargs="*", default=["iceberg", "mor"], choices=["iceberg", "mor"])
     ap.add_argument("--work", default=None, help="folder for the tables (default: a temp dir)")
@@ -97,34 +100,50 @@ def main(argv: list[str] | None = None) -> int:
 
     work = Path(args.work or tempfile.mkdtemp(prefix="mor-writes-bench-"))
     work.mkdir(parents=True, exist_ok=True)
+    figures: dict[str, Any] = {}
     with Postgres(keep=str(work / "pg")) as pg:
         pgarg = f"{pg.port}/{pg.database}"
-        base = _run_worker(args, work, pgarg, "build", "")
-        print(
-            f"DELETE, UPDATE and MERGE on {args.rows:,} rows, 8 files, pos 1%, eq {args.eq:.0%}, "
-            f"v{args.version}; {_spark_version()} {args.master}; a new process per statement and "
-            "peer, spark.driver.memory=1g"
-        )
-        print(
-            f"  {'statement':<12} {'rows':>10} {'Iceberg':>8} {'again':>7} {'mor':>7} {'again':>7}"
-            f" {'mor/Ice':>8} {'again':>6}   {'Python MiB (Ice/mor)':>22}   "
-            f"{'JVM growth MiB (Ice/mor)':>26}   {'JVM peak MiB':>14}"
-        )
-        figures = {}
-        for i, name in enumerate(args.statements):
-            peers = args.peers if i % 2 == 0 else list(reversed(args.peers))
-            got = {p: _run_worker(args, work, pgarg, p, name, base) for p in peers}
-            figures[name] = got
-            if set(got) == {"iceberg", "mor"} and not any("error" in g for g in got.values()):
-                for run in ("first", "again"):
-                    a, b = got["iceberg"][run]["fingerprint"], got["mor"][run]["fingerprint"]
-                    if not _same(a, b):
-                        print(f"{name} ({run}): the rows after it differ: mor {b}, Iceberg {a}")
-                        return 1
-            _print(name, got)
-        if args.json:
-            Path(args.json).write_text(json.dumps(figures, indent=1))
+        for version in args.version:
+            for rows in args.rows:
+                size = argparse.Namespace(**{**vars(args), "rows": [rows], "version": [version]})
+                got = _one_size(size, work, pgarg)
+                if got is None:
+                    return 1
+                figures[f"v{version} {rows}"] = got
+                print()
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1))
     return 0
+
+
+def _one_size(args: argparse.Namespace, work: Path, pgarg: str) -> dict[str, Any] | None:
+    """One format version and size (`args.version[0]`, `args.rows[0]`): its table built, each
+    statement run by each peer, the figures printed; None when the peers' rows differ."""
+    rows, version = args.rows[0], args.version[0]
+    base = _run_worker(args, work, pgarg, "build", "")
+    print(
+        f"DELETE, UPDATE and MERGE on {rows:,} rows, 8 files, pos 1%, eq {args.eq:.0%}, "
+        f"v{version}; {_spark_version()} {args.master}; a new process per statement and "
+        "peer, spark.driver.memory=1g"
+    )
+    print(
+        f"  {'statement':<12} {'rows':>10} {'Iceberg':>8} {'again':>7} {'mor':>7} {'again':>7}"
+        f" {'mor/Ice':>8} {'again':>6}   {'Python MiB (Ice/mor)':>22}   "
+        f"{'JVM growth MiB (Ice/mor)':>26}   {'JVM peak MiB':>14}"
+    )
+    figures = {}
+    for i, name in enumerate(args.statements):
+        peers = args.peers if i % 2 == 0 else list(reversed(args.peers))
+        got = {p: _run_worker(args, work, pgarg, p, name, base) for p in peers}
+        figures[name] = got
+        if set(got) == {"iceberg", "mor"} and not any("error" in g for g in got.values()):
+            for run in ("first", "again"):
+                a, b = got["iceberg"][run]["fingerprint"], got["mor"][run]["fingerprint"]
+                if not _same(a, b):
+                    print(f"{name} ({run}): the rows after it differ: mor {b}, Iceberg {a}")
+                    return None
+        _print(name, got)
+    return figures
 
 
 def _spark_version() -> str:
@@ -190,8 +209,8 @@ def _run_worker(
     )
     cmd = [
         sys.executable, "-m", "bench.row_writes", "--worker", peer, "--statement", statement,
-        "--pg", pg, "--work", str(work), "--rows", str(args.rows), "--eq", str(args.eq),
-        "--version", str(args.version), "--master", args.master,
+        "--pg", pg, "--work", str(work), "--rows", str(args.rows[0]), "--eq", str(args.eq),
+        "--version", str(args.version[0]), "--master", args.master,
     ]  # fmt: skip
     if base is not None:
         env["MOR_BENCH_BASE"] = json.dumps(base)
@@ -228,11 +247,11 @@ def _worker(args: argparse.Namespace) -> int:
         print(json.dumps(_build(spark, work, args, CATALOG)))
         return 0
     base = json.loads(os.environ["MOR_BENCH_BASE"])
-    lo = args.rows // 2
+    lo = args.rows[0] // 2
     sql = (
         STATEMENTS[args.statement]
         .replace("<lo>", str(lo))
-        .replace("<hi>", str(lo + args.rows // 100))
+        .replace("<hi>", str(lo + args.rows[0] // 100))
     )
     out: dict[str, Any] = {}
     if args.worker == "mor":
@@ -285,7 +304,8 @@ def _build(spark: Any, work: Path, args: argparse.Namespace, catalog: str) -> di
     from bench.tables import build
 
     eq_sets = 2 if args.eq else 1
-    local = build(spark, work / "java", args.rows, 0.01, args.eq, eq_sets, version=args.version)
+    rows, version = args.rows[0], args.version[0]
+    local = build(spark, work / "java", rows, 0.01, args.eq, eq_sets, version=version)
     meta = (
         spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, local)
         .operations()
