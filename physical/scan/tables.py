@@ -2,7 +2,7 @@
 key: per-file sequence numbers and partitions for the equality anti-joins, bitmaps and
 recorded row counts for position deletes, metadata and lineage columns.
 
-For a few files (rules/physical/reading.looked_up: at most 64, bitmaps of at most 8 KiB) each
+For a few files (rules/physical/reading.looked_up: at most 32, bitmaps of at most 8 KiB) each
 column is a lookup in a map literal of the scan's own projection (`with_file_columns`,
 `bitmap_lookups`): Spark broadcasts even a local relation through a job of its own (measured
 on 3.5 and 4.1, about 0.1 s of a short statement), a map of a few keys costs a row no more

@@ -15,11 +15,14 @@ SHARED_SIZE_FILES = 64
 
 # A per-file table (one row per file; its values reach the rows through the file key) of at
 # most LOOKUP_FILES files is compiled as lookups in map literals of the scan's own projection,
-# not joined: Spark broadcasts even a local relation through a job of its own (about 0.1 s of a
-# statement that takes a second, bench/start.py and bench/row_writes.py), while a lookup in a
-# map of this many keys costs a row no more than the join's probe. A bitmap table also needs
-# its bitmaps small: every element of a literal is rendered and hashed with the plan.
-LOOKUP_FILES = 64
+# not joined: Spark broadcasts even a local relation through a job of its own (about 0.1 s of
+# a short query or statement: docs/architecture.md). A map lookup is a linear search of its
+# keys for every row: over 10M rows, three columns looked up in maps of 16 and 32 long keys cost
+# 0.39 and 0.51 s against the broadcast join's 0.61 and 0.70 s, one column of 64 keys as much
+# as the join, hence 32. (Keys are always longs here: paths become keys only beyond 64 files
+# of shared sizes.) A bitmap table also needs its bitmaps small: every element of a literal
+# is rendered and hashed with the plan.
+LOOKUP_FILES = 32
 LOOKUP_BITMAP_BYTES = 8 << 10
 
 
