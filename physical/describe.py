@@ -319,7 +319,7 @@ class _Describer:
         if "_pos" in scan.hidden:
             step = self.emit("_pos = _metadata.row_index")
         per_file = [h for h in scan.hidden if h != "_pos"]
-        files = len(scan.data_files())
+        files = len(tasks)
         if per_file:
             step = self.emit(per_file_text("file metadata table", key, ", ".join(per_file), files))
         if scan.meta:

@@ -83,11 +83,10 @@ def file_table(
     fk: FileKey,
     rows: Sequence[tuple[Any, ...]],
     names: tuple[str, ...],
-    types: tuple[T.DataType, ...] | None = None,
+    types: tuple[T.DataType, ...],
 ) -> DataFrame:
-    """($fkey, *names) per file, broadcast; the first name is an INT, the rest BIGINT unless
-    `types` says otherwise."""
-    types = types or (T.IntegerType(),) + (T.LongType(),) * (len(names) - 1)
+    """($fkey, *names) per file, of `types`, broadcast (`with_file_columns` beyond a few
+    files)."""
     fields = [(FKEY, key_type(fk)), *zip(names, types)]
     return F.broadcast(local_table(spark, fields, rows))
 
@@ -109,7 +108,8 @@ def with_file_columns(
     one row per file), NULL for a file `rows` lacks: what a left join with `file_table` on
     the file key gives. For few files (rules/physical/reading.looked_up) each column is a
     lookup in a map literal of the plan (no broadcast, no job); for more, or literals longer
-    than LOOKUP_TEXT, the broadcast join."""
+    than LOOKUP_TEXT, the broadcast join. The first name is an INT, the rest BIGINT unless
+    `types` says otherwise."""
     types = types or (T.IntegerType(),) + (T.LongType(),) * (len(names) - 1)
     if not rows:
         return df.select("*", *[F.lit(None).cast(t).alias(n) for n, t in zip(names, types)])
