@@ -39,7 +39,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.row_writes import Cells, _jvm_pid, _same, _Sampler, worker_output
+from bench.row_writes import Cells, _jvm_pid, _Sampler, each_statement, worker_output
 
 COLUMNS = "id BIGINT, k INT, grp STRING, v DOUBLE, ts TIMESTAMP, pad STRING"
 # (statement, the table's clauses: PARTITIONED BY and, for an INSERT, the sort order)
@@ -102,18 +102,15 @@ def main(argv: list[str] | None = None) -> int:
             f" {'mor/Ice':>8} {'again':>6} {'files (Ice/mor)':>16}   {'Python MiB (Ice/mor)':>22}"
             f"   {'JVM growth MiB (Ice/mor)':>26}"
         )
-        figures = {}
-        for i, name in enumerate(args.statements):
-            peers = args.peers if i % 2 == 0 else list(reversed(args.peers))
-            got = {p: _run_worker(args, work, pgarg, p, name) for p in peers}
-            figures[name] = got
-            if set(got) == {"iceberg", "mor"} and not any("error" in g for g in got.values()):
-                for run in ("first", "again"):
-                    a, b = got["iceberg"][run]["fingerprint"], got["mor"][run]["fingerprint"]
-                    if not _same(a, b):
-                        print(f"{name} ({run}): the rows written differ: mor {b}, Iceberg {a}")
-                        return 1
-            _print(name, got)
+        figures = each_statement(
+            args.statements,
+            args.peers,
+            lambda peer, name: _run_worker(args, work, pgarg, peer, name),
+            _print,
+            "the rows written differ",
+        )
+        if figures is None:
+            return 1
         if args.json:
             Path(args.json).write_text(json.dumps(figures, indent=1))
     return 0

@@ -38,6 +38,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -131,18 +132,38 @@ def _one_size(args: argparse.Namespace, work: Path, pgarg: str) -> dict[str, Any
         f" {'mor/Ice':>8} {'again':>6}   {'Python MiB (Ice/mor)':>22}   "
         f"{'JVM growth MiB (Ice/mor)':>26}   {'JVM peak MiB':>14}"
     )
+    return each_statement(
+        args.statements,
+        args.peers,
+        lambda peer, name: _run_worker(args, work, pgarg, peer, name, base),
+        _print,
+        "the rows after it differ",
+    )
+
+
+def each_statement(
+    statements: list[str],
+    peers: list[str],
+    run: Callable[[str, str], Any],
+    show: Callable[[str, dict[str, Any]], None],
+    differ: str,
+) -> dict[str, Any] | None:
+    """Each statement run by each peer (`run(peer, statement)`: its figures, in a process of
+    its own; the peers' order alternating), the two peers' rows after it compared (`differ`:
+    what the line says when they are not the same), its figures shown: the figures by
+    statement, or None at the first statement whose rows differ."""
     figures = {}
-    for i, name in enumerate(args.statements):
-        peers = args.peers if i % 2 == 0 else list(reversed(args.peers))
-        got = {p: _run_worker(args, work, pgarg, p, name, base) for p in peers}
+    for i, name in enumerate(statements):
+        order = peers if i % 2 == 0 else list(reversed(peers))
+        got = {p: run(p, name) for p in order}
         figures[name] = got
         if set(got) == {"iceberg", "mor"} and not any("error" in g for g in got.values()):
-            for run in ("first", "again"):
-                a, b = got["iceberg"][run]["fingerprint"], got["mor"][run]["fingerprint"]
+            for when in ("first", "again"):
+                a, b = got["iceberg"][when]["fingerprint"], got["mor"][when]["fingerprint"]
                 if not _same(a, b):
-                    print(f"{name} ({run}): the rows after it differ: mor {b}, Iceberg {a}")
+                    print(f"{name} ({when}): {differ}: mor {b}, Iceberg {a}")
                     return None
-        _print(name, got)
+        show(name, got)
     return figures
 
 
