@@ -33,7 +33,10 @@ Spark's driver reads the log (the executors get the files from it), so it must s
 a classic session's driver is this machine's JVM; a Spark Connect server is asked once per
 session (physical/scan/reads.py). Lists are content-addressed (the same files make the same
 directory, reused) and the least recently used beyond `file_list_bytes` are removed, never one
-used in the last hour (a Spark Connect server reads a list again each time a query runs).
+used in the last hour (a Spark Connect server reads a list again each time a query runs). The
+folder is read for that at most once every ten minutes (a marker file's time says when it last
+was, for every process), not at each new list: a folder of tens of thousands of lists took a
+second to read, which every query writing a list paid.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ from mor.planner.settings import current
 LOG = "_spark_metadata"
 SENTINEL = "NOT-DATA-mor-reads-the-log-in-_spark_metadata.parquet"
 MIN_AGE = 3600.0  # seconds a list is kept after its last use, whatever the bound
+TRIM_EVERY = 600.0  # seconds between two reads of the folder to trim it
+TRIMMED = ".trimmed"  # its time: when a process last read the folder to trim it
 _BLOCK = 32 << 20  # the block size given to Spark (it plans splits by maxPartitionBytes)
 _PLAIN = re.compile(r"[A-Za-z0-9/._~=+,;:@!$&'()*-]*")  # needs no escape in a URI path
 _SAFE = "/._~=+,;:@!$&'()*-"
@@ -137,19 +142,31 @@ def _touch(target: Path) -> None:
 
 def _trim(base: Path, keep: Path) -> None:
     """Remove the least recently used lists beyond `file_list_bytes` (never `keep`, nor a list
-    used in the last MIN_AGE seconds)."""
-    limit = current().file_list_bytes
+    used in the last MIN_AGE seconds), unless a process did so in the last TRIM_EVERY seconds:
+    reading the folder costs a stat per list, and between two trims the folder grows by what
+    ten minutes of queries write, which the hour every list is kept for allows anyway."""
+    marker = base / TRIMMED
+    now = time.time()
     with _lock:
+        try:
+            if now - marker.stat().st_mtime < TRIM_EVERY:
+                return
+        except OSError:  # never trimmed (or the marker removed): trim now
+            pass
+        marker.touch()  # first: processes writing meanwhile skip the read
         lists = []
-        for d in base.iterdir():
-            if d.name.startswith(".") or d == keep:
-                continue
-            try:
-                lists.append((d.stat().st_mtime, (d / LOG / "0").stat().st_size, d))
-            except OSError:
-                continue
+        with os.scandir(base) as entries:
+            for d in entries:
+                if d.name.startswith(".") or d.path == str(keep):
+                    continue
+                try:
+                    used = d.stat().st_mtime
+                    size = os.stat(os.path.join(d.path, LOG, "0")).st_size
+                except OSError:
+                    continue
+                lists.append((used, size, d.path))
+        limit = current().file_list_bytes
         held = sum(size for _, size, _ in lists) + (keep / LOG / "0").stat().st_size
-        now = time.time()
         for used, size, d in sorted(lists):
             if held <= limit:
                 break
