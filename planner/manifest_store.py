@@ -45,6 +45,8 @@ from mor.planner.settings import current
 _MAGIC = b"MORM1\n"  # the format of an entry file; another version's files are misses
 _lock = threading.Lock()
 _state = {"written": 0, "trimmed": 0}  # bytes written since the last trim; trims done here
+TRIMMED = ".trimmed"  # its time: when a process last listed the folder to trim it
+TRIM_EVERY = 600.0  # seconds: a process's first write lists the folder if none did since
 
 
 def cache_root() -> str:
@@ -158,14 +160,26 @@ def put(root: str, name: str, entries: list[Any]) -> None:
 def trim(root: str) -> None:
     """Remove the least recently used entries beyond the bound; run after a plan wrote entries
     (a listing of the folder, not a step per manifest), when it wrote a tenth of the bound or
-    more since the last trim, or at its first write in this process."""
+    more since the last trim, or at its first write in this process unless any process
+    trimmed the folder in the last TRIM_EVERY seconds (a marker file's time says when): every
+    `mor run` is a new process, and listing a full folder (over 100,000 entries at the default
+    bound) would cost each first call that decodes a manifest seconds."""
     bound = current().manifest_disk_cache_mb * 1024 * 1024
+    marker = os.path.join(root, TRIMMED)
     with _lock:
         written = _state["written"]
-        if written == 0 or (written < bound // 10 and _state["trimmed"]):
+        if written == 0:
+            return
+        if written < bound // 10 and (_state["trimmed"] or _trimmed_lately(marker)):
             return
         _state["written"] = 0
         _state["trimmed"] += 1
+    try:
+        with open(marker, "a"):
+            pass
+        os.utime(marker)  # first: processes writing meanwhile skip their listing
+    except OSError:
+        pass
     files = []
     total = 0
     try:
@@ -191,6 +205,13 @@ def trim(root: str) -> None:
             break
         _remove(path)
         total -= size
+
+
+def _trimmed_lately(marker: str) -> bool:
+    try:
+        return time.time() - os.stat(marker).st_mtime < TRIM_EVERY
+    except OSError:  # never trimmed (or the marker removed)
+        return False
 
 
 def held() -> tuple[int, int]:

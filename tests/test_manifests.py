@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import time
 import uuid
 from decimal import Decimal
 from pathlib import Path
@@ -703,11 +704,21 @@ def test_the_stored_entries_stay_within_their_bound(
         os.utime(p, (1_000_000 + i, 1_000_000 + i))
     monkeypatch.setattr(manifest_store, "_state", {"written": 1, "trimmed": 0})
     bound_mb = sizes / 2 / (1024 * 1024)
+    marker = Path(folder) / manifest_store.TRIMMED
+    assert marker.is_file()  # the plan above trimmed (its process's first write)
     with applied(None):
         monkeypatch.setattr(
             manifest_store, "current", lambda: type("S", (), {"manifest_disk_cache_mb": bound_mb})
         )
+        # a new process's first write, a trim by another process less than TRIM_EVERY ago:
+        # the folder is not listed
         manifest_store.trim(folder)
+        assert sorted(_stored(root) + _stored(root, lists=True)) == stored
+        assert manifest_store._state == {"written": 1, "trimmed": 0}
+        t = time.time() - manifest_store.TRIM_EVERY - 1
+        os.utime(marker, (t, t))
+        manifest_store.trim(folder)
+    assert time.time() - marker.stat().st_mtime < 60
     left = sorted(_stored(root) + _stored(root, lists=True))
     assert sum(p.stat().st_size for p in left) <= sizes * 0.4 + max(p.stat().st_size for p in left)
     assert left == stored[len(stored) - len(left) :]  # the most recently used kept
