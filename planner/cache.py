@@ -6,12 +6,40 @@ and what its weight counts). The bound is passed with each `put`, from the setti
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
+
+# A folder that processes share as a cache bounded on disk (the manifest cache, the file
+# lists) is listed to trim it, a stat per entry; a marker file in it records when a process
+# last did, so that the others skip the listing for TRIM_EVERY seconds.
+TRIMMED = ".trimmed"
+TRIM_EVERY = 600.0
+
+
+def trimmed_lately(folder: str | os.PathLike[str]) -> bool:
+    """Whether a process listed `folder` to trim it in the last TRIM_EVERY seconds."""
+    try:
+        return time.time() - os.stat(os.path.join(folder, TRIMMED)).st_mtime < TRIM_EVERY
+    except OSError:  # never trimmed (or the marker removed)
+        return False
+
+
+def mark_trimmed(folder: str | os.PathLike[str]) -> None:
+    """Record that this process lists `folder` to trim it now (before it does, so that
+    processes writing meanwhile skip their listing); best effort."""
+    marker = os.path.join(folder, TRIMMED)
+    try:
+        with open(marker, "a"):
+            pass
+        os.utime(marker)
+    except OSError:
+        pass
 
 
 class BoundedCache(Generic[V]):

@@ -40,13 +40,12 @@ import threading
 import time
 from typing import Any
 
+from mor.planner.cache import mark_trimmed, trimmed_lately
 from mor.planner.settings import current
 
 _MAGIC = b"MORM1\n"  # the format of an entry file; another version's files are misses
 _lock = threading.Lock()
 _state = {"written": 0, "trimmed": 0}  # bytes written since the last trim; trims done here
-TRIMMED = ".trimmed"  # its time: when a process last listed the folder to trim it
-TRIM_EVERY = 600.0  # seconds: a process's first write lists the folder if none did since
 
 
 def cache_root() -> str:
@@ -165,21 +164,15 @@ def trim(root: str) -> None:
     `mor run` is a new process, and listing a full folder (over 100,000 entries at the default
     bound) would cost each first call that decodes a manifest seconds."""
     bound = current().manifest_disk_cache_mb * 1024 * 1024
-    marker = os.path.join(root, TRIMMED)
     with _lock:
         written = _state["written"]
         if written == 0:
             return
-        if written < bound // 10 and (_state["trimmed"] or _trimmed_lately(marker)):
+        if written < bound // 10 and (_state["trimmed"] or trimmed_lately(root)):
             return
         _state["written"] = 0
         _state["trimmed"] += 1
-    try:
-        with open(marker, "a"):
-            pass
-        os.utime(marker)  # first: processes writing meanwhile skip their listing
-    except OSError:
-        pass
+    mark_trimmed(root)
     files = []
     total = 0
     try:
@@ -205,13 +198,6 @@ def trim(root: str) -> None:
             break
         _remove(path)
         total -= size
-
-
-def _trimmed_lately(marker: str) -> bool:
-    try:
-        return time.time() - os.stat(marker).st_mtime < TRIM_EVERY
-    except OSError:  # never trimmed (or the marker removed)
-        return False
 
 
 def held() -> tuple[int, int]:

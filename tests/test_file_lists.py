@@ -1,6 +1,7 @@
 """The file lists mor writes for Spark's reader (physical/scan/file_lists.py): content-addressed
 and reused, the least recently used beyond `file_list_bytes` removed (never one used in the
-last hour), the folder read for that at most once every TRIM_EVERY seconds, by any process."""
+last hour), the folder read for that at most once every TRIM_EVERY seconds (planner/cache.py),
+by any process."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mor.physical.scan import file_lists
+from mor.planner import cache
 from mor.planner.settings import applied
 
 pytestmark = [pytest.mark.check]
@@ -53,10 +55,10 @@ def test_lists_are_reused_and_trimmed_at_most_once_per_interval(
             _age(base / name, file_lists.MIN_AGE + 60)
         young = Path(old[-1].removeprefix("file://"))
         _age(young, 10)
-        _age(base / file_lists.TRIMMED, file_lists.TRIM_EVERY - 30)
+        _age(base / cache.TRIMMED, cache.TRIM_EVERY - 30)
         sixth = file_lists.write(_entries(6))
         assert len(scans) == 1 and len(_lists(base)) == 7  # the last trim is recent still
-        _age(base / file_lists.TRIMMED, file_lists.TRIM_EVERY + 1)
+        _age(base / cache.TRIMMED, cache.TRIM_EVERY + 1)
         newest = file_lists.write(_entries(7))
         assert len(scans) == 2
         # the lists unused for an hour are removed (oldest first, beyond the bound); the one
@@ -76,6 +78,6 @@ def test_a_large_bound_keeps_every_list(tmp_path: Path) -> None:
             file_lists.write(_entries(i))
         for name in _lists(base):
             _age(base / name, file_lists.MIN_AGE + 60)
-        _age(base / file_lists.TRIMMED, file_lists.TRIM_EVERY + 1)
+        _age(base / cache.TRIMMED, cache.TRIM_EVERY + 1)
         file_lists.write(_entries(9))
     assert len(_lists(base)) == 5

@@ -686,7 +686,7 @@ def test_the_stored_entries_stay_within_their_bound(
 ) -> None:
     """Beyond `manifest_disk_cache_mb`, the least recently used entries are removed (to 80%
     of the bound), at the end of a plan that stored some; what remains still reads back."""
-    from mor.planner import manifest_store
+    from mor.planner import cache, manifest_store
     from mor.planner.settings import applied
 
     root = tmp_path / "cache"
@@ -704,7 +704,7 @@ def test_the_stored_entries_stay_within_their_bound(
         os.utime(p, (1_000_000 + i, 1_000_000 + i))
     monkeypatch.setattr(manifest_store, "_state", {"written": 1, "trimmed": 0})
     bound_mb = sizes / 2 / (1024 * 1024)
-    marker = Path(folder) / manifest_store.TRIMMED
+    marker = Path(folder) / cache.TRIMMED
     marker.touch()  # another process trimmed the folder just now
     with applied(None):
         monkeypatch.setattr(
@@ -715,7 +715,7 @@ def test_the_stored_entries_stay_within_their_bound(
         manifest_store.trim(folder)
         assert sorted(_stored(root) + _stored(root, lists=True)) == stored
         assert manifest_store._state == {"written": 1, "trimmed": 0}
-        t = time.time() - manifest_store.TRIM_EVERY - 1
+        t = time.time() - cache.TRIM_EVERY - 1
         os.utime(marker, (t, t))
         manifest_store.trim(folder)
     assert time.time() - marker.stat().st_mtime < 60

@@ -54,13 +54,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import quote
 
+from mor.planner.cache import mark_trimmed, trimmed_lately
 from mor.planner.settings import current
 
 LOG = "_spark_metadata"
 SENTINEL = "NOT-DATA-mor-reads-the-log-in-_spark_metadata.parquet"
 MIN_AGE = 3600.0  # seconds a list is kept after its last use, whatever the bound
-TRIM_EVERY = 600.0  # seconds between two reads of the folder to trim it
-TRIMMED = ".trimmed"  # its time: when a process last read the folder to trim it
 _BLOCK = 32 << 20  # the block size given to Spark (it plans splits by maxPartitionBytes)
 _PLAIN = re.compile(r"[A-Za-z0-9/._~=+,;:@!$&'()*-]*")  # needs no escape in a URI path
 _SAFE = "/._~=+,;:@!$&'()*-"
@@ -142,18 +141,15 @@ def _touch(target: Path) -> None:
 
 def _trim(base: Path, keep: Path) -> None:
     """Remove the least recently used lists beyond `file_list_bytes` (never `keep`, nor a list
-    used in the last MIN_AGE seconds), unless a process did so in the last TRIM_EVERY seconds:
-    reading the folder costs a stat per list, and between two trims the folder grows by what
-    ten minutes of queries write, which the hour every list is kept for allows anyway."""
-    marker = base / TRIMMED
+    used in the last MIN_AGE seconds), unless a process did so in the last TRIM_EVERY seconds
+    (planner/cache.py's marker): reading the folder costs a stat per list, and between two
+    trims the folder grows by what ten minutes of queries write, which the hour every list is
+    kept for allows anyway."""
     now = time.time()
     with _lock:
-        try:
-            if now - marker.stat().st_mtime < TRIM_EVERY:
-                return
-        except OSError:  # never trimmed (or the marker removed): trim now
-            pass
-        marker.touch()  # first: processes writing meanwhile skip the read
+        if trimmed_lately(base):
+            return
+        mark_trimmed(base)
         lists = []
         with os.scandir(base) as entries:
             for d in entries:
