@@ -27,10 +27,9 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mor.physical.row_writes import ArrowPlace, collected
+from mor.physical.row_writes import ArrowPlace, collected, record_type
 from mor.physical.tasks import by_value
 from mor.physical.tasks.append_files import append_stage
-from mor.physical.tasks.row_files import RECORD_DDL
 from mor.planner.errors import ColumnNotFoundError, UnsupportedError
 
 if TYPE_CHECKING:
@@ -549,4 +548,4 @@ def run_append_job(df: DataFrame, job: AppendJob) -> list[dict[str, Any]]:
         "row_group_bytes": job.row_group_bytes,
         "clustered": clustered,
     }
-    return collected(rows.mapInArrow(append_stage(args), RECORD_DDL))
+    return collected(rows.mapInArrow(append_stage(args), record_type()))

@@ -23,7 +23,7 @@ from pyarrow.fs import LocalFileSystem
 from mor.physical.spark.spark_errors import spark_failure
 from mor.physical.spark.workers import check_python_workers
 from mor.physical.tasks import by_value
-from mor.physical.tasks.row_files import RECORD, RECORD_DDL, merge_stage, rows_stage
+from mor.physical.tasks.row_files import RECORD, merge_stage, rows_stage
 from mor.planner.errors import MorError, UnsupportedError
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ def run_row_write_job(df: DataFrame, job: RowWriteJob) -> list[dict[str, Any]]:
         "codec": job.codec,
         "target_bytes": job.target_bytes,
     }
-    records = collected(df.mapInArrow(rows_stage(args), RECORD_DDL))
+    records = collected(df.mapInArrow(rows_stage(args), record_type()))
     per_file: dict[str, int] = {}
     for r in records:
         if r["kind"] in POSITIONS:
@@ -117,13 +117,22 @@ def run_row_write_job(df: DataFrame, job: RowWriteJob) -> list[dict[str, Any]]:
     if split:  # their parts joined into one file each
         parts = [r for r in records if r["kind"] in POSITIONS and r["file"] in split]
         rows = [tuple(r[k] for k in RECORD.names) for r in parts]
-        joined = df.sparkSession.createDataFrame(rows, RECORD_DDL).repartition("file")
+        joined = df.sparkSession.createDataFrame(rows, record_type()).repartition("file")
         records = [r for r in records if not (r["kind"] in POSITIONS and r["file"] in split)]
-        records += collected(joined.mapInArrow(merge_stage(args), RECORD_DDL))
+        records += collected(joined.mapInArrow(merge_stage(args), record_type()))
     return [r for r in records if r["kind"] != "matched"]
 
 
 POSITIONS = ("delete_file", "dv", "matched")  # the records of a data file's positions
+
+
+def record_type() -> Any:
+    """The tasks' records' Spark type (RECORD's columns), built here: given as DDL text,
+    pyspark parses it in the JVM, one more round trip for every write."""
+    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+
+    kinds = {"string": StringType(), "binary": BinaryType(), "int64": LongType()}
+    return StructType([StructField(f.name, kinds[str(f.type)], True) for f in RECORD])
 
 
 def collected(records: DataFrame) -> list[dict[str, Any]]:

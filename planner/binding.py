@@ -179,6 +179,7 @@ def _target(
             f"{verb} {shown}: a name of namespace.table or catalog.namespace.table{at}"
         )
     if len(parts) == 2 and not create:
+        spark.ask_ahead(parts)
         mine = resolver.catalog_has(parts)
         held = spark.relation(parts)
         if held is not None and "view" in held and not mine:

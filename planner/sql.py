@@ -391,6 +391,7 @@ def owner_of(parts: tuple[str, ...], quoted_last: bool, resolver: Resolver) -> s
         return "spark"
     if len(parts) > 3 or (len(parts) == 3 and not spark_catalog):
         return "mor"
+    spark.ask_ahead(parts)  # both sides asked, at once
     try:
         _mor_source(parts, resolver)
     except TableNotFoundError as e:

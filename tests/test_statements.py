@@ -124,6 +124,81 @@ def test_a_query_binds_spark_relations_untouched_and_handed_views_by_name(lake: 
         bind(one_statement("SELECT * FROM db.nope"), r)
 
 
+class _Recorded(FakeSpark):
+    """FakeSpark recording the order of what is asked of it."""
+
+    def __init__(self, events: list[tuple[str, str]], relations: dict) -> None:
+        super().__init__(relations)
+        self.events = events
+
+    def ask_ahead(self, parts: tuple[str, ...]) -> None:
+        self.events.append(("ahead", ".".join(parts)))
+
+    def relation(self, parts: tuple[str, ...]) -> str | None:
+        self.events.append(("spark", ".".join(parts)))
+        return super().relation(parts)
+
+
+def test_spark_is_asked_ahead_of_mors_catalog_for_names_both_may_hold(
+    lake: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A two-part name is asked of both sides: Spark's lookup starts before mor's catalog
+    loads the table (the two overlap), and Spark's answer is still the one the rule uses."""
+    events: list[tuple[str, str]] = []
+    load = lake.load_table
+
+    def recorded(ident: Any) -> Any:
+        events.append(("mor", ".".join(ident) if isinstance(ident, tuple) else str(ident)))
+        return load(ident)
+
+    monkeypatch.setattr(lake, "load_table", recorded)
+    spark = _Recorded(events, {("db", "dim"): "table spark_catalog.db.dim"})
+    from mor.planner.sql import bind
+
+    cases = {  # a query's names (db.dim: Spark's), an INSERT's target
+        "SELECT * FROM db.t JOIN db.dim USING (id)": (bind, {"db.t", "db.dim"}),
+        "INSERT INTO db.t SELECT * FROM db.t": (bind_statement, {"db.t"}),
+    }
+    for sql, (binder, names) in cases.items():
+        events.clear()
+        binder(one_statement(sql), _resolver(lake, spark))
+        assert {n for k, n in events if k == "mor"} == names, events
+        for name in names:
+            kinds = [k for k, n in events if n == name]
+            assert kinds.index("ahead") < kinds.index("mor") < kinds.index("spark"), (sql, events)
+
+
+def test_a_session_asks_ahead_on_a_thread_and_answers_once() -> None:
+    """SessionNames.ask_ahead returns while the session's catalog call is still running, and
+    `relation` then gives that call's answer without asking again."""
+    import threading
+
+    from mor.physical.spark.names import SessionNames
+
+    release, calls = threading.Event(), []
+
+    class Table:
+        isTemporary, tableType, catalog, name = False, "MANAGED", "spark_catalog", "dim"
+        namespace = ["db"]
+
+    class Catalog:
+        def getTable(self, name: str) -> Any:  # noqa: N802 - Spark's name
+            calls.append((name, threading.current_thread().name))
+            assert release.wait(30), "ask_ahead waited for the catalog call"
+            return Table()
+
+    class Session:
+        catalog = Catalog()
+
+    names = SessionNames(Session())
+    names.ask_ahead(("db", "dim"))  # returns with the call still blocked
+    assert len(calls) <= 1
+    release.set()
+    assert names.relation(("db", "dim")) == "table spark_catalog.db.dim"
+    assert names.relation(("DB", "dim")) == "table spark_catalog.db.dim"  # kept, not asked again
+    assert calls == [("`db`.`dim`", "mor-spark-names")]
+
+
 # --- binding ------------------------------------------------------------------------------------
 
 

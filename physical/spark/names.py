@@ -6,6 +6,7 @@ catalog holds too (never taken silently from one side) or does not hold."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -22,13 +23,30 @@ class SessionNames(SparkNames):
     def __init__(self, spark: Any) -> None:
         self.spark = spark
         self._relations: dict[tuple[str, ...], str | None] = {}
+        self._asking: dict[tuple[str, ...], threading.Thread] = {}
         self._catalogs: dict[str, bool] = {}
 
     def relation(self, parts: tuple[str, ...]) -> str | None:
         key = tuple(p.lower() for p in parts)
+        asking = self._asking.pop(key, None)
+        if asking is not None:
+            asking.join()
         if key not in self._relations:
             self._relations[key] = self._ask(parts)
         return self._relations[key]
+
+    def ask_ahead(self, parts: tuple[str, ...]) -> None:
+        """`relation(parts)` asked on a thread of its own (its answer kept as relation's)."""
+        key = tuple(p.lower() for p in parts)
+        if key in self._relations or key in self._asking:
+            return
+
+        def ask() -> None:
+            self._relations[key] = self._ask(parts)
+
+        t = threading.Thread(target=ask, name="mor-spark-names", daemon=True)
+        self._asking[key] = t
+        t.start()
 
     def _ask(self, parts: tuple[str, ...]) -> str | None:
         name = ".".join(_quoted(p) for p in parts)
@@ -80,6 +98,10 @@ class LazyNames(SparkNames):
 
     def relation(self, parts: tuple[str, ...]) -> str | None:
         return self._session().relation(parts)
+
+    def ask_ahead(self, parts: tuple[str, ...]) -> None:
+        if self._names is not None:  # never makes the session only to ask ahead
+            self._names.ask_ahead(parts)
 
     def is_catalog(self, name: str) -> bool:
         return name.lower() == SESSION_CATALOG or self._session().is_catalog(name)

@@ -58,11 +58,6 @@ RECORD = pa.schema(
         ("metrics", pa.string()),  # a data file's NaN counts, JSON {"nan": {field id: n}}
     ]
 )
-RECORD_DDL = (
-    "kind string, file string, name string, blob binary, matched binary, rows long, "
-    "size long, offset long, length long, footer binary, partition string, updated long, "
-    "deleted long, inserted long, metrics string"
-)
 UPDATE, DELETE, INSERT, MATCHED = 1, 2, 3, 0  # _mor_act: what a MERGE clause does to a row
 POSITION_DELETE_FIELDS = ((2147483546, "file_path"), (2147483545, "pos"))
 ROW_GROUP_BYTES = 128 << 20
