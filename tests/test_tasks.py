@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
@@ -321,6 +322,65 @@ def test_stage_one_writes_rows_as_the_table_types_them(tmp_path: Path) -> None:
         assert schema.field("m").type.key_field.metadata[b"PARQUET:field_id"] == b"9"
         seen += len(ids)
     assert seen == 24
+
+
+def test_an_unpartitioned_append_conforms_each_row_group_as_the_table_types_it(
+    tmp_path: Path,
+) -> None:
+    """An append into an unpartitioned table holds Spark's batches as sent and conforms them
+    once per row group: every column typed as the table's (uuid text as 16 bytes, fixed from
+    binary, nested field names and ids, the zone dropped from the timestamp's type), NaN
+    counts per file, files rolled at the target size, and a bad value still one line naming
+    the column, whichever batch holds it."""
+    from mor.physical.tasks.append_files import append_stage
+
+    n = 600
+    rows = _spark_batch(n).drop_columns(["_file", "_pos", "_row_id"])
+    floats = pa.array([float("nan") if i % 7 == 0 else i / 3 for i in range(n)], pa.float64())
+    rows = rows.append_column("v", floats)
+    target = schema_to_pyarrow(SCHEMA).append(
+        pa.field("v", pa.float64(), metadata={b"PARQUET:field_id": b"15"})
+    )
+    args = {
+        **_args(tmp_path),
+        "schema": target.serialize().to_pybytes(),
+        "partition": [],
+        "row_group_bytes": 4 << 10,  # several row groups a file, several files
+        "target_bytes": 24 << 10,
+    }
+    out = _records(list(append_stage(args)(iter(rows.to_batches(max_chunksize=25)))))
+    data = [r for r in out if r["kind"] == "data"]
+    assert len(data) > 1 and out[-1]["inserted"] == n
+    got = pa.concat_tables([pq.read_table(tmp_path / "w" / r["name"]) for r in data])
+    assert got.num_rows == n == sum(r["rows"] for r in data)
+    assert got.column("u").to_pylist() == [uuid.UUID(int=i) for i in range(n)]
+    assert got.column("f").to_pylist() == rows.column("f").to_pylist()
+    assert got.column("id").to_pylist() == list(range(n))
+    utc = rows.column("ts").cast(pa.timestamp("us", "UTC"))
+    assert got.column("ts").to_pylist() == utc.to_pylist()
+    assert got.column("s").to_pylist() == rows.column("s").to_pylist()
+    nan_ids = {int(k) for r in data for k in json.loads(r["metrics"])["nan"]}
+    assert nan_ids == {15}  # a map's doubles are not counted, as Iceberg's writer counts
+    assert sum(json.loads(r["metrics"])["nan"]["15"] for r in data) == len(range(0, n, 7))
+    for r in data:
+        f = pq.ParquetFile(tmp_path / "w" / r["name"])
+        assert f.metadata.num_row_groups > 1 and f.schema_arrow.field("u").metadata == {
+            b"PARQUET:field_id": b"11"
+        }
+        assert f.schema_arrow.field("m").type.item_field.metadata[b"PARQUET:field_id"] == b"10"
+        v = f.read().column("v")
+        assert json.loads(r["metrics"])["nan"]["15"] == pc.sum(pc.is_nan(v)).as_py()
+    bad = [rows.slice(0, 100), rows.slice(100, 100)]
+    ids = bad[1].column("id").to_pylist()
+    bad[1] = bad[1].set_column(
+        bad[1].schema.get_field_index("id"), "id", pa.array([None, *ids[1:]], pa.int64())
+    )
+    batches = [b for t in bad for b in t.to_batches(max_chunksize=25)]
+    with pytest.raises(ValueError, match="mor: db.t: column id is NOT NULL"):
+        list(append_stage({**args, "folder": str(tmp_path / "x")})(iter(batches)))
+    wrong = rows.set_column(rows.schema.get_field_index("u"), "u", pa.array(["nope"] * n))
+    with pytest.raises(ValueError, match="mor: db.t: column u .*'nope' is not a UUID"):
+        list(append_stage({**args, "folder": str(tmp_path / "y")})(iter(wrong.to_batches(50))))
 
 
 def test_stage_one_refuses_values_the_columns_cannot_hold(tmp_path: Path) -> None:

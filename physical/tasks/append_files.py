@@ -43,14 +43,25 @@ BUFFERED_BYTES = 256 << 20  # rows a task holds unwritten, across its open files
 
 
 class _Open:
-    """One data file being written: its writer, the rows buffered for its next row group."""
+    """One data file being written: its writer, the rows buffered for its next row group.
+    `prepare`: what the buffered rows go through before they are written (the rows of an
+    unpartitioned table come as Spark sent them, conformed once per row group)."""
 
-    def __init__(self, fs: Any, folder: str, task: str, schema: pa.Schema, codec: str) -> None:
+    def __init__(
+        self,
+        fs: Any,
+        folder: str,
+        task: str,
+        schema: pa.Schema,
+        codec: str,
+        prepare: Callable[[pa.Table, dict[int, int]], pa.Table] | None = None,
+    ) -> None:
         import pyarrow.parquet as pq
 
         self.name = f"{task}-{uuid.uuid4()}.parquet"
         self.stream = create(fs, f"{folder}/{self.name}")
         self.writer = pq.ParquetWriter(self.stream, schema, compression=codec, store_schema=False)
+        self.prepare = prepare
         self.held: list[pa.Table] = []
         self.held_bytes = 0
         self.rows = 0
@@ -60,8 +71,10 @@ class _Open:
         if not self.held:
             return
         rows = pa.concat_tables(self.held) if len(self.held) > 1 else self.held[0]
-        self.writer.write_table(rows, row_group_size=max(1, rows.num_rows))
         self.held, self.held_bytes = [], 0
+        if self.prepare is not None:
+            rows = self.prepare(rows, self.nans)
+        self.writer.write_table(rows, row_group_size=max(1, rows.num_rows))
 
     def written(self) -> int:
         return self.stream.tell()
@@ -101,20 +114,26 @@ class AppendWriter:
     def add(self, batch: pa.RecordBatch) -> None:
         if not batch.num_rows:
             return
-        rows = self._conformed(pa.Table.from_batches([batch]))
+        rows = pa.Table.from_batches([batch])
         self.rows += rows.num_rows
-        for values, part in self._partitioned(rows):
+        if not self.partition:  # held as sent, conformed and counted per row group (_prepared)
+            parts: Iterator[tuple[list[Any], pa.Table]] = iter([([], rows)])
+        else:
+            parts = self._partitioned(self._conformed(rows))
+        for values, part in parts:
             key = json.dumps(values)
             if self.clustered and key not in self.open:
                 for other in list(self.open):  # the input moved on: earlier files are done
                     self._close(other)
             if key not in self.open:
+                prepare = None if self.partition else self._prepared
                 self.open[key] = (
                     values,
-                    _Open(self.fs, self.folder, self.task, self.schema, self.codec),
+                    _Open(self.fs, self.folder, self.task, self.schema, self.codec, prepare),
                 )
             f = self.open[key][1]
-            nan_counts(part, self.floats, f.nans)
+            if self.partition:
+                nan_counts(part, self.floats, f.nans)
             f.held.append(part)
             f.held_bytes += part.nbytes
             f.rows += part.num_rows
@@ -153,12 +172,21 @@ class AppendWriter:
         yield from self.out
         yield record("counts", inserted=self.rows)
 
+    def _prepared(self, rows: pa.Table, nans: dict[int, int]) -> pa.Table:
+        """An unpartitioned file's buffered rows, conformed, their NaNs counted into `nans`."""
+        rows = self._conformed(rows)
+        nan_counts(rows, self.floats, nans)
+        return rows
+
     def _conformed(self, t: pa.Table) -> pa.Table:
         columns = []
         for f in self.schema:
-            col = t.column(f.name).combine_chunks()
+            col = t.column(f.name)
             try:
-                col = conform(col, f.type)
+                if _plain(f.type):  # a cast, chunk by chunk in Arrow (none when alike)
+                    col = col if col.type == f.type else col.cast(f.type)
+                else:
+                    col = conform(col.combine_chunks(), f.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
                 raise fail(
                     f"{self.table}: column {f.name} of type {f.type} cannot hold the values "
@@ -188,6 +216,16 @@ class AppendWriter:
         for g in range(groups.num_rows):
             values = [json_value(groups.column(k)[g].as_py()) for k in keys]
             yield values, rows.take(groups.column("_i_list")[g].values)
+
+
+def _plain(t: pa.DataType) -> bool:
+    """Whether `conform` is a plain cast for a column of type `t` (no nested fields, no
+    extension, no fixed-width binary)."""
+    return not (
+        isinstance(t, pa.BaseExtensionType)
+        or pa.types.is_fixed_size_binary(t)
+        or pa.types.is_nested(t)
+    )
 
 
 def _constant(keys: pa.Table) -> bool:

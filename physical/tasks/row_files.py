@@ -346,7 +346,7 @@ def float_fields(schema: pa.Schema) -> list[tuple[list[str], int]]:
 def nan_counts(rows: pa.Table, fields: list[tuple[list[str], int]], into: dict[int, int]) -> None:
     """Add the NaN values of each float field of `rows` to `into` (by field id)."""
     for path, fid in fields:
-        col = column(rows, path)
+        col = rows.column(path[0]) if len(path) == 1 else column(rows, path)
         n = pc.sum(pc.is_nan(col)).as_py() if len(col) else 0
         into[fid] = into.get(fid, 0) + int(n or 0)
 
