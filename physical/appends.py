@@ -452,8 +452,6 @@ def bucket_column(df: DataFrame, value: str, n: int, prefix: str) -> tuple[DataF
     4x as long over 20M rows). One column per step of the hash: each reads the one before
     twice, so Spark keeps them apart rather than inlining them into an expression that
     doubles at each step. NULL stays NULL. Returns the DataFrame and the bucket's column."""
-    from pyspark.sql import functions as F
-
     steps = [
         (f"{prefix}v", f"CAST({value} AS BIGINT)"),
         (f"{prefix}lo", f"{prefix}v & {_M32}"),
@@ -479,9 +477,29 @@ def bucket_column(df: DataFrame, value: str, n: int, prefix: str) -> tuple[DataF
         (f"{prefix}f5", f"{prefix}f4 ^ shiftrightunsigned({prefix}f4, 16)"),
         (f"{prefix}out", f"CAST(({prefix}f5 & 2147483647) % {n} AS INT)"),
     ]
-    for name, sql in steps:
-        df = df.withColumn(name, F.expr(sql))
+    if _lateral_aliases(df):
+        # one projection, each step naming the one before (Spark's lateral column aliases,
+        # which its analyzer makes a chain of projections): two round trips where a column
+        # per step took two each (a first call's 0.65 s of driver -> 0.45 s at 19 steps)
+        df = df.selectExpr("*", *[f"{sql} AS {name}" for name, sql in steps])
+    else:
+        from pyspark.sql import functions as F
+
+        for name, sql in steps:
+            df = df.withColumn(name, F.expr(sql))
     return df.drop(*[name for name, _ in steps[:-1]]), steps[-1][0]
+
+
+def _lateral_aliases(df: DataFrame) -> bool:
+    """Whether the session resolves a SELECT's references to its own earlier aliases (Spark
+    3.4 and later, unless `spark.sql.lateralColumnAlias.enableImplicitResolution` is off)."""
+    try:
+        on = df.sparkSession.conf.get(
+            "spark.sql.lateralColumnAlias.enableImplicitResolution", "true"
+        )
+    except Exception:  # noqa: BLE001 - a session that cannot say: the path that always works
+        return False
+    return str(on).strip().lower() == "true"
 
 
 def distribution_mode(properties: dict[str, str], partitioned: bool, sorted_: bool) -> str:

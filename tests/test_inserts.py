@@ -359,20 +359,26 @@ def test_bucket_in_sparks_expressions_is_icebergs(spark: Any) -> None:
     }
     spark_types = {"long": "long", "int": "int", "date": "date", "timestamptz": "timestamp"}
     spark.conf.set("spark.sql.ansi.enabled", "true")
+    lateral = "spark.sql.lateralColumnAlias.enableImplicitResolution"
     try:
-        for (source, itype), values in cases.items():
-            for n in (1, 7, 16, 1000):
-                df = spark.createDataFrame([(v,) for v in values], f"c {spark_types[source]}")
-                sql = _integral_bucket(f"bucket[{n}]", source, ["c"])
-                assert sql is not None
-                out, col = bucket_column(df, sql, n, "_t_")
-                assert out.columns == ["c", col]
-                got = [r[col] for r in out.collect()]
-                b = BucketTransform(n).transform(itype)
-                want = [None if v is None else b(_iceberg_value(v, source)) for v in values]
-                assert got == want, (source, n)
+        # one projection naming its earlier aliases, and a column a step where a session
+        # turns those references off
+        for aliases in ("true", "false"):
+            spark.conf.set(lateral, aliases)
+            for (source, itype), values in cases.items():
+                for n in (1, 7, 16, 1000):
+                    df = spark.createDataFrame([(v,) for v in values], f"c {spark_types[source]}")
+                    sql = _integral_bucket(f"bucket[{n}]", source, ["c"])
+                    assert sql is not None
+                    out, col = bucket_column(df, sql, n, "_t_")
+                    assert out.columns == ["c", col]
+                    got = [r[col] for r in out.collect()]
+                    b = BucketTransform(n).transform(itype)
+                    want = [None if v is None else b(_iceberg_value(v, source)) for v in values]
+                    assert got == want, (source, n, aliases)
     finally:
         spark.conf.unset("spark.sql.ansi.enabled")
+        spark.conf.unset(lateral)
 
 
 def _iceberg_value(v: Any, source: str) -> Any:
