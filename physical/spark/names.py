@@ -2,7 +2,9 @@
 session): its temporary views, global temporary views, and the tables and views of its
 catalogs. One catalog call per name asked (`spark.catalog.getTable`, classic and Spark
 Connect alike), each answer kept for the statement; asked only for the names mor's
-catalog holds too (never taken silently from one side) or does not hold."""
+catalog holds too (never taken silently from one side) or does not hold. A name both sides
+may hold is asked on a thread (`ask_ahead`) while mor's catalog loads the table: neither
+answer depends on the other."""
 
 from __future__ import annotations
 
