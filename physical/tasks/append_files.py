@@ -44,8 +44,9 @@ BUFFERED_BYTES = 256 << 20  # rows a task holds unwritten, across its open files
 
 class _Open:
     """One data file being written: its writer, the rows buffered for its next row group.
-    `prepare`: what the buffered rows go through before they are written (the rows of an
-    unpartitioned table come as Spark sent them, conformed once per row group)."""
+    `prepare`: what the buffered rows go through before they are written, once per row group
+    (AppendWriter._prepared: NaNs counted into `nans`; an unpartitioned table's rows, held as
+    Spark sent them, conformed)."""
 
     def __init__(
         self,
@@ -54,7 +55,7 @@ class _Open:
         task: str,
         schema: pa.Schema,
         codec: str,
-        prepare: Callable[[pa.Table, dict[int, int]], pa.Table] | None = None,
+        prepare: Callable[[pa.Table, dict[int, int]], pa.Table],
     ) -> None:
         import pyarrow.parquet as pq
 
@@ -72,8 +73,7 @@ class _Open:
             return
         rows = pa.concat_tables(self.held) if len(self.held) > 1 else self.held[0]
         self.held, self.held_bytes = [], 0
-        if self.prepare is not None:
-            rows = self.prepare(rows, self.nans)
+        rows = self.prepare(rows, self.nans)
         self.writer.write_table(rows, row_group_size=max(1, rows.num_rows))
 
     def written(self) -> int:
@@ -126,14 +126,11 @@ class AppendWriter:
                 for other in list(self.open):  # the input moved on: earlier files are done
                     self._close(other)
             if key not in self.open:
-                prepare = None if self.partition else self._prepared
                 self.open[key] = (
                     values,
-                    _Open(self.fs, self.folder, self.task, self.schema, self.codec, prepare),
+                    _Open(self.fs, self.folder, self.task, self.schema, self.codec, self._prepared),
                 )
             f = self.open[key][1]
-            if self.partition:
-                nan_counts(part, self.floats, f.nans)
             f.held.append(part)
             f.held_bytes += part.nbytes
             f.rows += part.num_rows
@@ -173,8 +170,10 @@ class AppendWriter:
         yield record("counts", inserted=self.rows)
 
     def _prepared(self, rows: pa.Table, nans: dict[int, int]) -> pa.Table:
-        """An unpartitioned file's buffered rows, conformed, their NaNs counted into `nans`."""
-        rows = self._conformed(rows)
+        """A row group's rows as written: conformed (a partitioned table's were, before they
+        were split by partition), their NaNs counted into `nans`."""
+        if not self.partition:
+            rows = self._conformed(rows)
         nan_counts(rows, self.floats, nans)
         return rows
 
