@@ -10,9 +10,6 @@ JVM.
 
 from typing import TYPE_CHECKING
 
-# the settings the layers above planner/ declare beside the code they steer (no pyspark)
-import mor.physical.spark.spark_settings  # noqa: F401
-import mor.rules.physical.rule_settings  # noqa: F401
 from mor.planner.errors import (
     AmbiguousNameError,
     ArgumentError,
@@ -29,7 +26,11 @@ from mor.planner.errors import (
     TableNotFoundError,
     UnsupportedError,
 )
-from mor.planner.settings import Settings
+from mor.planner.settings import Settings, declared_in
+
+# the settings the layers above planner/ declare beside the code they steer (no pyspark),
+# imported when a setting is first looked up: `import mor` stays light (mor/launch.py)
+declared_in("mor.rules.physical.rule_settings", "mor.physical.spark.spark_settings")
 
 if TYPE_CHECKING:
     from mor.api import (

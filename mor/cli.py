@@ -1060,6 +1060,18 @@ def _main(argv: list[str], debug: bool) -> int:
             release_sessions()
 
 
+def _reader_gone() -> bool:
+    """stdout is a pipe whose reading end is closed."""
+    import select
+
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poll.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _failed(e: BaseException, debug: bool, console: bool) -> int:
     """The one line a failed or interrupted command ends with, and its exit code. An
     interrupt is reported whatever error it became on its way up (a py4j call it broke, a
@@ -1069,6 +1081,11 @@ def _failed(e: BaseException, debug: bool, console: bool) -> int:
 
     if isinstance(e, SystemExit):
         raise e
+    if isinstance(e, BrokenPipeError) and _reader_gone():
+        # `mor run ... | head`: the reader took what it wanted; no traceback, as when the
+        # pipe closes at the last flush (_leave)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     if isinstance(e, KeyboardInterrupt) or interrupts.interrupted():
         if debug:
             traceback.print_exception(e)

@@ -15,6 +15,10 @@ mode 0700; `$MOR_SERVER_DIR` names another): its pid with the process's start ti
 system gave to another process since is not taken for the server), port, master and log.
 Commands without `--master`,
 `--remote` or `$SPARK_REMOTE` use it while it runs (the `server` setting: auto, or off).
+
+Beside it runs the command host (mor/host.py): a Python process of this environment that has
+imported mor once, in which each later `mor` command runs in a child process of its own
+(host.log in the same folder); `mor server stop` ends both.
 """
 
 from __future__ import annotations
@@ -30,13 +34,14 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from mor.physical.spark.processes import start_ticks
 from mor.planner.errors import ConfigError, MorError
 
 DEFAULT_PORT = 15002  # Spark Connect's own default
 CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+HOST_SOCKET = "host.sock"  # mor/host.py SOCKET (the host imports mor.cli, which imports this)
 
 
 @dataclass(frozen=True)
@@ -51,16 +56,27 @@ class ServerState:
     python: str
     log: str
     started: float  # time.time() when it listened
+    host_pid: int = 0  # the command host (mor/host.py), 0: none started
+    host_ticks: int = 0
 
     @property
     def url(self) -> str:
         return f"sc://127.0.0.1:{self.port}"
 
+    def host_running(self) -> bool:
+        now = start_ticks(self.host_pid) if self.host_pid else -1
+        return now >= 0 and (self.host_ticks == 0 or now == self.host_ticks)
+
     def line(self) -> str:
         up = _duration(time.time() - self.started)
+        host = (
+            f"commands run in its command host (pid {self.host_pid})"
+            if self.host_running()
+            else "no command host (commands import mor each: see host.log)"
+        )
         return (
             f"mor server: running at {self.url} (pid {self.pid}, up {up}, pyspark {self.pyspark}, "
-            f"master {self.master}); log: {self.log}"
+            f"master {self.master}); {host}; log: {self.log}"
         )
 
 
@@ -213,6 +229,7 @@ def start(
             )
         home, version = _pyspark_home()
         _java()
+        _end_host(recorded())
         if not _port_free(port):
             raise ConfigError(f"port {port} on 127.0.0.1 is in use: give another with --port")
         options, _ = start_options(master, conf, s3a)
@@ -241,6 +258,7 @@ def start(
             "spark-internal",
         ]
         proc = None
+        state: ServerState | None = None
         try:
             with open(log, "wb") as out:
                 proc = subprocess.Popen(
@@ -266,8 +284,14 @@ def start(
             _write_state(state)
             if warm:
                 _warm(state)
+            host = _start_host(base)
+            if host is not None:
+                state = replace(state, host_pid=host, host_ticks=max(start_ticks(host), 0))
+                _write_state(state)
             return state
         except BaseException:
+            if state is not None and state.host_pid:
+                _end(state.host_pid)
             if proc is not None:
                 _end(proc.pid)
                 _forget()
@@ -277,6 +301,42 @@ def start(
                 os.remove(props)
             except OSError:
                 pass
+
+
+def _end_host(state: ServerState | None) -> None:
+    try:
+        if state is not None and state.host_running():
+            _end(state.host_pid)
+    except ConfigError:
+        pass
+
+
+def _start_host(base: str, timeout: float = 60.0) -> int | None:
+    """The command host (mor/host.py) in this Python, once it listens: its pid; None when it
+    could not start (commands then import mor each, as without it: host.log says why)."""
+    path = os.path.join(base, HOST_SOCKET)
+    try:
+        os.remove(path)  # a host's that ended without removing it
+    except OSError:
+        pass
+    with open(os.path.join(base, "host.log"), "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mor.host", base],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=base,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return None
+        if os.path.exists(path):
+            return proc.pid
+        time.sleep(0.05)
+    _end(proc.pid)
+    return None
 
 
 def _wait_listening(proc: subprocess.Popen[bytes], port: int, log: str, timeout: float) -> None:
@@ -358,8 +418,11 @@ def stop(timeout: float = 30.0) -> ServerState | None:
     with _locked():
         state = running()
         if state is None:
+            _end_host(recorded())  # a host whose server ended on its own
             _forget()
             return None
+        if state.host_running():
+            _end(state.host_pid, timeout)
         _end(state.pid, timeout)
         _forget()
         return state
@@ -390,8 +453,8 @@ def status_fields(state: ServerState | None) -> dict[str, object]:
     if state is None:
         return {"running": False}
     return {"running": True, "url": state.url, "uptime_s": round(time.time() - state.started)} | {
-        k: v for k, v in asdict(state).items() if k not in ("ticks",)
-    }
+        k: v for k, v in asdict(state).items() if k not in ("ticks", "host_ticks")
+    } | {"host_running": state.host_running()}
 
 
 def _duration(seconds: float) -> str:

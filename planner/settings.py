@@ -43,8 +43,25 @@ class Setting:
 # every setting declared, in the order declared: each layer declares the settings it reads
 # (planner here, the physical rules in rules/physical/rule_settings.py, reading files and starting
 # sessions in physical/spark/spark_settings.py), as Spark's modules declare their SQLConf entries;
-# mor/__init__.py imports the declaring modules, so no setting is missing once mor is imported
+# mor/__init__.py names the declaring modules (`declared_in`), imported when a setting is first
+# looked up, so no setting is missing once mor is imported and `import mor` stays light (the
+# `mor` command's first step: mor/launch.py)
 _DECLARED: dict[str, Setting] = {}
+_PENDING: list[str] = []  # modules that declare settings, not imported yet
+
+
+def declared_in(*modules: str) -> None:
+    """Name modules that declare settings: imported before any setting is looked up."""
+    _PENDING.extend(m for m in modules if m not in _PENDING)
+
+
+def _settings() -> dict[str, Setting]:
+    """Every setting declared, the named modules imported first."""
+    while _PENDING:
+        import importlib
+
+        importlib.import_module(_PENDING.pop(0))  # taken first: its imports may look one up
+    return _DECLARED
 
 
 def declare(layer: str, *settings: Setting) -> tuple[Setting, ...]:
@@ -70,7 +87,7 @@ def _rank(setting: Setting) -> int:
 def declared() -> tuple[Setting, ...]:
     """Every setting: planner's first, then the physical rules', then physical/'s, each
     layer's in the order it declared them."""
-    return tuple(sorted(_DECLARED.values(), key=_rank))
+    return tuple(sorted(_settings().values(), key=_rank))
 
 
 PLANNING = declare(
@@ -159,7 +176,7 @@ def _parse(setting: Setting, value: Any, origin: str | None, label: str | None =
 
 
 def unknown_setting(name: str, origin: str) -> ConfigError:
-    names = list(_DECLARED)
+    names = list(_settings())
     close = difflib.get_close_matches(name.lower().removeprefix("mor_"), names, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(names)})"
     return ConfigError(f"{origin}: unknown setting {name!r}{hint}")
@@ -176,9 +193,9 @@ class Settings:
 
     def __init__(self, *, sources: Mapping[str, str] | None = None, **values: Any) -> None:
         for name in values:
-            if name not in _DECLARED:
+            if name not in _settings():
                 raise unknown_setting(name, "Settings")
-        typed = {n: _parse(_DECLARED[n], v, "Settings") for n, v in values.items()}
+        typed = {n: _parse(_settings()[n], v, "Settings") for n, v in values.items()}
         object.__setattr__(self, "_values", typed)
         object.__setattr__(self, "sources", dict(sources or {}))
 
@@ -188,7 +205,7 @@ class Settings:
         values = object.__getattribute__(self, "_values")
         if name in values:
             return values[name]
-        setting = _DECLARED.get(name)
+        setting = _settings().get(name)
         if setting is None:
             raise AttributeError(f"no setting {name!r}")
         return setting.default
@@ -198,7 +215,7 @@ class Settings:
 
     def values(self) -> dict[str, Any]:
         """Every setting's value, by name, in the order declared."""
-        return {s.name: getattr(self, s.name) for s in _DECLARED.values()}
+        return {s.name: getattr(self, s.name) for s in _settings().values()}
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Settings) and self.values() == other.values()
@@ -207,7 +224,7 @@ class Settings:
         return hash(tuple(self.values().items()))
 
     def __repr__(self) -> str:
-        changed = {n: v for n, v in self.values().items() if v != _DECLARED[n].default}
+        changed = {n: v for n, v in self.values().items() if v != _settings()[n].default}
         return f"Settings({', '.join(f'{n}={v!r}' for n, v in changed.items())})"
 
     @classmethod
@@ -248,9 +265,9 @@ class Settings:
             )
         values = {}
         for name, value in overrides.items():
-            if name not in _DECLARED:
+            if name not in _settings():
                 raise unknown_setting(str(name), origin)
-            values[name] = _parse(_DECLARED[name], value, origin)
+            values[name] = _parse(_settings()[name], value, origin)
         if not values:
             return self
         sources = {**self.sources, **dict.fromkeys(values, origin)}
@@ -368,7 +385,7 @@ def user_config() -> UserConfig:
         close = difflib.get_close_matches(unknown[0], keys, n=1)
         hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(keys)}"
         raise ConfigError(f"{path}: unknown setting {unknown[0]!r} ({hint})")
-    settings = {k: _parse(_DECLARED[k], v, path) for k, v in raw.items() if k in _DECLARED}
+    settings = {k: _parse(_settings()[k], v, path) for k, v in raw.items() if k in _settings()}
     for key in ("warehouse", "catalog"):
         if key in raw and not isinstance(raw[key], str):
             raise ConfigError(f"{path}: `{key}` must be a string")

@@ -72,6 +72,7 @@ def test_a_server_serves_later_commands_until_it_is_stopped(
     assert start.returncode == 0, start.stderr
     assert start.stdout.startswith(f"mor server: running at sc://127.0.0.1:{port} (pid ")
     pid = int(start.stdout.split("(pid ", 1)[1].split(",", 1)[0])
+    host = 0
     try:
         again = _mor("server", "start", "--port", str(_free_port()), env=env)
         assert again.returncode == 1
@@ -115,16 +116,34 @@ def test_a_server_serves_later_commands_until_it_is_stopped(
             done = _mor(*c[1:], env=env)
             assert done.returncode == 0, (c, done.stderr)
             assert "| EU " in done.stdout and "| US " in done.stdout, done.stdout
-        # killed behind mor's back: not running, and nothing to stop
+        # the `mor` command (mor/launch.py) runs in the server's command host (mor/host.py):
+        # the same rows as the command run alone, and the host's log counts it
+        assert "; commands run in its command host (pid " in start.stdout
+        host = int(start.stdout.split("command host (pid ", 1)[1].split(")", 1)[0])
+        log = Path(env["MOR_SERVER_DIR"]) / "host.log"
+        before = log.read_text().count("mor host: command ")
+        launched = subprocess.run(
+            [sys.executable, "-m", "mor.launch", "run", "-e", sql, "--format", "csv"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert (launched.returncode, launched.stderr) == (0, "")
+        assert launched.stdout == _mor("run", "-e", sql, "--format", "csv", env=env).stdout
+        assert log.read_text().count("mor host: command ") == before + 1
+        # killed behind mor's back: not running, and nothing to stop but its command host
         os.killpg(pid, signal.SIGKILL)
         assert _gone(pid)
         assert _mor("server", "status", env=env).returncode == 3
         assert _mor("server", "stop", env=env).stdout == "mor server: not running\n"
+        assert _gone(host)
     finally:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        for gone in (pid, host):
+            try:
+                os.killpg(gone, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def test_stop_ends_the_server_and_its_process_group(
