@@ -229,6 +229,11 @@ WARM = (
     "pyspark.sql.connect.functions",
     "pyspark.sql.connect.client.core",
     "pyspark.sql.connect.plan",
+    "pyspark.sql.connect.catalog",
+    "grpc._channel",
+    "pyarrow.acero",
+    "sqlite3",
+    "mor.server",
 )
 
 # what an interpreter reads when it starts (a child of the host started long before): a
@@ -265,8 +270,13 @@ def _declined(request: dict[str, object], mark: tuple[int, int]) -> str | None:
     """Why the host cannot run `request` as its own process would; None: it can."""
     if request.get("version") != _VERSION:
         return "another version of mor's host protocol"
-    if request.get("python") != sys.executable or request.get("prefix") != sys.prefix:
-        return f"another Python ({request.get('python')}; the host's: {sys.executable})"
+    python = request.get("python")
+    if (
+        not isinstance(python, str)
+        or os.path.realpath(python) != os.path.realpath(sys.executable)
+        or request.get("prefix") != sys.prefix
+    ):
+        return f"another Python ({python} in {request.get('prefix')}; the host's: {sys.prefix})"
     env = request.get("env")
     if not isinstance(env, dict):
         return "no environment"
