@@ -426,13 +426,25 @@ def serve(folder: str) -> None:
     by_conn: dict[socket.socket, int] = {}
     print(f"mor host: pid {os.getpid()} ready at {path}", flush=True)
     restart = False
+    interrupted_at = 0.0
     try:
         # a stale host (mor's code changed) takes no new command and ends once its children
-        # are done: then it starts again on the new code
-        while not stopping and not (restart and not running):
+        # are done: then it starts again on the new code. A stopped one (SIGTERM) interrupts
+        # its children (nothing commits after it) and ends once they did, each command told
+        # its exit code as usual, or after 20 s
+        while running or not (stopping or restart):
+            if stopping and not interrupted_at:
+                interrupted_at = time.monotonic()
+                _unlisten(listener, path, inode)
+                for pid in running:
+                    _signal(pid, signal.SIGINT)
+            if interrupted_at and time.monotonic() - interrupted_at > 20:
+                break
             try:
-                listening = [] if restart else [listener]
-                ready, _, _ = select.select([*listening, wake_r, *by_conn], [], [])
+                listening = [] if (restart or stopping) else [listener]
+                ready, _, _ = select.select(
+                    [*listening, wake_r, *by_conn], [], [], 1.0 if stopping else None
+                )
             except InterruptedError:
                 continue
             if wake_r in ready:
@@ -449,14 +461,18 @@ def serve(folder: str) -> None:
                 _unlisten(listener, path, inode)
     finally:
         _unlisten(listener, path, inode)
-        for pid in running:  # a stop interrupts what runs: nothing commits after it
-            try:
-                os.kill(pid, signal.SIGINT)
-            except OSError:
-                pass
+        for pid in running:  # whatever still runs is interrupted: nothing commits after it
+            _signal(pid, signal.SIGINT)
     if restart and not stopping:
         print("mor host: mor's code changed: starting again", flush=True)
         os.execv(sys.executable, [sys.executable, "-m", "mor.host", folder])
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except OSError:
+        pass
 
 
 def _unlisten(listener: socket.socket, path: str, inode: int) -> None:
@@ -536,10 +552,7 @@ def _from_command(
     signums = list(data) if data else [signal.SIGINT]  # gone: its command is interrupted
     for signum in signums:
         if signum in _FORWARDED:
-            try:
-                os.kill(pid, signum)
-            except OSError:
-                pass
+            _signal(pid, signum)
     if not data:
         del by_conn[conn]
         running[pid] = None  # type: ignore[assignment] - reaped later, nobody to tell

@@ -46,17 +46,8 @@ def _mor(*args: str, env: dict[str, str], cwd: Path | None = None) -> tuple[int,
     return done.returncode, done.stdout, done.stderr
 
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
-    from mor.demo import build_demo_table
-
-    base = tmp_path_factory.mktemp("host")
-    build_demo_table(str(base / "wh"))
-    folder = base / "server"
-    folder.mkdir(mode=0o700)
-    env = {**os.environ, "MOR_SERVER_DIR": str(folder), "MOR_WAREHOUSE": str(base / "wh")}
-    for name in ("SPARK_REMOTE", "MOR_HOST"):
-        env.pop(name, None)
+def _started(folder: Path, env: dict[str, str]) -> Host:
+    """A host as `mor server start` starts one, once it listens."""
     with open(folder / "host.log", "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "mor.host", str(folder)],
@@ -72,7 +63,32 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
         assert time.monotonic() < deadline, "the host did not listen within 120 s"
         time.sleep(0.05)
     assert (folder / "host.sock").stat().st_mode & 0o777 == 0o600
-    yield Host(folder, env, proc)
+    return Host(folder, env, proc)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from mor.demo import build_demo_table
+
+    base = tmp_path_factory.mktemp("host")
+    build_demo_table(str(base / "wh"))
+    return base
+
+
+def _env(base: Path, folder: Path) -> dict[str, str]:
+    folder.mkdir(mode=0o700)
+    env = {**os.environ, "MOR_SERVER_DIR": str(folder), "MOR_WAREHOUSE": str(base / "wh")}
+    for name in ("SPARK_REMOTE", "MOR_HOST"):
+        env.pop(name, None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def host(base: Path) -> Iterator[Host]:
+    folder = base / "server"
+    started = _started(folder, _env(base, folder))
+    proc = started.proc
+    yield started
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     assert not (folder / "host.sock").exists()
@@ -168,6 +184,40 @@ def test_an_interrupt_is_the_commands_and_a_command_gone_is_interrupted(host: Ho
         proc.wait(timeout=60)
         _wait_for(lambda: host.children() == [])
         assert f"(pid {child}): exit 130 in " in host.log()
+
+
+def test_a_host_stopped_interrupts_its_commands_and_tells_them(base: Path) -> None:
+    """`mor server stop` (SIGTERM to the host) while a command runs: the command is
+    interrupted (one line, exit 130: nothing commits after it) and told so before the host
+    ends; later commands run in their own processes."""
+    import socket
+
+    folder = base / "stopped"
+    host = _started(folder, _env(base, folder))
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        env = {
+            **host.env,
+            "PYICEBERG_CATALOG__SILENT__TYPE": "rest",
+            "PYICEBERG_CATALOG__SILENT__URI": f"http://127.0.0.1:{silent.getsockname()[1]}",
+        }
+        proc = subprocess.Popen(
+            [*LAUNCH, "tables", "--catalog", "silent"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        _wait_for(lambda: len(host.children()) == 1)
+        time.sleep(1.0)
+        host.proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        assert (proc.returncode, out, err) == (130, b"", b"mor: interrupted\n")
+    assert host.proc.wait(timeout=30) == 0
+    assert not (folder / "host.sock").exists()
+    before = host.commands()
+    assert _mor("tables", env=host.env) == (0, "demo.orders\n", "")
+    assert host.commands() == before
 
 
 def test_no_host_no_forwarding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
