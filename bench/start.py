@@ -124,7 +124,9 @@ def main() -> None:
 
         if server.running() is not None:
             raise SystemExit("a mor server runs already: `mor server stop` first")
-        started = server.start()
+        from mor.demo import warm_plans
+
+        started = server.start(plans=warm_plans)  # as `mor server start` starts it
         print(f"# {started.line()}")
         from mor.api import resolve_catalog
 

@@ -937,6 +937,7 @@ def cmd_server(args: argparse.Namespace) -> int:
     from mor import server
 
     if args.action == "start":
+        from mor.demo import warm_plans
         from mor.options import session_may_need_s3a
 
         state = server.start(
@@ -945,6 +946,7 @@ def cmd_server(args: argparse.Namespace) -> int:
             conf=pairs(args.conf, "--conf"),
             s3a=args.s3a or session_may_need_s3a(args, ""),
             timeout=args.timeout,
+            plans=warm_plans,
         )
         sys.stdout.write(
             f"{state.line()}\ncommands without --master or --remote use it until "

@@ -104,3 +104,21 @@ def run_demo(warehouse: str | None = None) -> int:
     print(f"-- EXPLAIN {q}")
     print(explain(q, catalog=cat))
     return 0
+
+
+def warm_plans(spark: object, warehouse: str, rounds: int) -> None:
+    """What `mor server start` warms a server with (mor/server.py): demo.orders built in
+    `warehouse`, and mor's plan of a grouped aggregate and of its rows run through `spark`,
+    `rounds` times (class loading, code generation and the JIT paid there, not by the first
+    commands)."""
+    import shutil
+
+    shutil.rmtree(warehouse, ignore_errors=True)
+    build_demo_table(warehouse)
+    catalog = default_catalog(warehouse)
+    for _ in range(rounds):
+        for sql in (
+            "SELECT region, count(*) AS n, sum(amount) AS total FROM demo.orders GROUP BY region",
+            "SELECT * FROM demo.orders ORDER BY order_id",
+        ):
+            mor_sql(sql, spark=spark, catalog=catalog).collect()

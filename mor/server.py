@@ -32,9 +32,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from mor.physical.spark.processes import start_ticks
 from mor.planner.errors import ConfigError, MorError
@@ -214,6 +215,7 @@ def start(
     s3a: bool = False,
     timeout: float = 300.0,
     warm: bool = True,
+    plans: Callable[[Any, str, int], None] | None = None,
 ) -> ServerState:
     """Start the server and wait until it listens (its first start may download packages:
     `timeout`), then warm it (`warm`: one small query through Connect, so a first command does
@@ -283,7 +285,7 @@ def start(
             )
             _write_state(state)
             if warm:
-                _warm(state)
+                _warm(state, plans)
             host = _start_host(base)
             if host is not None:
                 state = replace(state, host_pid=host, host_ticks=max(start_ticks(host), 0))
@@ -378,12 +380,15 @@ def _forget() -> None:
         pass
 
 
-def _warm(state: ServerState, rounds: int = 4) -> None:
+def _warm(
+    state: ServerState, plans: Callable[[Any, str, int], None] | None, rounds: int = 4
+) -> None:
     """Queries through Connect that touch what a first mor query does, so that the server's
     own first-query costs (class loading, code generation, the JIT) are paid here and not by
     the first commands: a Parquet read with row positions, a join, a union, an aggregate,
-    then mor's own plan of a small merge-on-read table (mor.demo's: position deletes, two
-    equality delete id sets, three branches), `rounds` times: the first commands after a start
+    then `plans(spark, warehouse, rounds)`: mor's own plan of a small merge-on-read table
+    (the CLI gives mor.demo's `warm_plans`: position deletes, two equality delete id sets,
+    three branches) `rounds` times: the first commands after a start
     took 3.2, 2.0, 1.9, 1.7 and 1.5 s without it, 1.0-1.2 s with four rounds (2 rounds: about
     2 s; the start itself 19 -> 29 s on 2 cores, pyspark 4.3.0)."""
     import pyarrow as pa
@@ -403,7 +408,8 @@ def _warm(state: ServerState, rounds: int = 4) -> None:
         live = data.join(gone, F.col("id").eqNullSafe(F.col("gone")), "left_anti")
         both = live.unionByName(data.where("id < 10"))
         both.groupBy((F.col("id") % 3).alias("b")).count().collect()
-        _warm_mor(spark, warehouse, rounds)
+        if plans is not None:
+            plans(spark, warehouse, rounds)
     except Exception as e:  # noqa: BLE001 - a server that runs no query is not left running
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise MorError(
@@ -417,23 +423,6 @@ def _warm(state: ServerState, rounds: int = 4) -> None:
             os.remove(path)
         except OSError:
             pass
-
-
-def _warm_mor(spark: object, warehouse: str, rounds: int) -> None:
-    """mor's plan of mor.demo's table through `spark`, `rounds` times: a grouped aggregate and
-    the rows, as commands ask them."""
-    from mor.api import default_catalog, mor_sql
-    from mor.demo import build_demo_table
-
-    shutil.rmtree(warehouse, ignore_errors=True)
-    build_demo_table(warehouse)
-    catalog = default_catalog(warehouse)
-    for _ in range(rounds):
-        for sql in (
-            "SELECT region, count(*) AS n, sum(amount) AS total FROM demo.orders GROUP BY region",
-            "SELECT * FROM demo.orders ORDER BY order_id",
-        ):
-            mor_sql(sql, spark=spark, catalog=catalog).collect()
 
 
 def stop(timeout: float = 30.0) -> ServerState | None:
