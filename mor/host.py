@@ -40,7 +40,8 @@ import struct
 import sys
 import time
 
-SOCKET = "host.sock"
+from mor.server_folder import SOCKET, folder_path
+
 _VERSION = 1
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -50,11 +51,7 @@ _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 def _folder() -> str | None:
     """The server's folder (server.folder) when it is this user's alone; None otherwise."""
-    import tempfile
-
-    path = os.environ.get("MOR_SERVER_DIR") or os.path.join(
-        tempfile.gettempdir(), f"mor-{os.getuid()}"
-    )
+    path = folder_path()
     try:
         st = os.stat(path)
     except OSError:

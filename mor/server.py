@@ -30,7 +30,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -39,10 +38,10 @@ from typing import Any
 
 from mor.physical.spark.processes import start_ticks
 from mor.planner.errors import ConfigError, MorError
+from mor.server_folder import SOCKET, folder_path
 
 DEFAULT_PORT = 15002  # Spark Connect's own default
 CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-HOST_SOCKET = "host.sock"  # mor/host.py SOCKET (the host imports mor.cli, which imports this)
 
 
 @dataclass(frozen=True)
@@ -84,9 +83,7 @@ class ServerState:
 def folder() -> str:
     """`$MOR_SERVER_DIR`, else `<tmp>/mor-<uid>`, this user's alone: made with mode 0700,
     refused when another user owns it or others may write in it (a shared /tmp)."""
-    path = os.environ.get("MOR_SERVER_DIR") or os.path.join(
-        tempfile.gettempdir(), f"mor-{os.getuid()}"
-    )
+    path = folder_path()
     os.makedirs(path, mode=0o700, exist_ok=True)
     st = os.stat(path)
     if st.st_uid != os.getuid() or st.st_mode & 0o022:
@@ -316,7 +313,7 @@ def _end_host(state: ServerState | None) -> None:
 def _start_host(base: str, timeout: float = 60.0) -> int | None:
     """The command host (mor/host.py) in this Python, once it listens: its pid; None when it
     could not start (commands then import mor each, as without it: host.log says why)."""
-    path = os.path.join(base, HOST_SOCKET)
+    path = os.path.join(base, SOCKET)
     try:
         os.remove(path)  # a host's that ended without removing it
     except OSError:

@@ -234,5 +234,8 @@ def test_no_host_no_forwarding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     tmp_path.chmod(0o777)
     assert host._folder() is None
     from mor import server
+    from mor.planner.errors import ConfigError
 
-    assert server.HOST_SOCKET == host.SOCKET  # where `mor server start` waits for it
+    assert host.folder_path() == str(tmp_path)  # the folder `mor server` keeps
+    with pytest.raises(ConfigError, match="not this user's alone"):
+        server.folder()
