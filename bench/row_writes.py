@@ -4,6 +4,7 @@ driver's memory, each statement in a new process, first call and repeated.
     .venv/bin/python -m bench.row_writes       # v2 and v3, 2M and 20M rows: four tables
     .venv/spark41/bin/python -m bench.row_writes --rows 20000000 --version 3
     .venv/bin/python -m bench.row_writes --rows 2000000 --statements update_1 update_30
+    .venv/bin/python -m bench.row_writes --rows 2000000 --version 3 --peers mor --profile
 
 Each (format version, size) pair is a table of its own, built once, and one printed table of
 figures (the defaults: about 25 minutes on 2 cores, most of it at 20M rows).
@@ -90,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         "the driver JVM's memory is the driver's alone)",
     )
     ap.add_argument("--json", default=None, help="write the figures here")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="print where each mor run's time went: its phases and Spark's jobs",
+    )
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--statement", help=argparse.SUPPRESS)
     ap.add_argument("--pg", help=argparse.SUPPRESS)
@@ -233,10 +239,16 @@ def _run_worker(
         "--pg", pg, "--work", str(work), "--rows", str(args.rows[0]), "--eq", str(args.eq),
         "--version", str(args.version[0]), "--master", args.master,
     ]  # fmt: skip
+    if args.profile:
+        cmd.append("--profile")
     if base is not None:
         env["MOR_BENCH_BASE"] = json.dumps(base)
     # run from the work folder: a checkout in the current folder would shadow `--mor`'s
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=7200, cwd=str(work))
+    if args.profile:
+        for ln in done.stderr.splitlines():
+            if ln.startswith("@@ "):
+                print(f"  {statement} ({peer}) {ln[3:]}" if "profile of" in ln else ln[3:])
     return worker_output(done, None if statement else "the process building the table failed")
 
 
@@ -294,12 +306,16 @@ def _worker(args: argparse.Namespace) -> int:
             statement = sql.replace("<t>", name)
 
             def go(statement: str = statement) -> int:
-                return int(run_row_write(statement, catalog=cat, spark=spark).rows)
+                note = (lambda text: steps.append((time.time(), text))) if args.profile else None
+                return int(run_row_write(statement, catalog=cat, spark=spark, progress=note).rows)
 
+        steps: list[tuple[float, str]] = []
         with _Sampler(_jvm_pid()) as mem:
-            t0 = time.perf_counter()
+            wall0, t0 = time.time(), time.perf_counter()
             rows = go()
             seconds = time.perf_counter() - t0
+        if args.profile and args.worker == "mor":
+            _profile(spark, run, wall0, seconds, steps)
         spark.sql(f"REFRESH TABLE {CATALOG}.{name}")
         fp = spark.sql(FINGERPRINT.format(t=f"{CATALOG}.{name}")).first()
         out[run] = {
@@ -310,6 +326,33 @@ def _worker(args: argparse.Namespace) -> int:
         }
     print(json.dumps(out))
     return 0
+
+
+def _profile(
+    spark: Any, run: str, wall0: float, seconds: float, steps: list[tuple[float, str]]
+) -> None:
+    """Where a run's time went (stderr): mor's phases, and each Spark job submitted meanwhile
+    with its start, length and tasks (from Spark's status store, which needs no UI), as
+    seconds from the run's start."""
+    store = spark.sparkContext._jsc.sc().statusStore()  # the UI's store: no UI needed
+    lines = [f"profile of the {run} run: {seconds:.2f} s"]
+    events = [(t - wall0, f"mor: {text}") for t, text in steps]
+    jobs = store.jobsList(None)
+    for i in range(jobs.size()):
+        job = jobs.apply(i)
+        if job.submissionTime().isEmpty():
+            continue
+        start = job.submissionTime().get().getTime() / 1000
+        if start < wall0 - 0.01:
+            continue
+        done = job.completionTime()
+        end = done.get().getTime() / 1000 if not done.isEmpty() else start
+        what = job.name()  # the action and where (its Python line)
+        took = f"{end - start:.2f} s, {job.numTasks()} tasks"
+        events.append((start - wall0, f"job {job.jobId()} {what}: {took}"))
+    for offset, text in sorted(events):
+        lines.append(f"  {offset:6.2f}  {text}")
+    sys.stderr.write("".join(f"@@ {ln}\n" for ln in lines))
 
 
 def _mor_runner() -> Any:
