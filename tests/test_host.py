@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -151,20 +152,26 @@ def _wait_for(what: object, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-def test_an_interrupt_is_the_commands_and_a_command_gone_is_interrupted(host: Host) -> None:
-    """Ctrl-C to the command's process reaches its child in the host: one line, exit 130;
-    a command process killed mid-way leaves no child behind (the child is interrupted)."""
+@contextmanager
+def _silent_catalog(env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """`env` with a REST catalog `silent` that accepts connections and never answers (a
+    command naming it waits until it is interrupted)."""
     import socket
 
-    # a REST catalog that never answers: the command waits on it
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
-        env = {
-            **host.env,
+        yield {
+            **env,
             "PYICEBERG_CATALOG__SILENT__TYPE": "rest",
             "PYICEBERG_CATALOG__SILENT__URI": f"http://127.0.0.1:{silent.getsockname()[1]}",
         }
+
+
+def test_an_interrupt_is_the_commands_and_a_command_gone_is_interrupted(host: Host) -> None:
+    """Ctrl-C to the command's process reaches its child in the host: one line, exit 130;
+    a command process killed mid-way leaves no child behind (the child is interrupted)."""
+    with _silent_catalog(host.env) as env:  # the command waits on it
         assert host.children() == []
         command = [*LAUNCH, "tables", "--catalog", "silent"]
         proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -190,18 +197,9 @@ def test_a_host_stopped_interrupts_its_commands_and_tells_them(base: Path) -> No
     """`mor server stop` (SIGTERM to the host) while a command runs: the command is
     interrupted (one line, exit 130: nothing commits after it) and told so before the host
     ends; later commands run in their own processes."""
-    import socket
-
     folder = base / "stopped"
     host = _started(folder, _env(base, folder))
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(8)
-        env = {
-            **host.env,
-            "PYICEBERG_CATALOG__SILENT__TYPE": "rest",
-            "PYICEBERG_CATALOG__SILENT__URI": f"http://127.0.0.1:{silent.getsockname()[1]}",
-        }
+    with _silent_catalog(host.env) as env:
         proc = subprocess.Popen(
             [*LAUNCH, "tables", "--catalog", "silent"],
             env=env,
