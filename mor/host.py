@@ -40,7 +40,7 @@ import struct
 import sys
 import time
 
-from mor.server_folder import SOCKET, folder_path
+from mor.server_folder import SOCKET, folder_path, users_alone
 
 _VERSION = 1
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -56,9 +56,7 @@ def _folder() -> str | None:
         st = os.stat(path)
     except OSError:
         return None
-    if st.st_uid != os.getuid() or st.st_mode & 0o022:
-        return None
-    return path
+    return path if users_alone(st) else None
 
 
 def _send(sock: socket.socket, message: dict[str, object], fds: list[int] | None = None) -> None:

@@ -38,7 +38,7 @@ from typing import Any
 
 from mor.physical.spark.processes import start_ticks
 from mor.planner.errors import ConfigError, MorError
-from mor.server_folder import SOCKET, folder_path
+from mor.server_folder import SOCKET, folder_path, users_alone
 
 DEFAULT_PORT = 15002  # Spark Connect's own default
 CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -86,7 +86,7 @@ def folder() -> str:
     path = folder_path()
     os.makedirs(path, mode=0o700, exist_ok=True)
     st = os.stat(path)
-    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+    if not users_alone(st):
         raise ConfigError(
             f"{path} is not this user's alone (owner uid {st.st_uid}, mode "
             f"{oct(st.st_mode & 0o777)}): remove it, or set TMPDIR to a folder of your own"

@@ -15,3 +15,9 @@ def folder_path() -> str:
     return os.environ.get("MOR_SERVER_DIR") or os.path.join(
         tempfile.gettempdir(), f"mor-{os.getuid()}"
     )
+
+
+def users_alone(st: os.stat_result) -> bool:
+    """Whether a folder (its stat) is this user's alone: owned by this user, and neither its
+    group nor others may write in it (a shared /tmp is not)."""
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
