@@ -5,6 +5,7 @@ driver's memory, each statement in a new process, first call and repeated.
     .venv/spark41/bin/python -m bench.row_writes --rows 20000000 --version 3
     .venv/bin/python -m bench.row_writes --rows 2000000 --statements update_1 update_30
     .venv/bin/python -m bench.row_writes --rows 2000000 --version 3 --peers mor --profile
+    .venv/bin/python -m bench.row_writes --rows 2000000 --warm     # as issue 78 measures
 
 Each (format version, size) pair is a table of its own, built once, and one printed table of
 figures (the defaults: about 25 minutes on 2 cores, most of it at 20M rows).
@@ -15,7 +16,8 @@ PostgreSQL that Iceberg's Spark catalog and pyiceberg's SqlCatalog share
 (tests/pgcatalog.py). For each statement and peer a new process starts Spark
 (`spark.driver.memory=1g`, local[2], Iceberg's runtime in both so that the JVMs are alike),
 registers the table's snapshot under a fresh name and runs the statement on it ("first": the
-first statement of the process), then on a second registration ("again"). Each run is timed,
+first statement of the process; with `--warm`, the first after the same statement on a
+20,000-row twin of the table, untimed), then on a second registration ("again"). Each run is timed,
 and the driver's memory sampled every 20 ms while it runs: the Python process's and the
 Spark driver JVM's resident size, as growth over the run's start and as the JVM's peak.
 
@@ -69,6 +71,7 @@ FINGERPRINT = (
     "sum(pmod(xxhash64(id, k, grp, v, pad), 1000003)) FROM {t}"
 )
 MiB = 1 << 20
+SMALL = 20_000  # rows of the table `--warm` warms each process on
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,6 +98,12 @@ def main(argv: list[str] | None = None) -> int:
         "--profile",
         action="store_true",
         help="print where each mor run's time went: its phases and Spark's jobs",
+    )
+    ap.add_argument(
+        "--warm",
+        action="store_true",
+        help="each process first runs its statement on a 20,000-row twin of the table, untimed "
+        "(issue 78's measure: a fresh process warmed on a small table)",
     )
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--statement", help=argparse.SUPPRESS)
@@ -131,7 +140,7 @@ def _one_size(args: argparse.Namespace, work: Path, pgarg: str) -> dict[str, Any
     print(
         f"DELETE, UPDATE and MERGE on {rows:,} rows, 8 files, pos 1%, eq {args.eq:.0%}, "
         f"v{version}; {_spark_version()} {args.master}; a new process per statement and "
-        "peer, spark.driver.memory=1g"
+        f"peer{', warmed on a 20,000-row twin' if args.warm else ''}, spark.driver.memory=1g"
     )
     print(
         f"  {'statement':<12} {'rows':>10} {'Iceberg':>8} {'again':>7} {'mor':>7} {'again':>7}"
@@ -239,8 +248,7 @@ def _run_worker(
         "--pg", pg, "--work", str(work), "--rows", str(args.rows[0]), "--eq", str(args.eq),
         "--version", str(args.version[0]), "--master", args.master,
     ]  # fmt: skip
-    if args.profile:
-        cmd.append("--profile")
+    cmd += ["--profile"] * args.profile + ["--warm"] * args.warm
     if base is not None:
         env["MOR_BENCH_BASE"] = json.dumps(base)
     # run from the work folder: a checkout in the current folder would shadow `--mor`'s
@@ -291,9 +299,11 @@ def _worker(args: argparse.Namespace) -> int:
         from pyiceberg.catalog import load_catalog
 
         cat = load_catalog(CATALOG, **pg.pyiceberg_properties(warehouse))
-    for run in ("first", "again"):
+    runs = ["warm", "first", "again"] if args.warm else ["first", "again"]
+    for run in runs:
         name = f"b.{args.worker}_{args.statement}_{run}_{uuid.uuid4().hex[:8]}"
-        call = f"table => '{name}', metadata_file => '{base['metadata']}'"
+        metadata = base["small" if run == "warm" else "metadata"]
+        call = f"table => '{name}', metadata_file => '{metadata}'"
         spark.sql(f"CALL {CATALOG}.system.register_table({call})")
         if args.worker == "iceberg":
             statement = sql.replace("<t>", f"{CATALOG}.{name}")
@@ -316,6 +326,8 @@ def _worker(args: argparse.Namespace) -> int:
             seconds = time.perf_counter() - t0
         if args.profile and args.worker == "mor":
             _profile(spark, run, wall0, seconds, steps)
+        if run == "warm":
+            continue
         spark.sql(f"REFRESH TABLE {CATALOG}.{name}")
         fp = spark.sql(FINGERPRINT.format(t=f"{CATALOG}.{name}")).first()
         out[run] = {
@@ -348,11 +360,25 @@ def _profile(
         done = job.completionTime()
         end = done.get().getTime() / 1000 if not done.isEmpty() else start
         what = job.name()  # the action and where (its Python line)
-        took = f"{end - start:.2f} s, {job.numTasks()} tasks"
+        took = f"{end - start:.2f} s, {job.numTasks()} tasks{_stages(store, job)}"
         events.append((start - wall0, f"job {job.jobId()} {what}: {took}"))
     for offset, text in sorted(events):
         lines.append(f"  {offset:6.2f}  {text}")
     sys.stderr.write("".join(f"@@ {ln}\n" for ln in lines))
+
+
+def _stages(store: Any, job: Any) -> str:
+    """A job's stages' task time (the tasks' run, its CPU, the JVM's GC), summed over tasks."""
+    run = cpu = gc = 0.0
+    ids = job.stageIds()
+    for i in range(ids.size()):
+        stages = store.stageData(int(ids.apply(i)), False, None, False, None)
+        for j in range(stages.size()):
+            st = stages.apply(j)
+            run += st.executorRunTime() / 1e3
+            cpu += st.executorCpuTime() / 1e9
+            gc += st.jvmGcTime() / 1e3
+    return f" (tasks {run:.2f} s, CPU {cpu:.2f} s, GC {gc:.2f} s)"
 
 
 def _mor_runner() -> Any:
@@ -369,16 +395,17 @@ def _build(spark: Any, work: Path, args: argparse.Namespace, catalog: str) -> di
 
     eq_sets = 2 if args.eq else 1
     rows, version = args.rows[0], args.version[0]
+
+    def metadata(local: str) -> str:
+        load = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable
+        return load(spark._jsparkSession, local).operations().current().metadataFileLocation()
+
     local = build(spark, work / "java", rows, 0.01, args.eq, eq_sets, version=version)
-    meta = (
-        spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, local)
-        .operations()
-        .current()
-        .metadataFileLocation()
-    )
+    # the twin `--warm` runs each statement on first: the same shape, 20,000 rows
+    small = build(spark, work / "java", SMALL, 0.01, args.eq, eq_sets, version=version)
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {catalog}.b")
     rows = spark.sql(f"SELECT count(*) FROM {local}").first()[0]
-    return {"metadata": meta, "rows": rows}
+    return {"metadata": metadata(local), "small": metadata(small), "rows": rows}
 
 
 def _jvm_pid() -> int | None:
