@@ -105,6 +105,12 @@ def main(argv: list[str] | None = None) -> int:
         help="each process first runs its statement on a 20,000-row twin of the table, untimed "
         "(issue 78's measure: a fresh process warmed on a small table)",
     )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run each statement's processes this many times (peers alternating); print medians",
+    )
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--statement", help=argparse.SUPPRESS)
     ap.add_argument("--pg", help=argparse.SUPPRESS)
@@ -141,6 +147,7 @@ def _one_size(args: argparse.Namespace, work: Path, pgarg: str) -> dict[str, Any
         f"DELETE, UPDATE and MERGE on {rows:,} rows, 8 files, pos 1%, eq {args.eq:.0%}, "
         f"v{version}; {_spark_version()} {args.master}; a new process per statement and "
         f"peer{', warmed on a 20,000-row twin' if args.warm else ''}, spark.driver.memory=1g"
+        + (f"; medians of {args.repeat} runs" if args.repeat > 1 else "")
     )
     print(
         f"  {'statement':<12} {'rows':>10} {'Iceberg':>8} {'again':>7} {'mor':>7} {'again':>7}"
@@ -153,6 +160,7 @@ def _one_size(args: argparse.Namespace, work: Path, pgarg: str) -> dict[str, Any
         lambda peer, name: _run_worker(args, work, pgarg, peer, name, base),
         _print,
         "the rows after it differ",
+        args.repeat,
     )
 
 
@@ -162,24 +170,43 @@ def each_statement(
     run: Callable[[str, str], Any],
     show: Callable[[str, dict[str, Any]], None],
     differ: str,
+    repeat: int = 1,
 ) -> dict[str, Any] | None:
     """Each statement run by each peer (`run(peer, statement)`: its figures, in a process of
-    its own; the peers' order alternating), the two peers' rows after it compared (`differ`:
-    what the line says when they are not the same), its figures shown: the figures by
-    statement, or None at the first statement whose rows differ."""
+    its own; the peers' order alternating), `repeat` times, the two peers' rows after each
+    compared (`differ`: what the line says when they are not the same), its figures shown
+    (each run's median over the repetitions): the figures by statement, or None at the first
+    statement whose rows differ."""
     figures = {}
     for i, name in enumerate(statements):
-        order = peers if i % 2 == 0 else list(reversed(peers))
-        got = {p: run(p, name) for p in order}
-        figures[name] = got
-        if set(got) == {"iceberg", "mor"} and not any("error" in g for g in got.values()):
-            for when in ("first", "again"):
-                a, b = got["iceberg"][when]["fingerprint"], got["mor"][when]["fingerprint"]
-                if not _same(a, b):
-                    print(f"{name} ({when}): {differ}: mor {b}, Iceberg {a}")
-                    return None
-        show(name, got)
+        runs: dict[str, list[Any]] = {p: [] for p in peers}
+        for r in range(repeat):
+            order = peers if (i + r) % 2 == 0 else list(reversed(peers))
+            got = {p: run(p, name) for p in order}
+            if set(got) == {"iceberg", "mor"} and not any("error" in g for g in got.values()):
+                for when in ("first", "again"):
+                    a, b = got["iceberg"][when]["fingerprint"], got["mor"][when]["fingerprint"]
+                    if not _same(a, b):
+                        print(f"{name} ({when}): {differ}: mor {b}, Iceberg {a}")
+                        return None
+            for p, g in got.items():
+                runs[p].append(g)
+        figures[name] = {p: _median_runs(gs) for p, gs in runs.items()}
+        show(name, figures[name])
     return figures
+
+
+def _median_runs(got: list[Any]) -> Any:
+    """One peer's figures over repetitions: per run (first, again), the repetition of median
+    seconds, with every repetition's seconds beside it; a failure if any failed."""
+    failed = [g for g in got if "error" in g]
+    if failed or len(got) == 1:
+        return failed[0] if failed else got[0]
+    out: dict[str, Any] = {}
+    for when in got[0]:
+        ranked = sorted((g[when] for g in got), key=lambda w: w["seconds"])
+        out[when] = {**ranked[len(ranked) // 2], "all_seconds": [w["seconds"] for w in ranked]}
+    return out
 
 
 def _spark_version() -> str:
@@ -324,7 +351,7 @@ def _worker(args: argparse.Namespace) -> int:
             wall0, t0 = time.time(), time.perf_counter()
             rows = go()
             seconds = time.perf_counter() - t0
-        if args.profile and args.worker == "mor":
+        if args.profile:
             _profile(spark, run, wall0, seconds, steps)
         if run == "warm":
             continue
@@ -343,9 +370,9 @@ def _worker(args: argparse.Namespace) -> int:
 def _profile(
     spark: Any, run: str, wall0: float, seconds: float, steps: list[tuple[float, str]]
 ) -> None:
-    """Where a run's time went (stderr): mor's phases, and each Spark job submitted meanwhile
-    with its start, length and tasks (from Spark's status store, which needs no UI), as
-    seconds from the run's start."""
+    """Where a run's time went (stderr): a mor run's phases, and each Spark job submitted
+    meanwhile with its start, length and tasks (from Spark's status store, which needs no
+    UI), as seconds from the run's start."""
     store = spark.sparkContext._jsc.sc().statusStore()  # the UI's store: no UI needed
     lines = [f"profile of the {run} run: {seconds:.2f} s"]
     events = [(t - wall0, f"mor: {text}") for t, text in steps]
