@@ -36,6 +36,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 import fastavro
@@ -184,12 +186,15 @@ def _packed_metrics(raw: dict[str, Any]) -> bytes | None:
         if v is None:
             maps.append(None)
         elif hasattr(v, "items"):  # a mapping
-            maps.append(tuple(x for kv in v.items() for x in kv))
-        else:
-            maps.append(tuple(x for p in v for x in (p["key"], p["value"])))
+            maps.append(tuple(chain.from_iterable(v.items())))
+        else:  # flattened in C, not a generator per pair: a quarter of the packing's time
+            maps.append(tuple(chain.from_iterable(map(_KEY_VALUE, v))))
     if all(m is None for m in maps):
         return None
     return marshal.dumps(tuple(maps))
+
+
+_KEY_VALUE = itemgetter("key", "value")
 
 
 class ManifestEntry:
