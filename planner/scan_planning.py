@@ -372,7 +372,7 @@ def _plan_manifests(
     # the filter on column metrics leaves out what partition values answer exactly (a column
     # every spec of the data manifests partitions by identity); with nothing left and no
     # equality delete (whose key bounds are metrics too), data manifests are decoded without
-    # metrics: a third faster, and nothing per file to hold
+    # metrics: a sixth faster, and nothing per file to hold
     exact = _identity_sources(src, {m.partition_spec_id for m in data_m})
     by_id = {f.col.name: f.field_id for f in scan.fields}
     residual = [p for p in preds if by_id.get(p.column) not in exact]
