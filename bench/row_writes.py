@@ -315,12 +315,13 @@ def _worker(args: argparse.Namespace) -> int:
         print(json.dumps(_build(spark, work, args, CATALOG)))
         return 0
     base = json.loads(os.environ["MOR_BENCH_BASE"])
-    lo = args.rows[0] // 2
-    sql = (
-        STATEMENTS[args.statement]
-        .replace("<lo>", str(lo))
-        .replace("<hi>", str(lo + args.rows[0] // 100))
-    )
+
+    def sql_for(rows: int) -> str:
+        """The statement for a table of `rows` rows (a range statement's 1% of its ids)."""
+        lo = rows // 2
+        text = STATEMENTS[args.statement].replace("<lo>", str(lo))
+        return text.replace("<hi>", str(lo + rows // 100))
+
     out: dict[str, Any] = {}
     if args.worker == "mor":
         from pyiceberg.catalog import load_catalog
@@ -330,6 +331,7 @@ def _worker(args: argparse.Namespace) -> int:
     for run in runs:
         name = f"b.{args.worker}_{args.statement}_{run}_{uuid.uuid4().hex[:8]}"
         metadata = base["small" if run == "warm" else "metadata"]
+        sql = sql_for(SMALL if run == "warm" else args.rows[0])
         call = f"table => '{name}', metadata_file => '{metadata}'"
         spark.sql(f"CALL {CATALOG}.system.register_table({call})")
         if args.worker == "iceberg":
@@ -428,11 +430,13 @@ def _build(spark: Any, work: Path, args: argparse.Namespace, catalog: str) -> di
         return load(spark._jsparkSession, local).operations().current().metadataFileLocation()
 
     local = build(spark, work / "java", rows, 0.01, args.eq, eq_sets, version=version)
-    # the twin `--warm` runs each statement on first: the same shape, 20,000 rows
-    small = build(spark, work / "java", SMALL, 0.01, args.eq, eq_sets, version=version)
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {catalog}.b")
     rows = spark.sql(f"SELECT count(*) FROM {local}").first()[0]
-    return {"metadata": metadata(local), "small": metadata(small), "rows": rows}
+    out = {"metadata": metadata(local), "rows": rows}
+    if args.warm:  # the twin each statement runs on first: the same shape, 20,000 rows
+        small = build(spark, work / "java", SMALL, 0.01, args.eq, eq_sets, version=version)
+        out["small"] = metadata(small)
+    return out
 
 
 def _jvm_pid() -> int | None:
