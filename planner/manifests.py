@@ -55,6 +55,7 @@ _OPTIONAL = (
     "content_offset",
     "content_size_in_bytes",
 )
+_ABSENT = (None,) * len(_OPTIONAL)  # the usual data file's optional fields
 _CONTENT = {c.value: c for c in DataFileContent}
 _FORMAT = {f.value.upper(): f for f in FileFormat}
 _EPOCH_DAY = dt.date(1970, 1, 1)
@@ -140,6 +141,7 @@ class EntryFile:
         file_format: FileFormat,
         partition: tuple[Any, ...],
         spec_id: int,
+        metrics: bool = True,
     ) -> None:
         self.content = content
         self.file_path: str = raw["file_path"]
@@ -148,9 +150,9 @@ class EntryFile:
         self.record_count: int = raw["record_count"]
         self.file_size_in_bytes: int = raw["file_size_in_bytes"]
         self.spec_id = spec_id
-        opt = tuple(raw.get(n) for n in _OPTIONAL)
-        self._opt = opt if any(v is not None for v in opt) else None
-        self._metrics = _packed_metrics(raw)
+        opt = tuple(map(raw.get, _OPTIONAL))
+        self._opt = None if opt == _ABSENT else opt
+        self._metrics = _packed_metrics(raw) if metrics else None
 
     def _metric(self, index: int) -> dict[int, Any] | None:
         if self._metrics is None:
@@ -324,7 +326,12 @@ def _decode(
         )
         values = shared.setdefault(values, values)
         f = EntryFile(
-            d, _CONTENT[d.get("content", 0)], _FORMAT[d["file_format"].upper()], values, spec_id
+            d,
+            _CONTENT[d.get("content", 0)],
+            _FORMAT[d["file_format"].upper()],
+            values,
+            spec_id,
+            metrics,
         )
         out.append(
             ManifestEntry(

@@ -75,6 +75,7 @@ from mor.planner.nodes import (
     Pruning,
     ScanFiles,
 )
+from mor.planner.partition_values import compile_exact
 from mor.planner.requests import in_context
 from mor.planner.settings import current
 from mor.planner.sources import TableSource
@@ -628,10 +629,15 @@ def _partition_evaluator(
 ) -> Callable[[EntryFile], bool]:
     try:
         ptype = spec.partition_type(schema)
-        ev = expression_evaluator(Schema(*ptype.fields), projected, True)
+        pschema = Schema(*ptype.fields)
+        ev = expression_evaluator(pschema, projected, True)
     except Exception:  # noqa: BLE001 - pruning only: keep the file when unsure
         return lambda _f: True
-    if any(isinstance(f.field_type, UUIDType) for f in ptype.fields):
+    uuids = any(isinstance(f.field_type, UUIDType) for f in ptype.fields)
+    compiled = None if uuids else compile_exact(pschema, projected)
+    if compiled is not None:  # the walk done once, not per file (5 us a file)
+        return lambda f: compiled(f.partition)
+    if uuids:
         # pyiceberg's literal for a uuid is its 16 bytes, a decoded partition value a
         # uuid.UUID: compared as they are, `=` is never true (pyiceberg 0.12 prunes every file
         # of an identity partition on a uuid column) and `<` raises. Bytes compare as the spec
