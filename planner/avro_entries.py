@@ -30,7 +30,10 @@ from decimal import Context, Decimal
 from itertools import chain
 from typing import Any
 
-from pyiceberg.avro.decoder_fast import CythonBinaryDecoder
+try:  # built in pyiceberg's wheels; a build from source without Cython lacks it
+    from pyiceberg.avro.decoder_fast import CythonBinaryDecoder
+except ImportError:  # pragma: no cover - every manifest then goes to fastavro
+    CythonBinaryDecoder = None  # type: ignore[assignment,misc]
 
 MAGIC = b"Obj\x01"
 _PRIMITIVE_READ = {
@@ -90,6 +93,8 @@ class Unhandled(ValueError):
 def records(raw: bytes, metrics: bool = True) -> tuple[list[dict[str, Any]], str]:
     """The entries of the manifest `raw` (an Avro container file) and its schema's text.
     `metrics=False`: the metric maps skipped (absent from the data files' dicts)."""
+    if CythonBinaryDecoder is None:
+        raise Unhandled("pyiceberg's Cython decoder is not built here")
     dec = CythonBinaryDecoder(raw)
     if dec.read(4) != MAGIC:
         raise Unhandled("not an Avro container file")
