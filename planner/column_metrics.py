@@ -39,6 +39,8 @@ from pyiceberg.expressions.visitors import IN_PREDICATE_LIMIT, bind, rewrite_not
 from pyiceberg.schema import Schema
 from pyiceberg.types import DoubleType, FloatType, PrimitiveType
 
+from mor.planner.manifests import EntryFile
+
 Test = Callable[[Any], bool]  # a manifest entry's file -> rows might match
 
 
@@ -52,7 +54,8 @@ def compile_inclusive(schema: Schema, expr: BooleanExpression) -> Test | None:
     def evaluate(f: Any) -> bool:
         if f.record_count < 0:  # an imported file whose count is unknown
             return True
-        return test(f)
+        # an entry's metric blob unpacked once for all the predicates, not once per map read
+        return test(f.metrics_view() if isinstance(f, EntryFile) else f)
 
     return evaluate
 
@@ -81,7 +84,15 @@ def _nulls_or_nans_only(f: Any, field_id: int, floats: bool) -> bool:
 
 def _bound(f: Any, which: str, field_id: int, ftype: Any) -> Any:
     raw = (getattr(f, which) or {}).get(field_id)
-    return None if raw is None else from_bytes(ftype, raw)
+    if raw is None:
+        return None
+    impl = _FROM_BYTES.get(type(ftype))
+    if impl is None:  # pyiceberg's conversion for this type, found once (not per file)
+        impl = _FROM_BYTES[type(ftype)] = from_bytes.dispatch(type(ftype))
+    return impl(ftype, raw)
+
+
+_FROM_BYTES: dict[type, Callable[[Any, bytes], Any]] = {}
 
 
 def _compile(e: BooleanExpression) -> Test | None:

@@ -170,6 +170,11 @@ class EntryFile:
             return None
         return dict(zip(flat[::2], flat[1::2]))
 
+    def metrics_view(self) -> MetricsView:
+        """The metric maps read from one unpacking of the blob (a filter of several
+        predicates reads several maps of each file)."""
+        return MetricsView(self.record_count, self._metrics)
+
     def _optional(self, index: int) -> Any:
         return None if self._opt is None else self._opt[index]
 
@@ -183,6 +188,31 @@ class EntryFile:
     referenced_data_file = property(lambda self: self._optional(2))
     content_offset = property(lambda self: self._optional(3))
     content_size_in_bytes = property(lambda self: self._optional(4))
+
+
+class MetricsView:
+    """An entry's record count and metric maps (as `EntryFile` gives them), its blob unpacked
+    once."""
+
+    __slots__ = ("record_count", "_maps")
+
+    def __init__(self, record_count: int, blob: bytes | None) -> None:
+        self.record_count = record_count
+        self._maps = None if blob is None else marshal.loads(blob)
+
+    def _metric(self, index: int) -> dict[int, Any] | None:
+        if self._maps is None:
+            return None
+        flat = self._maps[index]
+        if flat is None:
+            return None
+        return dict(zip(flat[::2], flat[1::2]))
+
+    value_counts = property(lambda self: self._metric(0))
+    null_value_counts = property(lambda self: self._metric(1))
+    nan_value_counts = property(lambda self: self._metric(2))
+    lower_bounds = property(lambda self: self._metric(3))
+    upper_bounds = property(lambda self: self._metric(4))
 
 
 def _packed_metrics(raw: dict[str, Any]) -> bytes | None:

@@ -33,10 +33,12 @@ from pyiceberg.expressions import (
     StartsWith,
 )
 from pyiceberg.expressions.visitors import _InclusiveMetricsEvaluator, expression_evaluator
+from pyiceberg.manifest import DataFileContent, FileFormat
 from pyiceberg.schema import Schema
 from pyiceberg.types import DoubleType, IntegerType, LongType, NestedField, StringType
 
 from mor.planner.column_metrics import compile_inclusive
+from mor.planner.manifests import EntryFile
 from mor.planner.partition_values import compile_exact
 
 # the fast tier too (`make check`: tests/legs.py)
@@ -147,6 +149,13 @@ def test_same_answers_as_pyiceberg(expr: BooleanExpression, fs: list[Any]) -> No
     theirs = _InclusiveMetricsEvaluator(SCHEMA, expr, case_sensitive=True, include_empty_files=True)
     for f in fs:
         assert mine(f) == theirs.eval(f), (expr, f)
+        # as planning holds it: a manifest entry's file, its metrics packed in one blob
+        assert mine(_entry(f)) == theirs.eval(f), (expr, f)
+
+
+def _entry(f: Any) -> EntryFile:
+    raw = {"file_path": "f.parquet", "file_size_in_bytes": 1, **vars(f)}
+    return EntryFile(raw, DataFileContent.DATA, FileFormat.PARQUET, (), 0)
 
 
 @settings(max_examples=50, deadline=None)
