@@ -1,12 +1,9 @@
-"""Manifest files decoded by readers generated per Avro schema (planner/avro_entries.py), or
-by fastavro (C) for what those leave, instead of pyiceberg's record-by-record reader.
+"""Manifest files decoded with fastavro (C) instead of pyiceberg's record-by-record reader.
 
 pyiceberg builds each `DataFile` field by field through Python objects; on a table of many files
-that is most of cold planning. Here each manifest is read by straight-line Python generated once
-for its writer schema, over pyiceberg's Cython decoder (the fields planning never reads skipped,
-the metric maps read flat: 6-7 us an entry against fastavro's 20, 2026-12-07); a manifest it
-does not handle (a codec other than null or deflate, an unusual partition type) goes to
-fastavro with its own writer schema. Each entry becomes a compact `EntryFile` (about 300
+that is most of cold planning. Here fastavro decodes each manifest with its own writer schema
+(measured: a reader schema that projects fields away makes fastavro resolve every record and is
+slower than decoding all of them), and each entry becomes a compact `EntryFile` (about 300
 bytes of metrics in one blob, a partition tuple shared by the entries of one partition), so
 that planning a table of a million files does not hold a million decoded records (5.5 KB each).
 
@@ -36,7 +33,6 @@ import gc
 import io
 import marshal
 import uuid
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -48,13 +44,9 @@ import fastavro
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFileContent, FileFormat, ManifestContent, ManifestFile
 
-from mor.planner import avro_entries
 from mor.planner.state import caches
 
 ADDED, DELETED = 1, 2
-# what planner/avro_entries.py raises on a manifest it leaves to fastavro (a broken one too: the
-# error is then fastavro's or pyiceberg's, as before)
-_UNHANDLED = (ValueError, KeyError, TypeError, OverflowError, EOFError, IndexError, zlib.error)
 _METRICS = ("value_counts", "null_value_counts", "nan_value_counts", "lower_bounds", "upper_bounds")
 _OPTIONAL = (
     "equality_ids",
@@ -225,8 +217,6 @@ def _packed_metrics(raw: dict[str, Any]) -> bytes | None:
         v = raw.get(name)
         if v is None:
             maps.append(None)
-        elif type(v) is tuple:  # flat already (planner/avro_entries.py)
-            maps.append(v)
         elif hasattr(v, "items"):  # a mapping
             maps.append(tuple(chain.from_iterable(v.items())))
         else:  # flattened in C, not by a generator per pair: 7-8 -> 5.6-5.7 us an entry
@@ -337,17 +327,13 @@ def _without_metrics(text: str, writer: dict[str, Any]) -> Any:
 def _decode(
     raw: bytes, manifest: Any, metrics: bool = True, deleted: bool = False
 ) -> list[ManifestEntry]:
-    converters: list[tuple[str, Callable[[Any], Any] | None]] | None = None
-    try:  # partition values already Iceberg's (planner/avro_entries.py)
-        records: Any = avro_entries.records(raw, metrics)[0]
-    except _UNHANDLED:  # fastavro's reader, its values converted here
-        records = fastavro.reader(io.BytesIO(raw))
-        text = records.metadata["avro.schema"]
-        converters = _converters(text, records.writer_schema)
-        if not metrics:
-            projection = _without_metrics(text, records.writer_schema)
-            if projection is not None:
-                records = fastavro.reader(io.BytesIO(raw), reader_schema=projection)
+    records = fastavro.reader(io.BytesIO(raw))
+    text = records.metadata["avro.schema"]
+    converters = _converters(text, records.writer_schema)
+    if not metrics:
+        projection = _without_metrics(text, records.writer_schema)
+        if projection is not None:
+            records = fastavro.reader(io.BytesIO(raw), reader_schema=projection)
     out: list[ManifestEntry] = []
     m_seq = manifest.sequence_number or 0
     inherit_all = m_seq == 0
@@ -363,14 +349,10 @@ def _decode(
         snap = rec.get("snapshot_id")
         d = rec["data_file"]
         part = d["partition"]
-        values = (
-            part
-            if converters is None
-            else tuple(
-                v if conv is None or v is None else conv(v)
-                for name, conv in converters
-                for v in (part[name],)
-            )
+        values = tuple(
+            v if conv is None or v is None else conv(v)
+            for name, conv in converters
+            for v in (part[name],)
         )
         values = shared.setdefault(values, values)
         f = EntryFile(
