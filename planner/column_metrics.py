@@ -95,18 +95,29 @@ def _bound(f: Any, which: str, field_id: int, ftype: Any) -> Any:
 _FROM_BYTES: dict[type, Callable[[Any, bytes], Any]] = {}
 
 
-def _compile(e: BooleanExpression) -> Test | None:
+def compile_tree(e: BooleanExpression, leaf: Callable[[Any], Test | None]) -> Test | None:
+    """Closures for a bound filter's constants, ANDs and ORs, over `leaf(e)`'s closure for
+    anything else (None where `leaf` has none, and then for the whole filter). Shared by the
+    column-metric and the partition-value filters (planner/partition_values.py)."""
     if isinstance(e, AlwaysTrue):
         return lambda _f: True
     if isinstance(e, AlwaysFalse):
         return lambda _f: False
     if isinstance(e, (And, Or)):
-        left, right = _compile(e.left), _compile(e.right)
+        left, right = compile_tree(e.left, leaf), compile_tree(e.right, leaf)
         if left is None or right is None:
             return None
         if isinstance(e, And):
             return lambda f: left(f) and right(f)
         return lambda f: left(f) or right(f)
+    return leaf(e)
+
+
+def _compile(e: BooleanExpression) -> Test | None:
+    return compile_tree(e, _predicate)
+
+
+def _predicate(e: BooleanExpression) -> Test | None:
     if isinstance(e, (BoundNotEqualTo, BoundNotIn)):
         return lambda _f: True  # bounds cannot rule these out
     if not isinstance(

@@ -111,7 +111,20 @@ class UnconvertedType(ValueError):
     """A partition logical type without a conversion here (the manifest goes to pyiceberg)."""
 
 
-class EntryFile:
+class _MetricMaps:
+    """The five metric maps by pyiceberg's names, each read through the subclass's
+    `_metric(index)` (its maps in `_METRICS` order)."""
+
+    __slots__ = ()
+
+    value_counts = property(lambda self: self._metric(0))
+    null_value_counts = property(lambda self: self._metric(1))
+    nan_value_counts = property(lambda self: self._metric(2))
+    lower_bounds = property(lambda self: self._metric(3))
+    upper_bounds = property(lambda self: self._metric(4))
+
+
+class EntryFile(_MetricMaps):
     """The data or delete file of a manifest entry: the attributes planning reads of pyiceberg's
     `DataFile`, under the same names (pyiceberg's metric evaluators accept it as one).
 
@@ -155,12 +168,7 @@ class EntryFile:
         self._metrics = _packed_metrics(raw) if metrics else None
 
     def _metric(self, index: int) -> dict[int, Any] | None:
-        if self._metrics is None:
-            return None
-        flat = marshal.loads(self._metrics)[index]
-        if flat is None:
-            return None
-        return dict(zip(flat[::2], flat[1::2]))
+        return _metric_map(None if self._metrics is None else marshal.loads(self._metrics), index)
 
     def metrics_view(self) -> MetricsView:
         """The metric maps read from one unpacking of the blob (a filter of several
@@ -170,11 +178,6 @@ class EntryFile:
     def _optional(self, index: int) -> Any:
         return None if self._opt is None else self._opt[index]
 
-    value_counts = property(lambda self: self._metric(0))
-    null_value_counts = property(lambda self: self._metric(1))
-    nan_value_counts = property(lambda self: self._metric(2))
-    lower_bounds = property(lambda self: self._metric(3))
-    upper_bounds = property(lambda self: self._metric(4))
     equality_ids = property(lambda self: self._optional(0))
     first_row_id = property(lambda self: self._optional(1))
     referenced_data_file = property(lambda self: self._optional(2))
@@ -182,7 +185,7 @@ class EntryFile:
     content_size_in_bytes = property(lambda self: self._optional(4))
 
 
-class MetricsView:
+class MetricsView(_MetricMaps):
     """An entry's record count and metric maps (as `EntryFile` gives them), its blob unpacked
     once."""
 
@@ -193,18 +196,13 @@ class MetricsView:
         self._maps = None if blob is None else marshal.loads(blob)
 
     def _metric(self, index: int) -> dict[int, Any] | None:
-        if self._maps is None:
-            return None
-        flat = self._maps[index]
-        if flat is None:
-            return None
-        return dict(zip(flat[::2], flat[1::2]))
+        return _metric_map(self._maps, index)
 
-    value_counts = property(lambda self: self._metric(0))
-    null_value_counts = property(lambda self: self._metric(1))
-    nan_value_counts = property(lambda self: self._metric(2))
-    lower_bounds = property(lambda self: self._metric(3))
-    upper_bounds = property(lambda self: self._metric(4))
+
+def _metric_map(maps: tuple[Any, ...] | None, index: int) -> dict[int, Any] | None:
+    """Map `index` (in `_METRICS` order) of an unpacked metric blob, as a dict."""
+    flat = None if maps is None else maps[index]
+    return None if flat is None else dict(zip(flat[::2], flat[1::2]))
 
 
 def _packed_metrics(raw: dict[str, Any]) -> bytes | None:

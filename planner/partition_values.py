@@ -17,9 +17,6 @@ from collections.abc import Callable
 from typing import Any
 
 from pyiceberg.expressions import (
-    AlwaysFalse,
-    AlwaysTrue,
-    And,
     BooleanExpression,
     BoundEqualTo,
     BoundGreaterThan,
@@ -37,10 +34,11 @@ from pyiceberg.expressions import (
     BoundReference,
     BoundStartsWith,
     Not,
-    Or,
 )
 from pyiceberg.expressions.visitors import bind
 from pyiceberg.schema import Schema
+
+from mor.planner.column_metrics import compile_tree
 
 Test = Callable[[tuple[Any, ...]], bool]  # a partition tuple -> its files may match
 
@@ -73,17 +71,11 @@ _ORDERED = {
 
 
 def _compile(e: BooleanExpression) -> Test | None:
-    if isinstance(e, AlwaysTrue):
-        return lambda _p: True
-    if isinstance(e, AlwaysFalse):
-        return lambda _p: False
-    if isinstance(e, (And, Or)):
-        left, right = _compile(e.left), _compile(e.right)
-        if left is None or right is None:
-            return None
-        if isinstance(e, And):
-            return lambda p: left(p) and right(p)
-        return lambda p: left(p) or right(p)
+    return compile_tree(e, _leaf)
+
+
+def _leaf(e: BooleanExpression) -> Test | None:
+    """A NOT or a predicate (constants, ANDs and ORs are compile_tree's)."""
     if isinstance(e, Not):
         child = _compile(e.child)
         return None if child is None else (lambda p: not child(p))

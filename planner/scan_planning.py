@@ -630,11 +630,12 @@ def _partition_evaluator(
     try:
         ptype = spec.partition_type(schema)
         pschema = Schema(*ptype.fields)
-        ev = expression_evaluator(pschema, projected, True)
+        uuids = any(isinstance(f.field_type, UUIDType) for f in ptype.fields)
+        compiled = None if uuids else compile_exact(pschema, projected)
+        if compiled is None:  # pyiceberg's evaluator: a visitor walk per file
+            ev = expression_evaluator(pschema, projected, True)
     except Exception:  # noqa: BLE001 - pruning only: keep the file when unsure
         return lambda _f: True
-    uuids = any(isinstance(f.field_type, UUIDType) for f in ptype.fields)
-    compiled = None if uuids else compile_exact(pschema, projected)
     if compiled is not None:  # the walk done once, not per file (5 us a file)
         return lambda f: compiled(f.partition)
     if uuids:
