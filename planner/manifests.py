@@ -20,9 +20,12 @@ two on every manifest of the test tables, and on manifests written with every pa
 - metric maps read as `dict[int, ...]`; `content` is DATA when the field is absent (v1).
 
 A manifest whose partition carries a logical type this module does not convert (for example
-nanosecond timestamps), or that fastavro cannot decode at all (a codec whose library is missing
-here), is read with pyiceberg's reader instead: slower, never different. When that fails too, the
-error is pyiceberg's.
+nanosecond timestamps) is read with pyiceberg's reader instead: slower, never different. A file
+fastavro cannot decode (truncated, corrupt, a codec whose library is missing here) is an error,
+never handed to pyiceberg: pyiceberg 0.12's Cython decoder checks no length or count against its
+buffer, so on a broken file it reads past its memory and can kill the interpreter instead of
+raising. Whatever mor gives pyiceberg's Avro readers goes through `CheckedIO`: read whole once,
+decoded by fastavro first (`check_whole`), then served from memory.
 """
 
 from __future__ import annotations
@@ -41,9 +44,10 @@ from operator import itemgetter
 from typing import Any
 
 import fastavro
-from pyiceberg.io import FileIO
+from pyiceberg.io import FileIO, InputFile, OutputFile
 from pyiceberg.manifest import DataFileContent, FileFormat, ManifestContent, ManifestFile
 
+from mor.planner import avro_entries
 from mor.planner.state import caches
 
 ADDED, DELETED = 1, 2
@@ -215,6 +219,8 @@ def _packed_metrics(raw: dict[str, Any]) -> bytes | None:
         v = raw.get(name)
         if v is None:
             maps.append(None)
+        elif type(v) is tuple:  # flat already (planner/avro_entries.py)
+            maps.append(v)
         elif hasattr(v, "items"):  # a mapping
             maps.append(tuple(chain.from_iterable(v.items())))
         else:  # flattened in C, not by a generator per pair: 7-8 -> 5.6-5.7 us an entry
@@ -258,16 +264,67 @@ def read_manifest(file_io: FileIO, manifest: Any, *, deleted: bool = False) -> l
 def decode_manifest(
     raw: bytes, manifest: Any, file_io: FileIO, metrics: bool = True, *, deleted: bool = False
 ) -> list[ManifestEntry]:
-    """The live entries of `manifest` from its bytes `raw`; what fastavro cannot decode here goes
-    to pyiceberg's reader (through `file_io`). `metrics=False`: without column metrics (their
-    maps, split offsets, key metadata), for plans that read none: a sixth faster to decode
+    """The live entries of `manifest` from its bytes `raw`; a partition type not converted here
+    goes to pyiceberg's reader (the file checked first); a file fastavro cannot decode raises.
+    `metrics=False`: without column metrics (their maps, split offsets, key metadata), for
+    plans that read none: a sixth faster to decode
     (23 us an entry against 28 us, fastavro's own decoding 19 us, bench/scale.py's manifests
     on 2026-12-07), and no metric blob to make or hold.
     `deleted`: DELETED entries kept (their sequence numbers as recorded)."""
     try:
         return _decode(raw, manifest, metrics, deleted)
-    except (ValueError, KeyError, TypeError, OverflowError, EOFError):
-        return _pyiceberg_entries(file_io, manifest, deleted)
+    except UnconvertedType:  # raised before any record is read: pyiceberg's values, checked
+        checked = CheckedIO(file_io, {manifest.manifest_path: raw})
+        return _pyiceberg_entries(checked, manifest, deleted)
+
+
+def check_whole(raw: bytes) -> None:
+    """Raise fastavro's error unless every block and record of the Avro file `raw` decodes
+    (its values as stored: no logical type can fail it). Only a file that passed goes to
+    pyiceberg's Avro reader (see the module's doc; tests/test_manifests.py fuzzes both)."""
+    writer = fastavro.reader(io.BytesIO(raw)).writer_schema
+    for _ in fastavro.reader(io.BytesIO(raw), reader_schema=_plain(writer)):
+        pass
+
+
+class CheckedIO(FileIO):
+    """A FileIO for pyiceberg's manifest and manifest-list readers: each file read whole once
+    through `base` (or taken from `known`, its bytes already read), checked by `check_whole`,
+    then served from memory. Writes and deletes go to `base` unchanged."""
+
+    def __init__(self, base: FileIO, known: dict[str, bytes] | None = None) -> None:
+        super().__init__(base.properties)
+        self._base = base
+        self._known = dict(known or {})
+
+    def new_input(self, location: str) -> InputFile:
+        raw = self._known.get(location)
+        if raw is None:
+            with self._base.new_input(location).open() as f:
+                raw = f.read()
+        check_whole(raw)
+        return _InMemory(location, raw)
+
+    def new_output(self, location: str) -> OutputFile:
+        return self._base.new_output(location)
+
+    def delete(self, location: str | InputFile | OutputFile) -> None:
+        self._base.delete(location)
+
+
+class _InMemory(InputFile):
+    def __init__(self, location: str, raw: bytes) -> None:
+        super().__init__(location)
+        self._raw = raw
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def exists(self) -> bool:
+        return True
+
+    def open(self, seekable: bool = True) -> io.BytesIO:
+        return io.BytesIO(self._raw)
 
 
 def read_records(file_io: FileIO, path: str) -> tuple[Any, dict[str, str], list[dict[str, Any]]]:
@@ -325,13 +382,17 @@ def _without_metrics(text: str, writer: dict[str, Any]) -> Any:
 def _decode(
     raw: bytes, manifest: Any, metrics: bool = True, deleted: bool = False
 ) -> list[ManifestEntry]:
-    records = fastavro.reader(io.BytesIO(raw))
-    text = records.metadata["avro.schema"]
-    converters = _converters(text, records.writer_schema)
-    if not metrics:
-        projection = _without_metrics(text, records.writer_schema)
-        if projection is not None:
-            records = fastavro.reader(io.BytesIO(raw), reader_schema=projection)
+    converters: list[tuple[str, Callable[[Any], Any] | None]] | None = None
+    try:  # partition values already Iceberg's (planner/avro_entries.py)
+        records: Any = avro_entries.records(raw, metrics)[0]
+    except Exception:  # noqa: BLE001 - left, or broken: fastavro's reader (and its error)
+        records = fastavro.reader(io.BytesIO(raw))
+        text = records.metadata["avro.schema"]
+        converters = _converters(text, records.writer_schema)
+        if not metrics:
+            projection = _without_metrics(text, records.writer_schema)
+            if projection is not None:
+                records = fastavro.reader(io.BytesIO(raw), reader_schema=projection)
     out: list[ManifestEntry] = []
     m_seq = manifest.sequence_number or 0
     inherit_all = m_seq == 0
@@ -347,10 +408,14 @@ def _decode(
         snap = rec.get("snapshot_id")
         d = rec["data_file"]
         part = d["partition"]
-        values = tuple(
-            v if conv is None or v is None else conv(v)
-            for name, conv in converters
-            for v in (part[name],)
+        values = (
+            part
+            if converters is None
+            else tuple(
+                v if conv is None or v is None else conv(v)
+                for name, conv in converters
+                for v in (part[name],)
+            )
         )
         values = shared.setdefault(values, values)
         f = EntryFile(
@@ -515,7 +580,7 @@ class ListedManifest:
 
 def decode_manifest_list(raw: bytes) -> list[ListedManifest]:
     """The entries of a manifest list from its bytes. ValueError when a required field is
-    absent from the file's schema (the caller may try pyiceberg's reader)."""
+    absent from the file's schema (the caller may try pyiceberg's reader, through `CheckedIO`)."""
     records = fastavro.reader(io.BytesIO(raw))
     names, summary = _list_names(records.metadata["avro.schema"], records.writer_schema)
     path, length, spec, snap, parts_, seq, min_seq, content, first_row_id = (

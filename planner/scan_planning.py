@@ -56,6 +56,7 @@ from mor.planner.delete_index import DeleteIndex, Entry, InvalidDeletes, is_dv, 
 from mor.planner.eq_bounds import may_apply, metrics_of
 from mor.planner.errors import MetadataError, UnsupportedError, clipped
 from mor.planner.manifests import (
+    CheckedIO,
     EntryFile,
     ListedManifest,
     ManifestEntry,
@@ -152,8 +153,9 @@ def _manifests(src: TableSource, snap: Snapshot, cache: ProcessCaches) -> list[L
     except Exception as fast:  # noqa: BLE001 - a codec fastavro lacks, a schema it cannot read
         if src.metadata.format_version >= 3:  # pyiceberg's model has no first_row_id
             raise _list_error(src, snap, fast) from fast
-        try:
-            out = [ListedManifest.of(m) for m in snap.manifests(src.io)]
+        try:  # only a file fastavro reads whole reaches pyiceberg's decoder (CheckedIO)
+            checked = CheckedIO(src.io, {path: raw})
+            out = [ListedManifest.of(m) for m in snap.manifests(checked)]
         except Exception as e:  # noqa: BLE001 - unreadable or truncated: never a traceback
             raise _list_error(src, snap, e) from e
     cache.manifest_lists.put(key, out, len(out), current().manifest_cache_entries)

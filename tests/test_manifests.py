@@ -55,7 +55,7 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-from mor.planner import manifests
+from mor.planner import avro_entries, manifests
 from mor.planner.manifests import read_manifest
 from mor.planner.sources import PathMap, Resolver
 from mor.planner.state import caches
@@ -125,8 +125,28 @@ def _same(file_io: Any, manifest: Any) -> int:
     return len(ours)
 
 
+@pytest.fixture(params=["generated", "fastavro"])
+def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which of the two decoders reads every manifest: the readers generated per schema
+    (planner/avro_entries.py; fastavro then never asked) or fastavro's (what the generated
+    ones leave to it)."""
+    if request.param == "generated":
+
+        def refused(*_a: Any, **_k: Any) -> Any:
+            raise AssertionError("fastavro asked for a manifest the generated reader reads")
+
+        monkeypatch.setattr(manifests.fastavro, "reader", refused)
+    else:
+
+        def unhandled(*_a: Any, **_k: Any) -> Any:
+            raise avro_entries.Unhandled("left to fastavro by the test")
+
+        monkeypatch.setattr(avro_entries, "records", unhandled)
+    return request.param  # type: ignore[no-any-return]
+
+
 @pytest.mark.parametrize("name", list(_TABLES))
-def test_real_tables_manifests_decode_as_pyiceberg_reads_them(name: str) -> None:
+def test_real_tables_manifests_decode_as_pyiceberg_reads_them(name: str, reader: str) -> None:
     t = _TABLES[name]
     resolver = Resolver(None, PathMap.of({t["prefix_in_files"]: str(REALDATA / t["maps_to"])}))
     src = resolver.by_path(str(REALDATA / t["metadata"]))
@@ -226,7 +246,7 @@ def _write(path: Path, version: int, seq: int | None) -> Any:
 
 @pytest.mark.parametrize(("version", "seq"), [(1, None), (2, 0), (2, 42)])
 def test_every_partition_type_status_and_inherited_number(
-    tmp_path: Path, version: int, seq: int | None
+    tmp_path: Path, version: int, seq: int | None, reader: str
 ) -> None:
     file_io, manifest = _write(tmp_path / f"m-v{version}.avro", version, seq)
     n = _same(file_io, manifest)
@@ -248,6 +268,12 @@ def test_a_logical_type_without_conversion_goes_to_pyiceberg(
     monkeypatch.setattr(
         manifests, "_LOGICAL", {k: v for k, v in manifests._LOGICAL.items() if k != "date"}
     )
+    monkeypatch.setattr(
+        avro_entries,
+        "_PARTITION_LOGICAL",
+        {k: v for k, v in avro_entries._PARTITION_LOGICAL.items() if k[0] != "date"},
+    )
+    monkeypatch.setattr(avro_entries, "_READERS", {})
     monkeypatch.setattr(manifests, "_CONVERTERS", {})
     called = []
     real = manifests._pyiceberg_entries
@@ -412,8 +438,8 @@ def test_a_listed_manifest_reads_through_pyiceberg_as_the_fallback(tmp_path: Pat
 def test_a_list_fastavro_cannot_decode_is_planned_through_pyiceberg(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A v2 list fastavro refuses (a codec it lacks, a schema it cannot read) is read by
-    pyiceberg's reader: the same files and deletes, each scan."""
+    """A v2 list fastavro's decoding here refuses (a schema it cannot read) is read by
+    pyiceberg's reader, once fastavro has read the file whole: the same files and deletes."""
     from mor.api import plan_query
     from mor.planner import scan_planning
     from mor.planner.nodes import IcebergScan
@@ -438,6 +464,55 @@ def test_a_list_fastavro_cannot_decode_is_planned_through_pyiceberg(
 
     monkeypatch.setattr(scan_planning, "decode_manifest_list", refuse)
     assert files() == fast and refused
+
+
+def test_a_broken_manifest_raises_and_never_reaches_pyiceberg(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest fastavro cannot decode (here cut short) is an error, not pyiceberg's to try:
+    its Cython decoder reads past a broken file's buffer. The list's fallback and the writer's
+    reads take pyiceberg's reader only through CheckedIO, which refuses the same file."""
+    file_io, manifest = _write(tmp_path / "m.avro", 2, 42)
+    raw = (tmp_path / "m.avro").read_bytes()
+    short = raw[: len(raw) - 40]
+    monkeypatch.setattr(
+        manifests, "_pyiceberg_entries", lambda *a: pytest.fail("handed to pyiceberg")
+    )
+    with pytest.raises(Exception) as e:
+        manifests.decode_manifest(short, manifest, file_io)
+    assert not isinstance(e.value, manifests.UnconvertedType)
+    checked = manifests.CheckedIO(file_io, {manifest.manifest_path: short})
+    with pytest.raises(EOFError):
+        checked.new_input(manifest.manifest_path)
+    whole = manifests.CheckedIO(file_io)  # reads the file itself: the same bytes pyiceberg reads
+    with whole.new_input(manifest.manifest_path).open() as f:
+        assert f.read() == raw
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_fuzzed_manifests_and_lists_raise_and_never_crash(seed: int) -> None:
+    """Truncations and byte flips of the real tables' manifests (deflated, and written again
+    uncompressed) and lists, through the generated reader, fastavro's road and pyiceberg's
+    behind CheckedIO, in a process of its own: each read returns or raises. Without the
+    check (`--unchecked`, docs/testing.md) seeds 2 and 3 kill the process with a
+    segmentation fault on 2026-12-07 (pyiceberg 0.12)."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).with_name("fuzz_manifests.py")
+    run = subprocess.run(
+        [sys.executable, str(script), str(seed), "600"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, f"exit {run.returncode}: {run.stderr[-2000:]}"
+    counts = dict(line.rsplit(": ", 1) for line in run.stdout.splitlines())
+    # the fuzzing reaches both: files that still decode, and errors past the header
+    roads = ("manifest generated", "manifest fastavro", "manifest pyiceberg")
+    for road in (*roads, "list fastavro", "list pyiceberg"):
+        assert int(counts.get(f"{road}: read", 0)) > 0, run.stdout
+    assert int(counts.get("manifest pyiceberg: EOFError", 0)) > 0, run.stdout
 
 
 def _decoded_with(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
@@ -765,3 +840,76 @@ def test_processes_planning_at_once_share_the_stored_entries(tmp_path: Path) -> 
         assert [p.returncode for p in procs] == [0] * 4
         assert outs == [alone] * 4
     assert len(_stored(root)) == 10 and not list(root.glob("manifests/*/*.tmp"))
+
+
+def _long(v: int) -> bytes:
+    """Avro's zigzag varint."""
+    z, out = (v << 1) ^ (v >> 63), bytearray()
+    while z & ~0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def _text(s: str) -> bytes:
+    return _long(len(s.encode())) + s.encode()
+
+
+def test_generated_reader_follows_blocks_given_by_size_and_skips_what_is_unread() -> None:
+    """Arrays written in blocks whose counts are negative (their byte size follows, as Avro
+    allows and Java's encoder may write), read and skipped; two records in one block; what
+    it cannot follow (a codec) is left to fastavro."""
+    pair = {"type": "record", "name": "kv", "fields": [
+        {"name": "key", "type": "int"}, {"name": "value", "type": "long"}]}  # fmt: skip
+    schema = {"type": "record", "name": "manifest_entry", "fields": [
+        {"name": "status", "type": "int"},
+        {"name": "snapshot_id", "type": ["null", "long"]},
+        {"name": "data_file", "type": {"type": "record", "name": "r2", "fields": [
+            {"name": "file_path", "type": "string"},
+            {"name": "partition", "type": {"type": "record", "name": "r102", "fields": [
+                {"name": "d", "type": ["null", {"type": "int", "logicalType": "date"}]}]}},
+            {"name": "column_sizes", "type": ["null", {"type": "array", "items": pair}]},
+            {"name": "value_counts", "type": ["null", {"type": "array", "items": "kv"}]},
+            {"name": "split_offsets", "type": ["null", {"type": "array", "items": "long"}]},
+        ]}},
+    ]}  # fmt: skip
+    sizes = _long(1) + _long(10) + _long(2) + _long(20)  # two pairs: (1, 10), (2, 20)
+    counts = _long(3) + _long(30)  # one pair: (3, 30)
+
+    def record(path: str, day: int) -> bytes:
+        return (
+            _long(1)  # status
+            + _long(1) + _long(77)  # snapshot_id: the union's long
+            + _text(path)
+            + _long(1) + _long(day)  # partition d
+            + _long(1) + _long(-2) + _long(len(sizes)) + sizes + _long(0)  # by size
+            + _long(1) + _long(-1) + _long(len(counts)) + counts + _long(0)
+            + _long(1) + _long(2) + _long(4) + _long(8) + _long(0)  # split_offsets [4, 8]
+        )  # fmt: skip
+
+    sync = bytes(range(16))
+    block = record("a.parquet", 19000) + record("b.parquet", -1)
+    meta = (
+        _long(1)
+        + _text("avro.schema")
+        + _long(len(json.dumps(schema)))
+        + json.dumps(schema).encode()
+        + _long(0)
+    )
+    raw = b"Obj\x01" + meta + sync + _long(2) + _long(len(block)) + block + sync
+    got, _ = avro_entries.records(raw)
+    assert got == [
+        {"status": 1, "snapshot_id": 77, "data_file": {
+            "file_path": p, "partition": (d,), "value_counts": (3, 30)}}
+        for p, d in (("a.parquet", 19000), ("b.parquet", -1))
+    ]  # fmt: skip
+    assert avro_entries.records(raw, metrics=False)[0][0]["data_file"] == {
+        "file_path": "a.parquet",
+        "partition": (19000,),
+    }
+    zstd = b"Obj\x01" + _long(2) + _text("avro.codec") + _text("zstandard") + meta[1:] + sync
+    with pytest.raises(avro_entries.Unhandled, match="codec"):
+        avro_entries.records(zstd + _long(2) + _long(len(block)) + block + sync)
+    with pytest.raises(avro_entries.Unhandled, match="sync"):
+        avro_entries.records(raw[:-1] + b"\xff")

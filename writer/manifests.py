@@ -53,7 +53,7 @@ from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
 from mor.planner.errors import MorError
-from mor.planner.manifests import read_records
+from mor.planner.manifests import CheckedIO, read_records
 
 if TYPE_CHECKING:
     from mor.writer.operations import Operation
@@ -195,15 +195,16 @@ def rewritten_manifests(
     """The head's manifests (none before the first snapshot), each one holding a removed
     file written again."""
     io = table.io
+    checked = CheckedIO(io)  # pyiceberg's reader only sees what fastavro read whole
     out = []
     found: set[str] = set()
-    for manifest in head.manifests(io) if head is not None else ():
+    for manifest in head.manifests(checked) if head is not None else ():
         deletes = manifest.content == ManifestContent.DELETES
         gone = change.removed if deletes else change.removed_data
         if not gone:
             out.append(manifest)
             continue
-        entries = manifest.fetch_manifest_entry(io, discard_deleted=True)
+        entries = manifest.fetch_manifest_entry(checked, discard_deleted=True)
         hit = [e for e in entries if e.data_file.file_path in gone]
         if not hit:
             out.append(manifest)
