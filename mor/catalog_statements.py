@@ -1,5 +1,6 @@
 """The runners of the statements that change or read the catalog alone: CREATE/DROP NAMESPACE,
-CREATE TABLE (without AS SELECT: mor/inserts.py runs that), DROP TABLE, ALTER TABLE, SHOW
+CREATE TABLE (without AS SELECT: mor/inserts.py runs that), DROP TABLE, ALTER TABLE, CALL of
+the procedures that move a branch (writer/procedures.py), SHOW
 NAMESPACES/TABLES/CREATE TABLE/TBLPROPERTIES and DESCRIBE. No Spark: SHOW and DESCRIBE answer
 from the metadata, with the columns and rows Spark's own commands give.
 
@@ -16,6 +17,7 @@ from mor.outcome import Outcome, RunContext
 from mor.planner.errors import MorError, TableNotFoundError, UnsupportedError
 from mor.planner.statement_plans import (
     AlterTable,
+    CallProcedure,
     CreateNamespace,
     CreateTable,
     DescribeTable,
@@ -251,6 +253,56 @@ def run_alter_table(plan: AlterTable, ctx: RunContext) -> Outcome:
         "ALTER TABLE",
         f"table {name}: {what or 'nothing changed'}",
         {"table": name, "changes": what},
+    )
+
+
+def run_call(plan: CallProcedure, ctx: RunContext) -> Outcome:
+    """Iceberg's procedures that move a branch (writer/procedures.py): Iceberg's output row,
+    and one line of what moved."""
+    from mor.planner.procedures import PROCEDURES
+    from mor.writer.procedures import ref_move, run_ref_move, updates
+
+    cat = catalog_of(ctx, plan.target.catalog)
+    name = plan.target.name
+    proc = PROCEDURES[plan.procedure]
+    args = dict(plan.args)
+    if ctx.checking or ctx.dry_run:
+        md = metadata_of(ctx, cat, name)
+        move = ref_move(md, plan.procedure, args, name)
+        if ctx.pending is not None:
+            from pyiceberg.table.update import update_table_metadata
+
+            changes, _ = updates(md, move)
+            if changes:
+                ctx.pending.created(cat.name, name, update_table_metadata(md, changes))
+        return Outcome(  # a dry run says what would move, in a line (no committed state)
+            f"CALL {plan.procedure}",
+            move.line(name, False),
+            {
+                "table": name,
+                "procedure": plan.procedure,
+                "branch": move.branch,
+                "before": move.before,
+                "after": move.after,
+                "committed": False,
+            },
+        )
+    move = run_ref_move(cat, name, plan.procedure, args)
+    done = True
+    return Outcome(
+        f"CALL {plan.procedure}",
+        move.line(name, done),
+        {
+            "table": name,
+            "procedure": plan.procedure,
+            "branch": move.branch,
+            "before": move.before,
+            "after": move.after,
+            "committed": done and move.moves,
+        },
+        columns=proc.columns,
+        types=proc.output,
+        rows=[move.row()],
     )
 
 

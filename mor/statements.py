@@ -35,6 +35,7 @@ from mor.planner.sources import PathMap, Resolver
 from mor.planner.sql import Statement, one_statement
 from mor.planner.statement_plans import (
     AlterTable,
+    CallProcedure,
     CreateNamespace,
     CreateTable,
     CreateView,
@@ -625,6 +626,7 @@ RUNNERS: dict[type, Callable[[StatementExecution, Any, RunContext], Outcome]] = 
     CreateTable: _create_table,
     DropTable: _catalog_runner("run_drop_table"),
     AlterTable: _catalog_runner("run_alter_table"),
+    CallProcedure: _catalog_runner("run_call"),
     InsertRows: _insert,
     ShowNamespaces: _catalog_runner("run_show_namespaces"),
     ShowTables: _catalog_runner("run_show_tables"),

@@ -36,10 +36,12 @@ from mor.planner.errors import (
 from mor.planner.iceberg_types import iceberg_schema, iceberg_type
 from mor.planner.names import is_spark_only
 from mor.planner.nodes import line_col
+from mor.planner.procedures import read_call
 from mor.planner.sources import Resolver
 from mor.planner.sql import Statement, iceberg_tables, owner_of, split_statements
 from mor.planner.statement_plans import (
     AlterTable,
+    CallProcedure,
     Change,
     CreateNamespace,
     CreateTable,
@@ -516,11 +518,51 @@ def _command(stmt: Statement, resolver: Resolver, branch: str) -> StatementPlan:
     if first in ("DESCRIBE", "DESC"):
         return _describe(stmt, w, resolver)
     if first == "CALL":
-        raise UnsupportedError(
-            "CALL: mor runs no stored procedures yet; its maintenance runs as commands "
-            "(mor compact, mor convert-equality-deletes: docs/maintenance.md)"
-        )
+        return _call(stmt, w, resolver)
     return SparkStatement(statement=stmt, kind=" ".join(stmt.text.split()[:3]).upper())
+
+
+def _call(stmt: Statement, w: Words, resolver: Resolver) -> StatementPlan:
+    """`CALL [catalog.]system.<procedure>(...)` (planner/procedures.py): its `table` argument
+    resolved as mor's table, in the CALL's catalog when it names one."""
+    call = read_call(w)
+    verb = f"CALL {call.procedure.name}"
+    text = call.args["table"]
+    where = line_col(stmt.source, call.table_start)
+    try:
+        parsed = exp.to_table(text, dialect=DIALECT)
+    except Exception:  # noqa: BLE001 - sqlglot's errors for a name are many kinds
+        parsed = None
+    if not isinstance(parsed, exp.Table) or not parsed.name:
+        raise SqlSyntaxError(f"{verb}: {text!r} is not a table name", *where)
+    parts = [p.name for p in parsed.parts]
+    if call.catalog is not None:
+        if len(parts) == 3 and parts[0] != call.catalog:
+            raise UnsupportedError(
+                f"{verb}: table {text} is in catalog {parts[0]}, the procedure in catalog "
+                f"{call.catalog} (line {where[0]}, column {where[1]})"
+            )
+        if len(parts) == 2:
+            parts = [call.catalog, *parts]
+    table = exp.Table(
+        this=exp.to_identifier(parts[-1]),
+        db=exp.to_identifier(parts[-2]) if len(parts) > 1 else None,
+        catalog=exp.to_identifier(parts[-3]) if len(parts) > 2 else None,
+    )
+    for p in table.parts:
+        p.meta["start"] = call.table_start - stmt.offset
+    target = _target(table, stmt, resolver, verb)
+    if target is None:
+        raise UnsupportedError(
+            f"{verb}: {text} is not a table of mor's catalog (Spark's own tables take "
+            f"Iceberg's procedures through Iceberg's runtime) (line {where[0]}, column {where[1]})"
+        )
+    return CallProcedure(
+        statement=stmt,
+        procedure=call.procedure.name,
+        target=target,
+        args=tuple(call.args.items()),
+    )
 
 
 def _table_at(w: Words, stmt: Statement, resolver: Resolver, verb: str) -> TableName | None:

@@ -268,6 +268,24 @@ class AlterTable(StatementPlan):
 
 
 @dataclass(frozen=True, kw_only=True)
+class CallProcedure(StatementPlan):
+    """`CALL [catalog.]system.<procedure>(...)`: one of Iceberg's procedures on a table of
+    mor's catalog (planner/procedures.py binds the arguments; writer/procedures.py runs it).
+    `args`: the arguments given, by parameter name, typed (a timestamp in milliseconds)."""
+
+    procedure: str
+    target: TableName
+    args: tuple[tuple[str, Any], ...]
+
+    def arg(self, name: str) -> Any:
+        return dict(self.args).get(name)
+
+    def describe(self) -> str:
+        shown = ", ".join(f"{k} => {v!r}" for k, v in self.args if k != "table")
+        return f"CallProcedure {self.procedure} on {self.target}" + (f": {shown}" if shown else "")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Change:
     """One change of an ALTER TABLE: `kind` and its arguments (planner/binding.py lists the
     kinds and mor/catalog_commands.py applies them)."""

@@ -28,8 +28,14 @@ def test_not_a_query_is_refused(catalog: object) -> None:
     assert explain("DROP TABLE ns.t", catalog=catalog, check=False).startswith(
         "== Statement ==\nDropTable ns.t"
     )
-    with pytest.raises(UnsupportedError, match="CALL: mor runs no stored procedures"):
+    with pytest.raises(UnsupportedError, match="expire_snapshots procedure yet"):
         explain("CALL mor.system.expire_snapshots(table => 'ns.t')", catalog=catalog)
+    # a procedure mor runs explains as its bound plan (the table's absence: at run time)
+    assert explain(
+        "CALL mor.system.rollback_to_snapshot('ns.t', 5)", catalog=catalog, check=False
+    ).startswith(
+        "== Statement ==\nCallProcedure rollback_to_snapshot on mor.ns.t: snapshot_id => 5"
+    )
     # a write command's EXPLAIN names a table the catalog lacks in one line
     for sql in (
         "MERGE INTO ns.t USING ns.s ON ns.t.id = ns.s.id WHEN MATCHED THEN DELETE",

@@ -113,6 +113,19 @@ def test_column_types_match_the_spec_and_iceberg_reader() -> None:
     print(summary)
 
 
+def test_procedures_move_branches_as_icebergs_on_twin_tables(postgres: object) -> None:
+    """CALL rollback_to_snapshot / rollback_to_timestamp / set_current_snapshot / fast_forward
+    through mor on a twin (the same metadata registered under another name) of a v2 and a v3
+    table Iceberg's Java writer made (deletes, a tag, a branch with retention and a commit of
+    its own), against Iceberg's procedures on the table (tests/oracle/procedures.py): the same
+    refusals, output rows, refs with their retention, current snapshot and snapshot log, the
+    same rows through Iceberg's reader and mor."""
+    summary = run_harness("procedures", timeout=600)
+    assert " 0 differences" in summary and "'refused by both': 6" in summary
+    assert "'answered alike': 14" in summary
+    print(summary.splitlines()[-1])
+
+
 def test_converted_and_compacted_tables_match_iceberg_reader_and_library(postgres: object) -> None:
     """convert-equality-deletes, then compact, on Java-written histories in a JDBC catalog
     shared with Iceberg's Spark catalog (tests/oracle/maintenance.py): every snapshot read by

@@ -1,0 +1,202 @@
+"""Iceberg's procedures that move a branch, as CALL statements (planner/procedures.py binds
+them, writer/procedures.py runs them), without Spark: on tables of the embedded catalog whose
+snapshots pyiceberg appends. Iceberg's own procedures on twin tables: tests/oracle/procedures.py.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from mor.planner.errors import MorError, SqlSyntaxError, UnsupportedError
+from mor.statements import StatementExecution
+from mor.writer.procedures import ProcedureError
+
+pytestmark = [pytest.mark.check]
+
+
+def _run(catalog: Any, sql: str, **kw: Any) -> Any:
+    return StatementExecution(sql, catalog=catalog, **kw).run()
+
+
+@pytest.fixture()
+def history(catalog: Any) -> tuple[Any, list[int]]:
+    """db.t with four appends (snapshots s1..s4, a few milliseconds apart), ids 1..4."""
+    _run(catalog, "CREATE NAMESPACE db")
+    _run(catalog, "CREATE TABLE db.t (id BIGINT)")
+    t = catalog.load_table("db.t")
+    for i in range(1, 5):
+        t.append(pa.table({"id": pa.array([i], pa.int64())}))
+        time.sleep(0.01)
+    t = catalog.load_table("db.t")
+    return catalog, [s.snapshot_id for s in t.metadata.snapshots]
+
+
+def _ids(catalog: Any, ref: str = "main") -> list[int]:
+    t = catalog.load_table("db.t")
+    sid = t.metadata.refs[ref].snapshot_id
+    return sorted(t.scan(snapshot_id=sid).to_arrow()["id"].to_pylist())
+
+
+def test_rollback_to_snapshot_moves_main_back_and_answers_as_icebergs(history: Any) -> None:
+    catalog, s = history
+    out = _run(catalog, f"CALL system.rollback_to_snapshot('db.t', {s[1]})")
+    assert out.columns == ["previous_snapshot_id", "current_snapshot_id"]
+    assert out.rows == [(s[3], s[1])] and out.report["committed"]
+    md = catalog.load_table("db.t").metadata
+    assert md.current_snapshot_id == s[1] and md.snapshot_log[-1].snapshot_id == s[1]
+    assert len(md.snapshots) == 4  # nothing removed: s3 and s4 stay reachable by id
+    assert _ids(catalog) == [1, 2]
+    # s4 is no longer an ancestor of the current state: refused, as Iceberg refuses it
+    with pytest.raises(ProcedureError, match="not an ancestor of the current state"):
+        _run(catalog, f"CALL system.rollback_to_snapshot(table => 'db.t', snapshot_id => {s[3]})")
+    with pytest.raises(ProcedureError, match="unknown snapshot id 42"):
+        _run(catalog, "CALL system.rollback_to_snapshot('db.t', 42)")
+    assert catalog.load_table("db.t").metadata.current_snapshot_id == s[1]
+    # set_current_snapshot reaches any snapshot (and by name here, in any order)
+    out = _run(catalog, f"CALL system.set_current_snapshot(snapshot_id => {s[3]}, table => 'db.t')")
+    assert out.rows == [(s[1], s[3])] and _ids(catalog) == [1, 2, 3, 4]
+
+
+def test_rollback_to_timestamp_takes_the_latest_ancestor_strictly_older(history: Any) -> None:
+    catalog, s = history
+    md = catalog.load_table("db.t").metadata
+    ts = {x.snapshot_id: x.timestamp_ms for x in md.snapshots}
+    at = ts[s[2]]  # strictly older than s3's own time: s2
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at / 1000)) + f".{at % 1000:03d}"
+    out = _run(catalog, f"CALL system.rollback_to_timestamp('db.t', TIMESTAMP '{stamp}')")
+    assert out.rows == [(s[3], s[1])] and _ids(catalog) == [1, 2]
+    with pytest.raises(ProcedureError, match="no ancestor of the current snapshot older"):
+        _run(catalog, "CALL system.rollback_to_timestamp('db.t', TIMESTAMP '2001-01-01 00:00:00')")
+
+
+def test_set_current_snapshot_to_a_tag_and_fast_forward_a_branch(history: Any) -> None:
+    catalog, s = history
+    _run(catalog, f"ALTER TABLE db.t CREATE TAG v1 AS OF VERSION {s[0]}")
+    _run(catalog, f"ALTER TABLE db.t CREATE BRANCH b AS OF VERSION {s[1]} RETAIN 7 DAYS")
+    before = catalog.load_table("db.t").metadata.refs["b"]
+    out = _run(catalog, "CALL system.fast_forward('db.t', 'b', 'main')")
+    assert out.columns == ["branch_updated", "previous_ref", "updated_ref"]
+    assert out.rows == [("b", s[1], s[3])]
+    after = catalog.load_table("db.t").metadata.refs["b"]
+    assert after.snapshot_id == s[3] and after.max_ref_age_ms == before.max_ref_age_ms
+    assert catalog.load_table("db.t").metadata.current_snapshot_id == s[3]  # main untouched
+    out = _run(catalog, "CALL system.fast_forward('db.t', 'b', 'main')")  # there already
+    assert out.rows == [("b", s[3], s[3])] and not out.report["committed"]
+    with pytest.raises(ProcedureError, match="b is not an ancestor of v1"):
+        _run(catalog, "CALL system.fast_forward('db.t', 'b', 'v1')")
+    with pytest.raises(ProcedureError, match="v1 is a tag not a branch"):
+        _run(catalog, "CALL system.fast_forward('db.t', 'v1', 'main')")
+    with pytest.raises(ProcedureError, match="target branch does not exist: nope"):
+        _run(catalog, "CALL system.fast_forward('db.t', 'nope', 'main')")
+    out = _run(catalog, "CALL system.set_current_snapshot(table => 'db.t', ref => 'v1')")
+    assert out.rows == [(s[3], s[0])] and _ids(catalog) == [1]
+    with pytest.raises(ProcedureError, match="either snapshot_id or ref"):
+        _run(catalog, f"CALL system.set_current_snapshot('db.t', {s[0]}, 'v1')")
+
+
+def test_a_dry_run_and_a_checked_script_commit_nothing(history: Any) -> None:
+    catalog, s = history
+    out = _run(catalog, f"CALL system.rollback_to_snapshot('db.t', {s[0]})", dry_run=True)
+    assert f"main would move from snapshot {s[3]} to {s[0]}" in out.line
+    assert not out.report["committed"] and out.report["after"] == s[0]
+    assert catalog.load_table("db.t").metadata.current_snapshot_id == s[3]
+    # a script checked whole sees the branch where its earlier CALL leaves it: rolled back
+    # to s2, s4 is no longer an ancestor (nothing ran)
+    from mor.planner.pending import Pending
+    from mor.planner.sql import split_statements
+
+    script = split_statements(
+        f"CALL system.rollback_to_snapshot('db.t', {s[1]});\n"
+        f"CALL system.rollback_to_snapshot('db.t', {s[3]})"
+    )
+    pending = Pending()
+    StatementExecution(script[0], catalog=catalog).check(pending)
+    with pytest.raises(ProcedureError, match="not an ancestor"):
+        StatementExecution(script[1], catalog=catalog).check(pending)
+    assert catalog.load_table("db.t").metadata.current_snapshot_id == s[3]
+
+
+def test_a_commit_that_loses_a_race_is_checked_again(history: Any, monkeypatch: Any) -> None:
+    """Another writer moves main between the procedure's read and its commit: the catalog
+    refuses the commit (main is asserted as read), and the procedure reads again, checks
+    again against the new head and commits from there."""
+    from mor.writer.procedures import RefMove
+    from mor.writer.procedures import updates as ref_updates
+
+    catalog, s = history
+    real = type(catalog).commit_table
+    calls: list[int] = []
+
+    def racing(self: Any, table: Any, requirements: Any, updates: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:  # the other writer: main to s3, first
+            other = self.load_table("db.t")
+            moved = RefMove("set_current_snapshot", "main", s[3], s[2])
+            their_updates, their_requirements = ref_updates(other.metadata, moved)
+            real(self, other, their_requirements, their_updates)
+        return real(self, table, requirements, updates)
+
+    monkeypatch.setattr(type(catalog), "commit_table", racing)
+    out = _run(catalog, f"CALL system.rollback_to_snapshot('db.t', {s[1]})")
+    monkeypatch.setattr(type(catalog), "commit_table", real)
+    assert len(calls) == 2  # refused once, then committed over the other writer's move
+    assert out.rows == [(s[2], s[1])]
+    log = [e.snapshot_id for e in catalog.load_table("db.t").metadata.snapshot_log]
+    assert log[-2:] == [s[2], s[1]]
+
+
+@pytest.mark.parametrize(
+    ("sql", "error", "message"),
+    [
+        (
+            "CALL system.expire_snapshots('db.t')",
+            UnsupportedError,
+            "expire_snapshots procedure yet",
+        ),
+        ("CALL system.rollback_to_snapshots('db.t', 1)", SqlSyntaxError, "no procedure"),
+        ("CALL db.rollback_to_snapshot('db.t', 1)", SqlSyntaxError, "system.<name>"),
+        (
+            "CALL system.rollback_to_snapshot('db.t', snapshot_id => 1)",
+            SqlSyntaxError,
+            "all by position or all by name",
+        ),
+        (
+            "CALL system.rollback_to_snapshot('db.t')",
+            SqlSyntaxError,
+            "missing argument snapshot_id",
+        ),
+        ("CALL system.rollback_to_snapshot('db.t', 'x')", SqlSyntaxError, "must be a whole number"),
+        ("CALL system.rollback_to_snapshot('db.t', 1, 2)", SqlSyntaxError, "at most 2"),
+        (
+            "CALL system.rollback_to_timestamp('db.t', 1700000000000)",
+            SqlSyntaxError,
+            "not a number",
+        ),
+        (
+            "CALL system.fast_forward(table => 'db.t', branch => 'b', too => 'main')",
+            SqlSyntaxError,
+            "no argument too",
+        ),
+        ("CALL system.rollback_to_snapshot('db.nope', 1)", MorError, "db.nope"),
+    ],
+)
+def test_a_bad_call_is_one_line_naming_what_is_wrong(
+    history: Any, sql: str, error: type, message: str
+) -> None:
+    catalog, s = history
+    with pytest.raises(error, match=message) as e:
+        _run(catalog, sql)
+    assert "\n" not in str(e.value)
+    assert catalog.load_table("db.t").metadata.current_snapshot_id == s[3]
+
+
+def test_a_call_error_names_its_line_and_column(history: Any) -> None:
+    catalog, _ = history
+    with pytest.raises(
+        SqlSyntaxError, match=r"line 2, column 20: CALL rollback_to_snapshot: argument snapshot_id"
+    ):
+        _run(catalog, "CALL system.rollback_to_snapshot(\n  table => 'db.t', snapshot_id => 'abc')")
