@@ -54,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     _query_commands(sub)
     _table_commands(sub)
     _maintenance_commands(sub)
+    _procedure_commands(sub)
     _server_command(sub)
     sub.add_parser(
         "config",
@@ -66,6 +67,63 @@ def _parser() -> argparse.ArgumentParser:
         help="create demo.orders in the embedded catalog and query it",
     )
     return p
+
+
+def _procedure_commands(sub: Any) -> None:
+    """Iceberg's procedures mor runs (planner/procedures.py), by their names (and with dashes):
+    `mor rollback_to_snapshot db.t 123` runs `CALL system.rollback_to_snapshot(table =>
+    'db.t', snapshot_id => 123)` as `mor run -e` would (dry run, formats, Ctrl-C the same)."""
+    from mor.planner.procedures import PROCEDURES
+
+    for proc in PROCEDURES.values():
+        sp = sub.add_parser(
+            proc.name,
+            aliases=[proc.name.replace("_", "-")],
+            parents=[DEBUG, CATALOG, FILES, SPARK, SETTINGS],
+            help=f"Iceberg's {proc.name} procedure: CALL system.{proc.name}(...)",
+        )
+        sp.set_defaults(cmd="procedure", procedure=proc.name)
+        for param in proc.params:
+            kind = int if param.kind == "long" else str
+            what = {"long": "a snapshot id", "timestamp": "e.g. '2026-12-01 10:00:00' (UTC)"}
+            dest = f"arg_{param.name}"  # apart from the options' (`--branch` is not `branch`)
+            if param.required:
+                sp.add_argument(dest, metavar=param.name, type=kind, help=what.get(param.kind))
+            else:
+                sp.add_argument(
+                    f"--{param.name.replace('_', '-')}",
+                    dest=dest,
+                    type=kind,
+                    help=what.get(param.kind),
+                )
+        sp.add_argument("--format", choices=["table", "csv", "json"], default="table")
+        sp.add_argument(
+            "--dry-run", action="store_true", help="say what would move, commit nothing"
+        )
+
+
+def _procedure_sql(args: argparse.Namespace) -> str:
+    """The CALL statement a procedure command runs, every argument by name."""
+    from mor.planner.procedures import PROCEDURES
+
+    given = []
+    for param in PROCEDURES[args.procedure].params:
+        value = getattr(args, f"arg_{param.name}", None)
+        if value is None:
+            continue
+        if param.kind == "long":
+            text = str(int(value))
+        else:
+            quoted = "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+            text = f"TIMESTAMP {quoted}" if param.kind == "timestamp" else quoted
+        given.append(f"{param.name} => {text}")
+    return f"CALL system.{args.procedure}({', '.join(given)})"
+
+
+def cmd_procedure(args: argparse.Namespace) -> int:
+    args.sql, args.file = _procedure_sql(args), None
+    args.output, args.limit, args.overwrite, args.branch = None, None, False, "main"
+    return _run(args)
 
 
 def _server_command(sub: Any) -> None:
@@ -1046,6 +1104,7 @@ def _main(argv: list[str], debug: bool) -> int:
         "convert-equality-deletes": cmd_convert,
         "compact": cmd_compact,
         "orphans": cmd_orphans,
+        "procedure": cmd_procedure,
         "changes": cmd_changes,
         "shell": cmd_shell,
         "server": cmd_server,

@@ -200,3 +200,30 @@ def test_a_call_error_names_its_line_and_column(history: Any) -> None:
         SqlSyntaxError, match=r"line 2, column 20: CALL rollback_to_snapshot: argument snapshot_id"
     ):
         _run(catalog, "CALL system.rollback_to_snapshot(\n  table => 'db.t', snapshot_id => 'abc')")
+
+
+def test_each_procedure_is_a_command_too(history: Any, capsys: Any, tmp_path: Any) -> None:
+    """`mor rollback_to_snapshot db.t ID` (and `rollback-to-snapshot`) runs the CALL through
+    `mor run`'s road: Iceberg's output row, --format json, --dry-run, a refusal in one line."""
+    from mor.cli import main
+
+    catalog, s = history
+    wh = str(tmp_path / "wh")  # the `catalog` fixture's embedded warehouse
+    assert main(["rollback-to-snapshot", "--warehouse", wh, "db.t", str(s[1]), "--dry-run"]) == 0
+    assert f"main would move from snapshot {s[3]} to {s[1]}" in capsys.readouterr().out
+    assert catalog.load_table("db.t").metadata.current_snapshot_id == s[3]
+    assert (
+        main(["rollback_to_snapshot", "--warehouse", wh, "--format", "json", "db.t", str(s[1])])
+        == 0
+    )
+    assert (
+        f'"previous_snapshot_id": {s[3]}, "current_snapshot_id": {s[1]}' in capsys.readouterr().out
+    )
+    assert (
+        main(["set-current-snapshot", "--warehouse", wh, "db.t", "--snapshot-id", str(s[3])]) == 0
+    )
+    assert catalog.load_table("db.t").metadata.current_snapshot_id == s[3]
+    assert main(["fast-forward", "--warehouse", wh, "db.t", "nope", "main"]) == 1
+    err = capsys.readouterr().err
+    assert "target branch does not exist: nope; nothing was committed" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
