@@ -266,6 +266,8 @@ def run_call(plan: CallProcedure, ctx: RunContext) -> Outcome:
     name = plan.target.name
     proc = PROCEDURES[plan.procedure]
     args = dict(plan.args)
+    if plan.procedure == "expire_snapshots":
+        return _expire(plan, ctx, cat, proc)
     if ctx.checking or ctx.dry_run:
         md = metadata_of(ctx, cat, name)
         move = ref_move(md, plan.procedure, args, name)
@@ -287,7 +289,10 @@ def run_call(plan: CallProcedure, ctx: RunContext) -> Outcome:
                 "committed": False,
             },
         )
-    move = run_ref_move(cat, name, plan.procedure, args)
+    from mor import interrupts
+
+    with interrupts.held(lambda: f"CALL {plan.procedure} on {name} committed"):
+        move = run_ref_move(cat, name, plan.procedure, args)
     done = True
     return Outcome(
         f"CALL {plan.procedure}",
@@ -303,6 +308,74 @@ def run_call(plan: CallProcedure, ctx: RunContext) -> Outcome:
         columns=proc.columns,
         types=proc.output,
         rows=[move.row()],
+    )
+
+
+def _expire(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> Outcome:
+    """expire_snapshots (writer/expiry.py): the metadata commit, held against Ctrl-C as every
+    commit; then the deletions, which an interrupt stops (what is left stays unreferenced)."""
+    from mor import interrupts
+    from mor.writer.expiry import delete_expired, expire
+
+    name = plan.target.name
+    args = dict(plan.args)
+    if args.get("clean_expired_metadata"):
+        raise UnsupportedError(
+            "CALL expire_snapshots: clean_expired_metadata (removing partition specs no snapshot "
+            "uses) is not done by mor yet; nothing was committed"
+        )
+    dry = ctx.checking or ctx.dry_run
+    if ctx.checking and ctx.pending is not None and ctx.pending.has_table(cat.name, name):
+        return Outcome(f"CALL {plan.procedure}")  # a table the script makes: nothing to expire
+    kwargs = {
+        "older_than": args.get("older_than"),
+        "retain_last": args.get("retain_last"),
+        "snapshot_ids": args.get("snapshot_ids") or (),
+    }
+    if dry:
+        run = expire(cat, name, dry_run=True, **kwargs)
+    else:
+        def before_commit() -> None:
+            interrupts.raise_if_interrupted()  # nothing commits after Ctrl-C
+
+        with interrupts.held(lambda: f"CALL expire_snapshots on {name} committed"):
+            run = expire(cat, name, before_commit=before_commit, **kwargs)
+        threads = int(args.get("max_concurrent_deletes") or 1)
+        if threads < 1:
+            raise UnsupportedError(
+                f"CALL expire_snapshots: max_concurrent_deletes must be at least 1, not {threads}"
+            )
+        delete_expired(cat.load_table(name).io, run, threads, interrupts.interrupted)
+    removed, refs = len(run.expiry.removed), len(run.expiry.removed_refs)
+    verb = "would remove" if dry else "removed"
+    line = f"table {name}: {verb} {removed} snapshot(s)"
+    if refs:
+        line += f" and {refs} ref(s) ({', '.join(run.expiry.removed_refs)})"
+    n = sum(run.row())
+    line += f"; {'would delete' if dry else 'deleted'} {n} file(s)"
+    if run.failed:
+        path, why = run.failed[0]
+        line += (
+            f"; {len(run.failed)} file(s) not deleted (first: {path}: {why}): no snapshot "
+            "references them any more"
+        )
+    report = {
+        "table": name,
+        "removed_snapshots": list(run.expiry.removed),
+        "removed_refs": list(run.expiry.removed_refs),
+        "files": {k: sorted(v) for k, v in run.gone.paths.items()},
+        "not_deleted": [p for p, _ in run.failed],
+        "committed": not dry and run.expiry.changes,
+    }
+    if dry:
+        return Outcome(f"CALL {plan.procedure}", line, report)
+    return Outcome(
+        f"CALL {plan.procedure}",
+        line,
+        report,
+        columns=proc.columns,
+        types=proc.output,
+        rows=[run.row()],
     )
 
 

@@ -85,15 +85,21 @@ def _procedure_commands(sub: Any) -> None:
         sp.set_defaults(cmd="procedure", procedure=proc.name)
         for param in proc.params:
             kind = int if param.kind == "long" else str
-            what = {"long": "a snapshot id", "timestamp": "e.g. '2026-12-01 10:00:00' (UTC)"}
+            what = {"long": "a whole number", "timestamp": "e.g. '2026-12-01 10:00:00' (UTC)"}
             dest = f"arg_{param.name}"  # apart from the options' (`--branch` is not `branch`)
+            flag = f"--{param.name.replace('_', '-')}"
             if param.required:
                 sp.add_argument(dest, metavar=param.name, type=kind, help=what.get(param.kind))
+            elif param.kind == "boolean":
+                sp.add_argument(flag, dest=dest, action="store_const", const=True)
+            elif param.kind == "longs":
+                sp.add_argument(flag, dest=dest, type=int, nargs="+", metavar="ID")
             else:
                 sp.add_argument(
-                    f"--{param.name.replace('_', '-')}",
+                    flag,
                     dest=dest,
                     type=kind,
+                    metavar=param.name.upper(),
                     help=what.get(param.kind),
                 )
         sp.add_argument("--format", choices=["table", "csv", "json"], default="table")
@@ -113,6 +119,10 @@ def _procedure_sql(args: argparse.Namespace) -> str:
             continue
         if param.kind == "long":
             text = str(int(value))
+        elif param.kind == "boolean":
+            text = "true" if value else "false"
+        elif param.kind == "longs":
+            text = f"ARRAY({', '.join(str(int(v)) for v in value)})"
         else:
             quoted = "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
             text = f"TIMESTAMP {quoted}" if param.kind == "timestamp" else quoted

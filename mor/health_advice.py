@@ -249,6 +249,11 @@ class _Advisor:
         return [
             {
                 "procedure": "expire_snapshots",
+                **(
+                    {"mor": f"mor expire-snapshots {self.table} --retain-last {th.snapshots}"}
+                    if self.named
+                    else {}
+                ),
                 "call": self.call("expire_snapshots", f"retain_last => {th.snapshots}"),
                 "reason": (
                     f"{n} snapshots in the metadata (more than "

@@ -23,8 +23,9 @@ from mor.planner.nodes import line_col
 
 @dataclass(frozen=True)
 class Param:
-    """A procedure's parameter: its name, its type (`string`, `long` or `timestamp`, as
-    Iceberg's procedure declares it) and whether it is required."""
+    """A procedure's parameter: its name, its type (`string`, `long`, `timestamp`, `boolean`
+    or `longs`: an array of longs, as Iceberg's procedure declares it) and whether it is
+    required."""
 
     name: str
     kind: str
@@ -62,6 +63,21 @@ PROCEDURES = {
             "previous_snapshot_id bigint, current_snapshot_id bigint",
         ),
         Procedure(
+            "expire_snapshots",
+            (
+                _TABLE,
+                Param("older_than", "timestamp", False),
+                Param("retain_last", "long", False),
+                Param("max_concurrent_deletes", "long", False),
+                Param("stream_results", "boolean", False),
+                Param("snapshot_ids", "longs", False),
+                Param("clean_expired_metadata", "boolean", False),
+            ),
+            "deleted_data_files_count bigint, deleted_position_delete_files_count bigint, "
+            "deleted_equality_delete_files_count bigint, deleted_manifest_files_count bigint, "
+            "deleted_manifest_lists_count bigint, deleted_statistics_files_count bigint",
+        ),
+        Procedure(
             "fast_forward",
             (_TABLE, Param("branch", "string"), Param("to", "string")),
             "branch_updated string, previous_ref bigint, updated_ref bigint",
@@ -70,7 +86,6 @@ PROCEDURES = {
 }
 # Iceberg's other Spark procedures: named in the refusal, so that a user knows it is not a typo
 NOT_YET = (
-    "expire_snapshots",
     "remove_orphan_files",
     "rewrite_data_files",
     "rewrite_position_delete_files",
@@ -177,7 +192,7 @@ def read_call(w: Words) -> Call:
 
 def _value(w: Words) -> Any:
     """A literal: a string, a whole number (a sign allowed), `TIMESTAMP '...'` (kept as
-    ("timestamp", text)) or NULL."""
+    ("timestamp", text)), TRUE or FALSE, `ARRAY(n, ...)` of whole numbers, or NULL."""
     t = w.peek()
     if t is None:
         w.fail("expected a value")
@@ -192,6 +207,19 @@ def _value(w: Words) -> Any:
     if t.text.upper() == "NULL":
         w.i += 1
         return None
+    if t.text.upper() in ("TRUE", "FALSE"):
+        w.i += 1
+        return t.text.upper() == "TRUE"
+    if t.text.upper() == "ARRAY" and w.peek(1) is not None:
+        w.i += 1
+        if not w.punct(TokenType.L_PAREN):
+            w.fail("expected ( after ARRAY")
+        items: list[Any] = []
+        while not w.punct(TokenType.R_PAREN):
+            if items and not w.punct(TokenType.COMMA):
+                w.fail("expected , or )")
+            items.append(w.number("a whole number"))
+        return items
     w.fail("expected a string, a whole number or TIMESTAMP '...'")
     return None
 
@@ -210,7 +238,17 @@ def _typed(proc: str, p: Param, value: Any, source: str, at: int) -> Any:
         if not isinstance(value, str):
             raise bad("a string")
         return value
+    if p.kind == "boolean":
+        if not isinstance(value, bool):
+            raise bad("true or false")
+        return value
+    if p.kind == "longs":
+        if not isinstance(value, list):
+            raise bad("an array of snapshot ids (ARRAY(1, 2))")
+        return tuple(value)
     if p.kind == "long":
+        if isinstance(value, bool):
+            raise bad("a whole number")
         if isinstance(value, str) and value.strip().lstrip("-").isdigit():
             return int(value)  # as Spark casts a string argument to the parameter's type
         if not isinstance(value, int):

@@ -153,9 +153,24 @@ def test_a_commit_that_loses_a_race_is_checked_again(history: Any, monkeypatch: 
     ("sql", "error", "message"),
     [
         (
-            "CALL system.expire_snapshots('db.t')",
+            "CALL system.remove_orphan_files('db.t')",
             UnsupportedError,
-            "expire_snapshots procedure yet",
+            "remove_orphan_files procedure yet",
+        ),
+        (
+            "CALL system.expire_snapshots('db.t', retain_last => 0)",
+            SqlSyntaxError,
+            "all by position or all by name",
+        ),
+        (
+            "CALL system.expire_snapshots(table => 'db.t', retain_last => 0)",
+            MorError,
+            "retain_last must be at least 1",
+        ),
+        (
+            "CALL system.expire_snapshots(table => 'db.t', stream_results => 1)",
+            SqlSyntaxError,
+            "must be true or false",
         ),
         ("CALL system.rollback_to_snapshots('db.t', 1)", SqlSyntaxError, "no procedure"),
         ("CALL db.rollback_to_snapshot('db.t', 1)", SqlSyntaxError, "system.<name>"),
@@ -227,3 +242,90 @@ def test_each_procedure_is_a_command_too(history: Any, capsys: Any, tmp_path: An
     err = capsys.readouterr().err
     assert "target branch does not exist: nope; nothing was committed" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+# --- expire_snapshots ---------------------------------------------------------------------------
+
+
+def _files(catalog: Any) -> set[str]:
+    import os
+
+    root = catalog.load_table("db.t").location().removeprefix("file://")
+    return {os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs}
+
+
+@pytest.fixture()
+def rewritten(history: Any) -> tuple[Any, list[int]]:
+    """history, then a copy-on-write delete of id 1 (its data file replaced): s5."""
+    from pyiceberg.expressions import EqualTo
+
+    catalog, s = history
+    catalog.load_table("db.t").delete(EqualTo("id", 1))
+    t = catalog.load_table("db.t")
+    return catalog, [x.snapshot_id for x in t.metadata.snapshots]
+
+
+def test_expire_snapshots_removes_old_snapshots_and_only_what_they_reached(rewritten: Any) -> None:
+    catalog, s = rewritten
+    md = catalog.load_table("db.t").metadata
+    before = _files(catalog)
+    lists = {x.snapshot_id: x.manifest_list.removeprefix("file://") for x in md.snapshots}
+    later = max(x.timestamp_ms for x in md.snapshots) + 1000
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(later / 1000))
+    sql = f"CALL system.expire_snapshots(table => 'db.t', older_than => TIMESTAMP '{stamp}')"
+    dry = _run(catalog, sql, dry_run=True)
+    assert f"would remove {len(s) - 1} snapshot(s)" in dry.line
+    assert _files(catalog) == before  # nothing deleted, nothing committed
+    assert len(catalog.load_table("db.t").metadata.snapshots) == len(s)
+    out = _run(catalog, sql)
+    assert out.columns[0] == "deleted_data_files_count"
+    data, pos, eq, manifests, manifest_lists, stats = out.rows[0]
+    assert (data, pos, eq, manifest_lists, stats) == (1, 0, 0, len(s) - 1, 0)  # id 1's file
+    md = catalog.load_table("db.t").metadata
+    assert [x.snapshot_id for x in md.snapshots] == [s[-1]]  # retain_last 1: the head
+    after = _files(catalog)
+    gone = before - after
+    assert {lists[x] for x in s[:-1]} <= gone and lists[s[-1]] in after
+    assert dry.report["files"] == out.report["files"]  # the dry run named the same files
+    assert sorted(catalog.load_table("db.t").scan().to_arrow()["id"].to_pylist()) == [2, 3, 4]
+    # every file the head reaches is still there
+    from mor.planner.expiry import reachable
+
+    t = catalog.load_table("db.t")
+    live = reachable(t.io, t.metadata, [s[-1]])
+    for kind, paths in live.paths.items():
+        assert {p.removeprefix("file://") for p in paths} <= after, kind
+
+
+def test_expire_snapshots_keeps_what_refs_and_retain_last_keep(rewritten: Any) -> None:
+    catalog, s = rewritten
+    _run(catalog, f"ALTER TABLE db.t CREATE TAG v1 AS OF VERSION {s[0]}")
+    md = catalog.load_table("db.t").metadata
+    later = max(x.timestamp_ms for x in md.snapshots) + 1000
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(later / 1000))
+    out = _run(
+        catalog,
+        f"CALL system.expire_snapshots('db.t', TIMESTAMP '{stamp}', 2)",
+    )
+    kept = [x.snapshot_id for x in catalog.load_table("db.t").metadata.snapshots]
+    assert kept == [s[0], s[-2], s[-1]]  # the tag's, and the last two of main
+    assert out.rows[0][0] == 0  # id 1's old file: the tag still reaches it
+    t = catalog.load_table("db.t")
+    assert t.scan(snapshot_id=s[0]).to_arrow()["id"].to_pylist() == [1]
+    # a snapshot a ref points at is refused by id; the default age (5 days) expires nothing
+    with pytest.raises(MorError, match=f"cannot expire {s[0]}: still referenced by refs"):
+        _run(
+            catalog, f"CALL system.expire_snapshots(table => 'db.t', snapshot_ids => ARRAY({s[0]}))"
+        )
+    out = _run(catalog, "CALL system.expire_snapshots('db.t')")
+    assert "removed 0 snapshot(s)" in out.line and sum(out.rows[0]) == 0
+
+
+def test_expire_snapshots_refused_when_gc_is_disabled(history: Any) -> None:
+    catalog, s = history
+    _run(catalog, "ALTER TABLE db.t SET TBLPROPERTIES ('gc.enabled' = 'false')")
+    with pytest.raises(MorError, match="GC is disabled"):
+        _run(
+            catalog, f"CALL system.expire_snapshots(table => 'db.t', snapshot_ids => ARRAY({s[0]}))"
+        )
+    assert len(catalog.load_table("db.t").metadata.snapshots) == 4

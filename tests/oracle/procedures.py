@@ -153,11 +153,142 @@ def _run(spark: Any, pg: Any, warehouse: str, java_wh: str) -> int:
             mine = mor_sql(f"SELECT * FROM {twin}", catalog=cat, spark=spark).collect()
             same(f"{label}: rows by mor", Counter(tuple(r) for r in mine), rows)
             print(f"  {label}: {theirs!r}")
+    for version in (2, 3):
+        _expiry(spark, cat, version, same, seen)
     for d in diffs:
         print(f"DIFFERENCE {d}")
     print(f"procedures: {dict(seen)}")
     print(f"procedures: {n} comparisons, {len(diffs)} differences")
     return 1 if diffs else 0
+
+
+def _on_disk(location: str) -> set[str]:
+    import os
+
+    root = location.removeprefix("file:").lstrip("/")
+    root = "/" + root
+    # Hadoop's local file system keeps a `.<name>.crc` beside each file it writes (and deletes
+    # it with the file): not a file of the table
+    return {
+        os.path.join(d, f)
+        for d, _, fs in os.walk(root)
+        for f in fs
+        if not (f.startswith(".") and f.endswith(".crc"))
+    }
+
+
+def _expiry(spark: Any, cat: Any, version: int, same: Any, seen: Counter) -> None:
+    """expire_snapshots: mor's dry run on the twin names the files Iceberg's procedure then
+    deletes from the table (they share them); mor's own run on the twin then keeps the same
+    snapshots and refs, and every snapshot kept reads the same."""
+    from mor import mor_sql
+    from mor.statements import StatementExecution
+
+    t, twin = f"proc.e{version}", f"proc.e{version}_twin"
+    full = f"{CATALOG}.{t}"
+    spark.sql(
+        f"CREATE TABLE {full} (id BIGINT, p STRING) USING iceberg PARTITIONED BY (p) "
+        f"TBLPROPERTIES ('format-version' = '{version}', 'write.delete.mode' = "
+        "'merge-on-read', 'write.update.mode' = 'merge-on-read', "
+        "'write.merge.mode' = 'merge-on-read')"
+    )
+    for k in range(4):
+        spark.sql(f"INSERT INTO {full} VALUES ({k * 10 + 1}, 'a'), ({k * 10 + 2}, 'b')")
+        time.sleep(0.05)
+    spark.sql(f"DELETE FROM {full} WHERE id = 11")
+    time.sleep(0.05)
+    spark.sql(f"UPDATE {full} SET p = 'c' WHERE id = 22")
+    time.sleep(0.05)
+    spark.sql(
+        f"CALL {CATALOG}.system.rewrite_data_files(table => '{t}', options => "
+        "map('min-input-files', '1', 'delete-file-threshold', '1'))"
+    )
+    time.sleep(0.05)
+    snaps = spark.sql(
+        f"SELECT snapshot_id, date_format(committed_at + INTERVAL 1 MILLISECOND, "
+        f"'yyyy-MM-dd HH:mm:ss.SSS') FROM {full}.snapshots ORDER BY committed_at"
+    ).collect()
+    spark.sql(f"ALTER TABLE {full} CREATE TAG v2 AS OF VERSION {snaps[1][0]}")
+    spark.sql(f"ALTER TABLE {full} CREATE BRANCH b AS OF VERSION {snaps[3][0]}")
+    spark.sql(f"INSERT INTO {full}.branch_b VALUES (99, 'z')")
+    spark.sql(f"INSERT INTO {full} VALUES (77, 'a')")
+    location = cat.load_table(t).metadata_location
+    spark.sql(f"CALL {CATALOG}.system.register_table('{twin}', '{location}')")
+    last = spark.sql(
+        f"SELECT date_format(max(committed_at) + INTERVAL 1 MILLISECOND, "
+        f"'yyyy-MM-dd HH:mm:ss.SSS') FROM {full}.snapshots"
+    ).first()[0]
+    rounds = [
+        ((), f"older_than => TIMESTAMP '{snaps[5][1]}', retain_last => 2"),
+        ((), f"older_than => TIMESTAMP '{snaps[-1][1]}', retain_last => 1"),
+        # the branch and the tag gone: the files before the compaction, and the delete files
+        (("DROP BRANCH b", "DROP TAG v2"), f"older_than => TIMESTAMP '{last}'"),
+    ]
+    for prep, args in rounds:
+        for change in prep:
+            for name in (t, twin):
+                spark.sql(f"ALTER TABLE {CATALOG}.{name} {change}")
+        label = f"v{version} expire_snapshots({args})"
+        table_loc = cat.load_table(t).location()
+        a_before = {s.snapshot_id for s in cat.load_table(t).metadata.snapshots}
+        files_before = _on_disk(table_loc)
+        dry = StatementExecution(
+            f"CALL {CATALOG}.system.expire_snapshots(table => '{twin}', {args})",
+            catalog=cat,
+            dry_run=True,
+        ).run()
+        predicted = {
+            p.removeprefix("file:").replace("///", "/")
+            for paths in dry.report["files"].values()
+            for p in paths
+        }
+        theirs = spark.sql(
+            f"CALL {CATALOG}.system.expire_snapshots(table => '{t}', {args})"
+        ).collect()[0]
+        deleted = files_before - _on_disk(table_loc)
+        same(
+            f"{label}: files deleted (mor's dry run / Iceberg's)",
+            sorted(predicted),
+            sorted(deleted),
+        )
+        a_after = {s.snapshot_id for s in cat.load_table(t).metadata.snapshots}
+        same(
+            f"{label}: snapshots removed",
+            sorted(dry.report["removed_snapshots"]),
+            sorted(a_before - a_after),
+        )
+        out = StatementExecution(
+            f"CALL {CATALOG}.system.expire_snapshots(table => '{twin}', {args})", catalog=cat
+        ).run()
+        from mor.planner.expiry import KINDS
+
+        counts = tuple(len(dry.report["files"][k]) for k in KINDS)
+        same(f"{label}: output row (mor's dry run)", counts, tuple(theirs))
+        a, b = cat.load_table(t).metadata, cat.load_table(twin).metadata
+        same(
+            f"{label}: snapshots kept",
+            sorted(s.snapshot_id for s in b.snapshots),
+            sorted(s.snapshot_id for s in a.snapshots),
+        )
+        same(f"{label}: refs", _refs(b), _refs(a))
+        for snap in a.snapshots:
+            at = f" VERSION AS OF {snap.snapshot_id}"
+            rows = Counter(tuple(r) for r in spark.sql(f"SELECT * FROM {full}{at}").collect())
+            same(
+                f"{label}: snapshot {snap.snapshot_id} by Iceberg's reader",
+                Counter(
+                    tuple(r) for r in spark.sql(f"SELECT * FROM {CATALOG}.{twin}{at}").collect()
+                ),
+                rows,
+            )
+            mine = mor_sql(f"SELECT * FROM {twin}{at}", catalog=cat, spark=spark).collect()
+            same(
+                f"{label}: snapshot {snap.snapshot_id} by mor",
+                Counter(tuple(r) for r in mine),
+                rows,
+            )
+        seen["expiries"] += 1
+        print(f"  {label}: Iceberg {tuple(theirs)}, mor's dry run {counts}: {out.line}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,191 @@
+"""Iceberg's `expire_snapshots`: the snapshots and refs planner/expiry.py names removed from the
+metadata in one commit, then the files only they reached deleted.
+
+The commit asserts the table (its UUID) and every ref as read: another writer committing first
+makes it read the table again and decide again (as Iceberg's commit retries). Deleting starts
+only once the commit succeeded, and what it deletes is computed from the metadata the commit
+left, read again from the catalog: every file reachable from the table before, less every file
+reachable from any snapshot still in it (a writer that committed meanwhile included). A
+deletion that fails is counted and named, never retried blindly; a file already gone is not a
+failure. Nothing is deleted on a dry run, and nothing at all when `gc.enabled` is false.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.update import (
+    AssertRefSnapshotId,
+    AssertTableUUID,
+    RemoveSnapshotRefUpdate,
+    RemoveSnapshotsUpdate,
+)
+
+from mor.planner.expiry import Expiry, ExpiryError, Files, gc_enabled, plan_expiry, reachable
+from mor.writer.catalog_changes import load, v3_models, v3_writes
+
+RETRIES = 4
+
+
+@dataclass
+class ExpiryRun:
+    """What an expiry decided and did: `before` (the metadata it committed over), `after` (as
+    the catalog has it after the commit; None on a dry run), the files only expired snapshots
+    reached (`gone`), and those whose deletion failed."""
+
+    table: str
+    expiry: Expiry
+    before: TableMetadata
+    after: TableMetadata | None
+    gone: Files
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+    def row(self) -> tuple[int, ...]:
+        """Iceberg's output row: deleted files by kind (on a dry run: those it would delete)."""
+        failed = {p for p, _ in self.failed}
+        return tuple(
+            sum(1 for p in self.gone.paths[k] if p not in failed)
+            for k in (
+                "data_files",
+                "position_delete_files",
+                "equality_delete_files",
+                "manifest_files",
+                "manifest_lists",
+                "statistics_files",
+            )
+        )
+
+
+def expire(
+    catalog: Catalog,
+    identifier: str,
+    *,
+    older_than: int | None = None,
+    retain_last: int | None = None,
+    snapshot_ids: Iterable[int] = (),
+    dry_run: bool = False,
+    now_ms: int | None = None,
+    before_commit: Callable[[], Any] | None = None,
+) -> ExpiryRun:
+    """Commit the expiry of `identifier` (nothing deleted yet: `delete_expired` does that).
+    `before_commit`: called right before the catalog is asked (the caller's interrupt check)."""
+    ids = list(snapshot_ids)
+    for attempt in range(RETRIES):
+        table = load(catalog, identifier)
+        md = table.metadata
+        if not gc_enabled(md):
+            raise ExpiryError(
+                f"cannot expire snapshots of {identifier}: GC is disabled (gc.enabled=false: "
+                "deleting files may corrupt other tables); nothing was committed"
+            )
+        now = now_ms if now_ms is not None else int(time.time() * 1000)
+        plan = plan_expiry(md, now, older_than, retain_last, ids)
+        if dry_run:
+            every = [s.snapshot_id for s in md.snapshots]
+            gone = reachable(table.io, md, every, missing_ok=True) - reachable(
+                table.io, md, plan.retained
+            )
+            return ExpiryRun(identifier, plan, md, None, gone)
+        if not plan.changes:
+            return ExpiryRun(identifier, plan, md, md, Files())
+        changes: list[Any] = [RemoveSnapshotRefUpdate(ref_name=n) for n in plan.removed_refs]
+        if plan.removed:
+            changes.append(RemoveSnapshotsUpdate(snapshot_ids=list(plan.removed)))
+        requirements = [AssertTableUUID(uuid=md.table_uuid)] + [
+            AssertRefSnapshotId(ref=name, snapshot_id=ref.snapshot_id)
+            for name, ref in md.refs.items()
+        ]
+        try:
+            if before_commit is not None:
+                before_commit()
+            with (
+                v3_models(),
+                v3_writes(
+                    catalog,
+                    md.format_version,
+                    table.metadata_location,
+                    identifier,
+                    table.io,
+                    frozenset(plan.removed),
+                ),
+            ):
+                catalog.commit_table(
+                    table, requirements=tuple(requirements), updates=tuple(changes)
+                )
+        except CommitFailedException:
+            if attempt == RETRIES - 1:
+                raise ExpiryError(
+                    f"expire_snapshots on {identifier}: the table kept changing under it "
+                    f"({RETRIES} attempts); nothing was committed"
+                ) from None
+            continue
+        after_table = load(catalog, identifier)
+        after = after_table.metadata
+        every = [s.snapshot_id for s in md.snapshots]
+        try:
+            kept = reachable(after_table.io, after, [s.snapshot_id for s in after.snapshots])
+        except Exception as e:  # noqa: BLE001 - what is kept is unknown: nothing may go
+            raise ExpiryError(
+                f"expire_snapshots on {identifier}: the snapshots were expired, but no file was "
+                f"deleted: a snapshot still in the table could not be read "
+                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+            ) from None
+        gone = reachable(table.io, md, every, missing_ok=True) - kept
+        return ExpiryRun(identifier, plan, md, after, gone)
+    raise AssertionError("unreachable")
+
+
+def delete_expired(
+    io: Any,
+    run: ExpiryRun,
+    threads: int = 1,
+    interrupted: Callable[[], bool] = lambda: False,
+) -> ExpiryRun:
+    """Delete `run.gone` through `io` on `threads` threads (Iceberg's
+    `max_concurrent_deletes`), manifest lists and manifests after the files they list; stop
+    early once `interrupted()` (what is left is orphaned, never referenced again)."""
+    order = ["data_files", "position_delete_files", "equality_delete_files", "statistics_files"]
+    order += ["manifest_files", "manifest_lists"]
+
+    def one(path: str) -> tuple[str, str] | None:
+        if interrupted():
+            return (path, "not deleted: interrupted")
+        try:
+            io.delete(path)
+        except FileNotFoundError:
+            return None  # gone already (another expiry, or a store that lists late)
+        except Exception as e:  # noqa: BLE001 - the store's refusal, counted and named
+            return (path, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        _sidecar(path)
+        return None
+
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        for kind in order:
+            for failure in pool.map(one, sorted(run.gone.paths[kind])):
+                if failure is not None:
+                    run.failed.append(failure)
+    return run
+
+
+def _sidecar(path: str) -> None:
+    """A local file written through Hadoop's file system (Spark's, Iceberg's Java writer) has
+    a checksum file `.<name>.crc` beside it, which Hadoop deletes with it: so does this."""
+    import os
+
+    if "://" in path and not path.startswith("file:"):
+        return
+    local = path.removeprefix("file:")
+    if local.startswith("//"):
+        local = local[2:]
+    folder, name = os.path.split(local)
+    try:
+        os.remove(os.path.join(folder, f".{name}.crc"))
+    except OSError:
+        pass
