@@ -334,8 +334,8 @@ def test_expire_snapshots_refused_when_gc_is_disabled(history: Any) -> None:
 def test_expiry_killed_at_any_moment_leaves_every_kept_snapshot_whole(
     catalog: Any, tmp_path: Any
 ) -> None:
-    """`mor expire-snapshots` SIGKILLed at moments spread around its commit and deletions
-    (each kill on a table of its own): every snapshot the table then holds still has every
+    """`mor expire-snapshots` SIGKILLed at three moments spread around its commit and
+    deletions (each kill on a table of its own, 40 snapshots): every snapshot the table then holds still has every
     file it reaches, and the table its rows; a last run completes the expiry."""
     import os
     import random
@@ -353,7 +353,7 @@ def test_expiry_killed_at_any_moment_leaves_every_kept_snapshot_whole(
     def made(name: str) -> list[str]:
         _run(catalog, f"CREATE TABLE db.{name} (id BIGINT)")
         t = catalog.load_table(f"db.{name}")
-        for i in range(60):
+        for i in range(40):
             t.append(pa.table({"id": pa.array([i], pa.int64())}))
         cmd = [sys.executable, "-m", "mor.cli", "expire-snapshots", "--warehouse", wh]
         return [*cmd, f"db.{name}", "--older-than", stamp]
@@ -365,7 +365,7 @@ def test_expiry_killed_at_any_moment_leaves_every_kept_snapshot_whole(
             for kind, paths in files.paths.items():
                 missing = [p for p in paths if not os.path.exists(p.removeprefix("file://"))]
                 assert not missing, f"{name} {snap.snapshot_id}: {kind} {missing[:2]} gone"
-        assert sorted(t.scan().to_arrow()["id"].to_pylist()) == list(range(60))
+        assert sorted(t.scan().to_arrow()["id"].to_pylist()) == list(range(40))
         return len(t.metadata.snapshots)
 
     # the kills spread around the moment a dry run ends (the commit and the deletions follow)
@@ -374,13 +374,13 @@ def test_expiry_killed_at_any_moment_leaves_every_kept_snapshot_whole(
     assert subprocess.run([*cmd, "--dry-run"], capture_output=True).returncode == 0
     dry = time.monotonic() - start
     counts = []
-    for k in range(1, 6):
+    for k in range(1, 4):
         cmd = made(f"t{k}")
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(dry - 0.4, dry + 0.15))
+        time.sleep(rng.uniform(dry - 0.3, dry + 0.1))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         counts.append(whole(f"t{k}"))
         assert subprocess.run(cmd, capture_output=True).returncode == 0
         assert whole(f"t{k}") == 1
-    print(f"snapshots left by each kill (60: before the commit): {counts}")
+    print(f"snapshots left by each kill (40: before the commit): {counts}")
