@@ -335,8 +335,9 @@ def test_expiry_killed_at_any_moment_leaves_every_kept_snapshot_whole(
     catalog: Any, tmp_path: Any
 ) -> None:
     """`mor expire-snapshots` SIGKILLed at three moments spread around its commit and
-    deletions (each kill on a table of its own, 40 snapshots): every snapshot the table then holds still has every
-    file it reaches, and the table its rows; a last run completes the expiry."""
+    deletions (each kill on a table of its own, 40 snapshots): every snapshot the table then
+    holds still has every file it reaches, and the table its rows; a last run completes the
+    expiry."""
     import os
     import random
     import signal
