@@ -1,6 +1,6 @@
 """The runners of the statements that change or read the catalog alone: CREATE/DROP NAMESPACE,
 CREATE TABLE (without AS SELECT: mor/inserts.py runs that), DROP TABLE, ALTER TABLE, CALL of
-the procedures that move a branch (writer/procedures.py), SHOW
+Iceberg's procedures (writer/procedures.py, writer/expiry.py), SHOW
 NAMESPACES/TABLES/CREATE TABLE/TBLPROPERTIES and DESCRIBE. No Spark: SHOW and DESCRIBE answer
 from the metadata, with the columns and rows Spark's own commands give.
 
@@ -257,8 +257,8 @@ def run_alter_table(plan: AlterTable, ctx: RunContext) -> Outcome:
 
 
 def run_call(plan: CallProcedure, ctx: RunContext) -> Outcome:
-    """Iceberg's procedures that move a branch (writer/procedures.py): Iceberg's output row,
-    and one line of what moved."""
+    """Iceberg's procedures: expire_snapshots (`_expire`), and those that move a branch
+    (writer/procedures.py): Iceberg's output row, and one line of what moved."""
     from mor.planner.procedures import PROCEDURES
     from mor.writer.procedures import ref_move, run_ref_move, updates
 
@@ -268,7 +268,13 @@ def run_call(plan: CallProcedure, ctx: RunContext) -> Outcome:
     args = dict(plan.args)
     if plan.procedure == "expire_snapshots":
         return _expire(plan, ctx, cat, proc)
-    if ctx.checking or ctx.dry_run:
+    done = not (ctx.checking or ctx.dry_run)
+    if done:
+        from mor import interrupts
+
+        with interrupts.held(lambda: f"CALL {plan.procedure} on {name} committed"):
+            move = run_ref_move(cat, name, plan.procedure, args)
+    else:
         md = metadata_of(ctx, cat, name)
         move = ref_move(md, plan.procedure, args, name)
         if ctx.pending is not None:
@@ -277,34 +283,20 @@ def run_call(plan: CallProcedure, ctx: RunContext) -> Outcome:
             changes, _ = updates(md, move)
             if changes:
                 ctx.pending.created(cat.name, name, update_table_metadata(md, changes))
-        return Outcome(  # a dry run says what would move, in a line (no committed state)
-            f"CALL {plan.procedure}",
-            move.line(name, False),
-            {
-                "table": name,
-                "procedure": plan.procedure,
-                "branch": move.branch,
-                "before": move.before,
-                "after": move.after,
-                "committed": False,
-            },
-        )
-    from mor import interrupts
-
-    with interrupts.held(lambda: f"CALL {plan.procedure} on {name} committed"):
-        move = run_ref_move(cat, name, plan.procedure, args)
-    done = True
+    report = {
+        "table": name,
+        "procedure": plan.procedure,
+        "branch": move.branch,
+        "before": move.before,
+        "after": move.after,
+        "committed": done and move.moves,
+    }
+    if not done:  # a dry run says what would move, in a line (no committed state)
+        return Outcome(f"CALL {plan.procedure}", move.line(name, False), report)
     return Outcome(
         f"CALL {plan.procedure}",
-        move.line(name, done),
-        {
-            "table": name,
-            "procedure": plan.procedure,
-            "branch": move.branch,
-            "before": move.before,
-            "after": move.after,
-            "committed": done and move.moves,
-        },
+        move.line(name, True),
+        report,
         columns=proc.columns,
         types=proc.output,
         rows=[move.row()],
@@ -324,6 +316,11 @@ def _expire(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> Ou
             "CALL expire_snapshots: clean_expired_metadata (removing partition specs no snapshot "
             "uses) is not done by mor yet; nothing was committed"
         )
+    threads = int(args.get("max_concurrent_deletes") or 1)
+    if threads < 1:  # refused before anything is committed
+        raise UnsupportedError(
+            f"CALL expire_snapshots: max_concurrent_deletes must be at least 1, not {threads}"
+        )
     dry = ctx.checking or ctx.dry_run
     if ctx.checking and ctx.pending is not None and ctx.pending.has_table(cat.name, name):
         return Outcome(f"CALL {plan.procedure}")  # a table the script makes: nothing to expire
@@ -335,17 +332,13 @@ def _expire(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> Ou
     if dry:
         run = expire(cat, name, dry_run=True, **kwargs)
     else:
+
         def before_commit() -> None:
             interrupts.raise_if_interrupted()  # nothing commits after Ctrl-C
 
         with interrupts.held(lambda: f"CALL expire_snapshots on {name} committed"):
             run = expire(cat, name, before_commit=before_commit, **kwargs)
-        threads = int(args.get("max_concurrent_deletes") or 1)
-        if threads < 1:
-            raise UnsupportedError(
-                f"CALL expire_snapshots: max_concurrent_deletes must be at least 1, not {threads}"
-            )
-        delete_expired(cat.load_table(name).io, run, threads, interrupts.interrupted)
+        delete_expired(run, threads, interrupts.interrupted)
     removed, refs = len(run.expiry.removed), len(run.expiry.removed_refs)
     verb = "would remove" if dry else "removed"
     line = f"table {name}: {verb} {removed} snapshot(s)"

@@ -104,7 +104,7 @@ def _procedure_commands(sub: Any) -> None:
                 )
         sp.add_argument("--format", choices=["table", "csv", "json"], default="table")
         sp.add_argument(
-            "--dry-run", action="store_true", help="say what would move, commit nothing"
+            "--dry-run", action="store_true", help="say what it would do; change nothing"
         )
 
 

@@ -174,20 +174,29 @@ class Files:
 
 
 def reachable(
-    io: Any, md: TableMetadata, snapshot_ids: Iterable[int], missing_ok: bool = False
+    io: Any,
+    md: TableMetadata,
+    snapshot_ids: Iterable[int],
+    missing_ok: bool = False,
+    known: Files | None = None,
 ) -> Files:
     """Every file the snapshots `snapshot_ids` of `md` reach (see the module), each manifest
     list and manifest read once. `missing_ok`: a manifest list or manifest that is gone
     reaches nothing more (the side of what may be deleted; on the side of what is kept a
-    missing file raises: what it reaches is unknown, so nothing may be deleted)."""
+    missing file raises: what it reaches is unknown, so nothing may be deleted). `known`:
+    files found reachable already; a manifest list or manifest among them is not read again
+    (what it reaches is in `known` too), so the result is complete only beyond `known`."""
     from mor.planner.manifests import read_manifest, read_manifest_list
 
     out = Files()
     ids = set(snapshot_ids)
+    seen = known.paths if known is not None else {"manifest_lists": (), "manifest_files": ()}
     manifests: dict[str, Any] = {}
     for sid in ids:
         snap = md.snapshot_by_id(sid)
         if snap is None or snap.manifest_list is None:
+            continue
+        if snap.manifest_list in seen["manifest_lists"]:
             continue
         try:
             listed = read_manifest_list(io, snap.manifest_list)
@@ -197,7 +206,8 @@ def reachable(
             continue
         out.paths["manifest_lists"].add(snap.manifest_list)
         for m in listed:
-            manifests.setdefault(m.manifest_path, m)
+            if m.manifest_path not in seen["manifest_files"]:
+                manifests.setdefault(m.manifest_path, m)
     for path, m in manifests.items():
         try:
             entries = read_manifest(io, m)  # live entries (ADDED, EXISTING)
@@ -213,3 +223,11 @@ def reachable(
         if st.snapshot_id in ids:
             out.paths["statistics_files"].add(st.statistics_path)
     return out
+
+
+def expired_files(io: Any, md: TableMetadata, kept: Files) -> Files:
+    """The files the snapshots of `md` reach beyond `kept` (every file reachable from what the
+    table keeps): what expiring the others frees. A manifest or list `kept` holds is not read
+    again; one already gone reaches nothing."""
+    every = [s.snapshot_id for s in md.snapshots]
+    return reachable(io, md, every, missing_ok=True, known=kept) - kept

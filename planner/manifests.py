@@ -1,9 +1,13 @@
-"""Manifest files decoded with fastavro (C) instead of pyiceberg's record-by-record reader.
+"""Manifest files decoded by readers generated per Avro schema (planner/avro_entries.py, every
+length checked), or by fastavro (C) for what those leave, instead of pyiceberg's
+record-by-record reader.
 
 pyiceberg builds each `DataFile` field by field through Python objects; on a table of many files
-that is most of cold planning. Here fastavro decodes each manifest with its own writer schema
-(measured: a reader schema that projects fields away makes fastavro resolve every record and is
-slower than decoding all of them), and each entry becomes a compact `EntryFile` (about 300
+that is most of cold planning. Here each manifest is read by straight-line Python generated once
+for its writer schema (the fields planning never reads skipped, the metric maps read flat: 9 us
+an entry against fastavro's 20, 2026-12-07); a manifest it does not handle or finds broken goes
+to fastavro with its own writer schema (projected without the metric maps for plans that read
+none: `decode_manifest`). Each entry becomes a compact `EntryFile` (about 300
 bytes of metrics in one blob, a partition tuple shared by the entries of one partition), so
 that planning a table of a million files does not hold a million decoded records (5.5 KB each).
 

@@ -277,9 +277,6 @@ class CallProcedure(StatementPlan):
     target: TableName
     args: tuple[tuple[str, Any], ...]
 
-    def arg(self, name: str) -> Any:
-        return dict(self.args).get(name)
-
     def describe(self) -> str:
         shown = ", ".join(f"{k} => {v!r}" for k, v in self.args if k != "table")
         return f"CallProcedure {self.procedure} on {self.target}" + (f": {shown}" if shown else "")

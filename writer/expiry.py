@@ -20,7 +20,6 @@ from typing import Any
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import (
     AssertRefSnapshotId,
     AssertTableUUID,
@@ -28,7 +27,16 @@ from pyiceberg.table.update import (
     RemoveSnapshotsUpdate,
 )
 
-from mor.planner.expiry import Expiry, ExpiryError, Files, gc_enabled, plan_expiry, reachable
+from mor.planner.expiry import (
+    KINDS,
+    Expiry,
+    ExpiryError,
+    Files,
+    expired_files,
+    gc_enabled,
+    plan_expiry,
+    reachable,
+)
 from mor.writer.catalog_changes import load, v3_models, v3_writes
 
 RETRIES = 4
@@ -36,31 +44,20 @@ RETRIES = 4
 
 @dataclass
 class ExpiryRun:
-    """What an expiry decided and did: `before` (the metadata it committed over), `after` (as
-    the catalog has it after the commit; None on a dry run), the files only expired snapshots
-    reached (`gone`), and those whose deletion failed."""
+    """What an expiry decided and did: the snapshots and refs (`expiry`), the files only
+    expired snapshots reached (`gone`) and the FileIO that deletes them, and the deletions that
+    failed."""
 
     table: str
     expiry: Expiry
-    before: TableMetadata
-    after: TableMetadata | None
+    io: Any
     gone: Files
     failed: list[tuple[str, str]] = field(default_factory=list)
 
     def row(self) -> tuple[int, ...]:
         """Iceberg's output row: deleted files by kind (on a dry run: those it would delete)."""
         failed = {p for p, _ in self.failed}
-        return tuple(
-            sum(1 for p in self.gone.paths[k] if p not in failed)
-            for k in (
-                "data_files",
-                "position_delete_files",
-                "equality_delete_files",
-                "manifest_files",
-                "manifest_lists",
-                "statistics_files",
-            )
-        )
+        return tuple(sum(1 for p in self.gone.paths[k] if p not in failed) for k in KINDS)
 
 
 def expire(
@@ -88,13 +85,10 @@ def expire(
         now = now_ms if now_ms is not None else int(time.time() * 1000)
         plan = plan_expiry(md, now, older_than, retain_last, ids)
         if dry_run:
-            every = [s.snapshot_id for s in md.snapshots]
-            gone = reachable(table.io, md, every, missing_ok=True) - reachable(
-                table.io, md, plan.retained
-            )
-            return ExpiryRun(identifier, plan, md, None, gone)
+            gone = expired_files(table.io, md, reachable(table.io, md, plan.retained))
+            return ExpiryRun(identifier, plan, table.io, gone)
         if not plan.changes:
-            return ExpiryRun(identifier, plan, md, md, Files())
+            return ExpiryRun(identifier, plan, table.io, Files())
         changes: list[Any] = [RemoveSnapshotRefUpdate(ref_name=n) for n in plan.removed_refs]
         if plan.removed:
             changes.append(RemoveSnapshotsUpdate(snapshot_ids=list(plan.removed)))
@@ -128,7 +122,6 @@ def expire(
             continue
         after_table = load(catalog, identifier)
         after = after_table.metadata
-        every = [s.snapshot_id for s in md.snapshots]
         try:
             kept = reachable(after_table.io, after, [s.snapshot_id for s in after.snapshots])
         except Exception as e:  # noqa: BLE001 - what is kept is unknown: nothing may go
@@ -137,18 +130,16 @@ def expire(
                 f"deleted: a snapshot still in the table could not be read "
                 f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
             ) from None
-        gone = reachable(table.io, md, every, missing_ok=True) - kept
-        return ExpiryRun(identifier, plan, md, after, gone)
+        return ExpiryRun(identifier, plan, after_table.io, expired_files(table.io, md, kept))
     raise AssertionError("unreachable")
 
 
 def delete_expired(
-    io: Any,
     run: ExpiryRun,
     threads: int = 1,
     interrupted: Callable[[], bool] = lambda: False,
 ) -> ExpiryRun:
-    """Delete `run.gone` through `io` on `threads` threads (Iceberg's
+    """Delete `run.gone` through `run.io` on `threads` threads (Iceberg's
     `max_concurrent_deletes`), manifest lists and manifests after the files they list; stop
     early once `interrupted()` (what is left is orphaned, never referenced again)."""
     order = ["data_files", "position_delete_files", "equality_delete_files", "statistics_files"]
@@ -158,7 +149,7 @@ def delete_expired(
         if interrupted():
             return (path, "not deleted: interrupted")
         try:
-            io.delete(path)
+            run.io.delete(path)
         except FileNotFoundError:
             return None  # gone already (another expiry, or a store that lists late)
         except Exception as e:  # noqa: BLE001 - the store's refusal, counted and named
