@@ -268,6 +268,8 @@ def run_call(plan: CallProcedure, ctx: RunContext) -> Outcome:
     args = dict(plan.args)
     if plan.procedure == "expire_snapshots":
         return _expire(plan, ctx, cat, proc)
+    if plan.procedure == "remove_orphan_files":
+        return _orphans(plan, ctx, cat, proc)
     done = not (ctx.checking or ctx.dry_run)
     if done:
         from mor import interrupts
@@ -369,6 +371,84 @@ def _expire(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> Ou
         columns=proc.columns,
         types=proc.output,
         rows=[run.row()],
+    )
+
+
+def _orphans(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> Outcome:
+    """remove_orphan_files (writer/orphans.py): no commit; the deletions, which an interrupt
+    stops (what is left stays an orphan, for the next run)."""
+    import time
+
+    from mor import interrupts
+    from mor.planner.orphans import OLDER_THAN_MS, Prefixes
+    from mor.writer.orphans import check_interval, delete_orphans, find
+
+    name = plan.target.name
+    args = dict(plan.args)
+    if args.get("file_list_view") is not None:
+        raise UnsupportedError(
+            "CALL remove_orphan_files: file_list_view (a view of the files to compare, instead "
+            "of a listing) is not read by mor yet; leave it out to list the table's folders; "
+            "nothing was deleted"
+        )
+    threads = int(args.get("max_concurrent_deletes") or 1)
+    if threads < 1:
+        raise UnsupportedError(
+            f"CALL remove_orphan_files: max_concurrent_deletes must be at least 1, not {threads}"
+        )
+    schemes = dict(args.get("equal_schemes") or ())
+    authorities = dict(args.get("equal_authorities") or ())
+    mode = args.get("prefix_mismatch_mode")
+    Prefixes.of(schemes, authorities, mode)  # a bad mode refused before any listing
+    now = int(time.time() * 1000)
+    older_than = args.get("older_than")
+    check_interval(older_than if older_than is not None else now - OLDER_THAN_MS, now)
+    if ctx.checking:  # a script's check: the arguments are right; nothing is listed
+        return Outcome(f"CALL {plan.procedure}")
+    dry = ctx.dry_run or bool(args.get("dry_run"))
+    run = find(
+        cat,
+        name,
+        older_than=older_than,
+        location=args.get("location"),
+        equal_schemes=schemes,
+        equal_authorities=authorities,
+        prefix_mismatch_mode=mode,
+        now_ms=now,
+    )
+    if not dry:
+        delete_orphans(run, threads, interrupts.interrupted)
+        interrupts.raise_if_interrupted()
+    n = len(run.orphans)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(run.older_than / 1000))
+    line = (
+        f"table {name}: {n} orphan file(s), {run.bytes} bytes, written before {stamp} UTC "
+        f"under {', '.join(run.listed)}"
+    )
+    if n:
+        line += f"; {'would delete them (dry run)' if dry else 'deleted'}"
+        if run.failed:
+            path, why = run.failed[0]
+            line += f"; {len(run.failed)} not deleted (first: {path}: {why})"
+    if run.conflicts:
+        line += f"; {len(run.conflicts)} scheme/authority conflict(s) kept (IGNORE)"
+    report = {
+        "table": name,
+        "listed": run.listed,
+        "older_than_ms": run.older_than,
+        "orphans": [p for p, _ in run.orphans],
+        "bytes": run.bytes,
+        "not_deleted": [p for p, _ in run.failed],
+        "dry_run": dry,
+    }
+    failed = {p for p, _ in run.failed}
+    return Outcome(
+        f"CALL {plan.procedure}",
+        line,
+        report,
+        columns=proc.columns,
+        types=proc.output,
+        rows=[(p,) for p, _ in run.orphans if p not in failed],
     )
 
 

@@ -84,6 +84,8 @@ def _procedure_commands(sub: Any) -> None:
         )
         sp.set_defaults(cmd="procedure", procedure=proc.name)
         for param in proc.params:
+            if param.name == "dry_run":
+                continue  # the command's own --dry-run (below) is that argument
             kind = int if param.kind == "long" else str
             what = {"long": "a whole number", "timestamp": "e.g. '2026-12-01 10:00:00' (UTC)"}
             dest = f"arg_{param.name}"  # apart from the options' (`--branch` is not `branch`)
@@ -94,6 +96,14 @@ def _procedure_commands(sub: Any) -> None:
                 sp.add_argument(flag, dest=dest, action="store_const", const=True)
             elif param.kind == "longs":
                 sp.add_argument(flag, dest=dest, type=int, nargs="+", metavar="ID")
+            elif param.kind == "map":
+                sp.add_argument(
+                    flag,
+                    dest=dest,
+                    action="append",
+                    metavar="KEYS=VALUE",
+                    help="e.g. s3a,s3n=s3 (repeat for more)",
+                )
             else:
                 sp.add_argument(
                     flag,
@@ -123,11 +133,23 @@ def _procedure_sql(args: argparse.Namespace) -> str:
             text = "true" if value else "false"
         elif param.kind == "longs":
             text = f"ARRAY({', '.join(str(int(v)) for v in value)})"
+        elif param.kind == "map":
+            pairs = []
+            for item in value:
+                key, eq, val = item.partition("=")
+                if not eq:
+                    raise MorError(f"--{param.name.replace('_', '-')} {item}: expected KEYS=VALUE")
+                pairs += [_quoted(key), _quoted(val)]
+            text = f"map({', '.join(pairs)})"
         else:
-            quoted = "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+            quoted = _quoted(str(value))
             text = f"TIMESTAMP {quoted}" if param.kind == "timestamp" else quoted
         given.append(f"{param.name} => {text}")
     return f"CALL system.{args.procedure}({', '.join(given)})"
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def cmd_procedure(args: argparse.Namespace) -> int:

@@ -23,9 +23,9 @@ from mor.planner.nodes import line_col
 
 @dataclass(frozen=True)
 class Param:
-    """A procedure's parameter: its name, its type (`string`, `long`, `timestamp`, `boolean`
-    or `longs`: an array of longs, as Iceberg's procedure declares it) and whether it is
-    required."""
+    """A procedure's parameter: its name, its type (`string`, `long`, `timestamp`, `boolean`,
+    `longs`: an array of longs, or `map`: a map of strings, as Iceberg's procedure declares it)
+    and whether it is required."""
 
     name: str
     kind: str
@@ -78,6 +78,23 @@ PROCEDURES = {
             "deleted_manifest_lists_count bigint, deleted_statistics_files_count bigint",
         ),
         Procedure(
+            "remove_orphan_files",
+            (
+                _TABLE,
+                Param("older_than", "timestamp", False),
+                Param("location", "string", False),
+                Param("dry_run", "boolean", False),
+                Param("max_concurrent_deletes", "long", False),
+                Param("file_list_view", "string", False),
+                Param("equal_schemes", "map", False),
+                Param("equal_authorities", "map", False),
+                Param("prefix_mismatch_mode", "string", False),
+                Param("prefix_listing", "boolean", False),
+                Param("stream_results", "boolean", False),
+            ),
+            "orphan_file_location string",
+        ),
+        Procedure(
             "fast_forward",
             (_TABLE, Param("branch", "string"), Param("to", "string")),
             "branch_updated string, previous_ref bigint, updated_ref bigint",
@@ -86,7 +103,6 @@ PROCEDURES = {
 }
 # Iceberg's other Spark procedures: named in the refusal, so that a user knows it is not a typo
 NOT_YET = (
-    "remove_orphan_files",
     "rewrite_data_files",
     "rewrite_position_delete_files",
     "rewrite_manifests",
@@ -210,6 +226,19 @@ def _value(w: Words) -> Any:
     if t.text.upper() in ("TRUE", "FALSE"):
         w.i += 1
         return t.text.upper() == "TRUE"
+    if t.text.upper() == "MAP" and w.peek(1) is not None:
+        w.i += 1
+        if not w.punct(TokenType.L_PAREN):
+            w.fail("expected ( after MAP")
+        pairs: list[str] = []
+        while not w.punct(TokenType.R_PAREN):
+            if pairs and not w.punct(TokenType.COMMA):
+                w.fail("expected , or )")
+            pairs.append(w.string("a string (map keys and values are strings)"))
+        if len(pairs) % 2:
+            w.i -= 1
+            w.fail("map(...) takes keys and values in pairs")
+        return {"map": dict(zip(pairs[::2], pairs[1::2]))}
     if t.text.upper() == "ARRAY" and w.peek(1) is not None:
         w.i += 1
         if not w.punct(TokenType.L_PAREN):
@@ -220,7 +249,7 @@ def _value(w: Words) -> Any:
                 w.fail("expected , or )")
             items.append(w.number("a whole number"))
         return items
-    w.fail("expected a string, a whole number or TIMESTAMP '...'")
+    w.fail("expected a string, a whole number, TIMESTAMP '...', ARRAY(...) or MAP(...)")
     return None
 
 
@@ -242,6 +271,12 @@ def _typed(proc: str, p: Param, value: Any, source: str, at: int) -> Any:
         if not isinstance(value, bool):
             raise bad("true or false")
         return value
+    if p.kind == "map":
+        if not isinstance(value, dict) or "map" not in value:
+            raise bad("a map of strings (map('s3a,s3n', 's3'))")
+        return tuple(sorted(value["map"].items()))
+    if isinstance(value, dict):
+        raise bad("not a map")
     if p.kind == "longs":
         if not isinstance(value, list):
             raise bad("an array of snapshot ids (ARRAY(1, 2))")

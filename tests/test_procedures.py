@@ -153,9 +153,34 @@ def test_a_commit_that_loses_a_race_is_checked_again(history: Any, monkeypatch: 
     ("sql", "error", "message"),
     [
         (
-            "CALL system.remove_orphan_files('db.t')",
+            "CALL system.rewrite_manifests('db.t')",
             UnsupportedError,
-            "remove_orphan_files procedure yet",
+            "rewrite_manifests procedure yet",
+        ),
+        (
+            "CALL system.remove_orphan_files(table => 'db.t', prefix_mismatch_mode => 'NOPE')",
+            MorError,
+            "prefix_mismatch_mode must be one of ERROR, IGNORE, DELETE, not 'NOPE'",
+        ),
+        (
+            "CALL system.remove_orphan_files(table => 'db.t', older_than => '2999-01-01')",
+            MorError,
+            "older_than must be at least 24 hours ago",
+        ),
+        (
+            "CALL system.remove_orphan_files(table => 'db.t', equal_schemes => 's3')",
+            SqlSyntaxError,
+            "must be a map of strings",
+        ),
+        (
+            "CALL system.remove_orphan_files(table => 'db.t', equal_schemes => map('s3a'))",
+            SqlSyntaxError,
+            "keys and values in pairs",
+        ),
+        (
+            "CALL system.remove_orphan_files(table => 'db.t', file_list_view => 'v')",
+            UnsupportedError,
+            "file_list_view",
         ),
         (
             "CALL system.expire_snapshots('db.t', retain_last => 0)",
@@ -385,3 +410,151 @@ def test_expiry_killed_at_any_moment_leaves_every_kept_snapshot_whole(
         assert subprocess.run(cmd, capture_output=True).returncode == 0
         assert whole(f"t{k}") == 1
     print(f"snapshots left by each kill (40: before the commit): {counts}")
+
+
+# --- remove_orphan_files --------------------------------------------------------------------------
+
+
+def _age(paths: Any, hours: float) -> None:
+    import os
+
+    then = time.time() - hours * 3600
+    for p in paths:
+        os.utime(p, (then, then))
+
+
+def _plant(root: str, rel: str, hours: float = 100.0) -> str:
+    import os
+
+    p = os.path.join(root, rel)
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    with open(p, "wb") as f:
+        f.write(b"x" * 5)
+    _age([p], hours)
+    return p
+
+
+def test_remove_orphan_files_deletes_what_nothing_references_and_nothing_else(
+    rewritten: Any,
+) -> None:
+    """Every file of the table made old (so that only references protect it); then files no
+    snapshot references: planted ones, and those of snapshots whose expiry removed them from
+    the metadata only (pyiceberg's expiry). Hidden folders and young files are never listed."""
+    from mor.planner.expiry import expired_files, reachable
+
+    catalog, s = rewritten
+    t = catalog.load_table("db.t")
+    root = t.location().removeprefix("file://")
+    # pyiceberg's expiry edits the metadata only: what s1..s3 alone reached stays on the store
+    kept = reachable(t.io, t.metadata, s[3:])
+    gone = {
+        p.removeprefix("file://")
+        for paths in expired_files(t.io, t.metadata, kept).paths.values()
+        for p in paths
+    }
+    t.maintenance.expire_snapshots().by_ids(s[:3]).commit()
+    assert gone, "the expiry left files behind"
+    _age(_files(catalog), 200)
+    planted = {
+        _plant(root, "data/stray.parquet"),
+        _plant(root, "data/id=3/deep/stray.parquet"),
+        _plant(root, "metadata/stray-m0.avro"),
+        _plant(root, "elsewhere.txt"),  # under the table, outside data/ and metadata/ too
+    }
+    kept_anyway = {
+        _plant(root, "data/_temporary/0/part-0.parquet"),  # hidden folders: never listed
+        _plant(root, "data/.hidden.parquet"),
+        _plant(root, "data/young.parquet", hours=2),  # written less than 3 days ago
+    }
+    before = _files(catalog)
+    reads = {x.snapshot_id: _ids_at(catalog, x.snapshot_id) for x in t.refresh().metadata.snapshots}
+    sql = "CALL system.remove_orphan_files(table => 'db.t', dry_run => true)"
+    dry = _run(catalog, sql)
+    assert dry.columns == ["orphan_file_location"]
+    listed = {_local(r[0]) for r in dry.rows}
+    expected = planted | gone
+    assert listed == expected, sorted(listed ^ expected)
+    assert _files(catalog) == before and "would delete them (dry run)" in dry.line
+    out = _run(catalog, "CALL system.remove_orphan_files('db.t')")
+    assert sorted(out.rows) == sorted(dry.rows)
+    assert before - _files(catalog) == expected
+    assert kept_anyway <= _files(catalog)
+    for sid, ids in reads.items():  # every snapshot the table keeps reads as before
+        assert _ids_at(catalog, sid) == ids
+    md = catalog.load_table("db.t").metadata
+    for entry in md.metadata_log:  # the metadata log's files are referenced
+        assert entry.metadata_file.removeprefix("file://") in _files(catalog)
+    assert not _run(catalog, "CALL system.remove_orphan_files('db.t')").rows  # nothing left
+    # a location of its own: only what is under it
+    other = _plant(root, "metadata/another.avro")
+    data_only = _run(
+        catalog,
+        f"CALL system.remove_orphan_files(table => 'db.t', location => '{root}/data', "
+        "dry_run => true)",
+    )
+    assert not data_only.rows and other in _files(catalog)
+
+
+def _local(path: str) -> str:
+    if path.startswith("file://"):
+        return path.removeprefix("file://")
+    return path.removeprefix("file:")
+
+
+def _ids_at(catalog: Any, sid: int) -> list[int]:
+    t = catalog.load_table("db.t")
+    return sorted(t.scan(snapshot_id=sid).to_arrow()["id"].to_pylist())
+
+
+def test_remove_orphan_files_refused_when_gc_is_disabled(history: Any) -> None:
+    catalog, _ = history
+    _run(catalog, "ALTER TABLE db.t SET TBLPROPERTIES ('gc.enabled' = 'false')")
+    with pytest.raises(MorError, match="GC is disabled"):
+        _run(catalog, "CALL system.remove_orphan_files('db.t')")
+
+
+def test_remove_orphan_files_compares_schemes_and_authorities_as_iceberg() -> None:
+    from mor.planner.orphans import OrphanError, Prefixes, find_orphans, parse
+
+    assert parse("file:///tmp/a//b/") == parse("file:/tmp/a/b")
+    assert parse("s3://bucket/k").authority == "bucket" and parse("/x").scheme is None
+    valid = ["s3://bucket/t/data/a.parquet", "/local/t/data/b.parquet"]
+    listed = ["s3a://bucket/t/data/a.parquet", "file:/local/t/data/b.parquet", "s3://b/t/c"]
+    # s3a is s3; a reference without a scheme matches any scheme
+    assert find_orphans(listed, valid, Prefixes.of())[0] == ["s3://b/t/c"]
+    other = ["s3://other/t/data/a.parquet"]
+    with pytest.raises(OrphanError, match="bucket / other"):
+        find_orphans(other, valid, Prefixes.of())
+    assert find_orphans(other, valid, Prefixes.of(mode="ignore"))[0] == []
+    assert find_orphans(other, valid, Prefixes.of(mode="DELETE"))[0] == other
+    assert find_orphans(other, valid, Prefixes.of(None, {"other,x": "bucket"}))[0] == []
+    with pytest.raises(OrphanError, match="s3 / gs"):
+        find_orphans(["gs://bucket/t/data/a.parquet"], valid, Prefixes.of())
+    assert find_orphans(["gs://bucket/t/data/a.parquet"], valid, Prefixes.of({"gs": "s3"}))[0] == []
+    # referenced under one prefix: never an orphan, even in DELETE mode
+    both = valid + ["s3://other/t/data/a.parquet"]
+    assert find_orphans(["s3://bucket/t/data/a.parquet"], both, Prefixes.of(mode="DELETE"))[0] == []
+
+
+def test_remove_orphan_files_as_a_command(history: Any, capsys: Any, tmp_path: Any) -> None:
+    from mor.cli import main
+
+    catalog, _ = history
+    wh = str(tmp_path / "wh")
+    root = catalog.load_table("db.t").location().removeprefix("file://")
+    _age(_files(catalog), 100)
+    stray = _plant(root, "data/stray.parquet")
+    argv = ["remove-orphan-files", "--warehouse", wh, "db.t", "--format", "json"]
+    assert main([*argv, "--dry-run", "--equal-schemes", "s3a,s3n=s3"]) == 0
+    out = capsys.readouterr().out
+    assert f'"orphan_file_location": "file://{stray}"' in out and os_exists(stray)
+    assert main(argv) == 0 and not os_exists(stray)
+    assert main([*argv, "--prefix-mismatch-mode", "sometimes"]) == 1
+    err = capsys.readouterr().err
+    assert "prefix_mismatch_mode must be one of" in err and len(err.strip().splitlines()) == 1
+
+
+def os_exists(p: str) -> bool:
+    import os
+
+    return os.path.exists(p)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +37,7 @@ from mor.planner.expiry import (
     reachable,
 )
 from mor.writer.catalog_changes import load, v3_models, v3_writes
+from mor.writer.files import delete_each
 
 RETRIES = 4
 
@@ -144,39 +144,6 @@ def delete_expired(
     early once `interrupted()` (what is left is orphaned, never referenced again)."""
     order = ["data_files", "position_delete_files", "equality_delete_files", "statistics_files"]
     order += ["manifest_files", "manifest_lists"]
-
-    def one(path: str) -> tuple[str, str] | None:
-        if interrupted():
-            return (path, "not deleted: interrupted")
-        try:
-            run.io.delete(path)
-        except FileNotFoundError:
-            return None  # gone already (another expiry, or a store that lists late)
-        except Exception as e:  # noqa: BLE001 - the store's refusal, counted and named
-            return (path, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-        _sidecar(path)
-        return None
-
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        for kind in order:
-            for failure in pool.map(one, sorted(run.gone.paths[kind])):
-                if failure is not None:
-                    run.failed.append(failure)
+    for kind in order:
+        run.failed += delete_each(run.io, sorted(run.gone.paths[kind]), threads, interrupted)
     return run
-
-
-def _sidecar(path: str) -> None:
-    """A local file written through Hadoop's file system (Spark's, Iceberg's Java writer) has
-    a checksum file `.<name>.crc` beside it, which Hadoop deletes with it: so does this."""
-    import os
-
-    if "://" in path and not path.startswith("file:"):
-        return
-    local = path.removeprefix("file:")
-    if local.startswith("//"):
-        local = local[2:]
-    folder, name = os.path.split(local)
-    try:
-        os.remove(os.path.join(folder, f".{name}.crc"))
-    except OSError:
-        pass

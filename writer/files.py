@@ -380,6 +380,14 @@ def listed_files(io: Any, location: str) -> list[tuple[str, int, float]]:
     modification time)."""
     import time
 
+    now = time.time()
+    return [(p, size, now - mtime_ms / 1000) for p, size, mtime_ms in listing(io, location)]
+
+
+def listing(io: Any, location: str, qualify: bool = False) -> list[tuple[str, int, int]]:
+    """Every file below `location` (a folder; none when it does not exist) with its size in
+    bytes and its modification time in milliseconds (0 when the store gives none). `qualify`:
+    a local path without a scheme is named `file:<path>`, as Hadoop's listing names it."""
     from pyarrow.fs import FileSelector, FileType
 
     fs_of = getattr(io, "fs_by_scheme", None)
@@ -392,13 +400,58 @@ def listed_files(io: Any, location: str) -> list[tuple[str, int, float]]:
     fs = fs_of(scheme, netloc)
     infos = fs.get_file_info(FileSelector(path, recursive=True, allow_not_found=True))
     root, prefix = path.rstrip("/"), location.rstrip("/")
-    now = time.time()
+    if qualify and prefix.startswith("/"):
+        prefix = "file:" + prefix
     return [
         (
             prefix + i.path[len(root) :],
             i.size or 0,
-            now - i.mtime.timestamp() if i.mtime is not None else 0.0,
+            int(i.mtime.timestamp() * 1000) if i.mtime is not None else 0,
         )
         for i in infos
         if i.type == FileType.File
     ]
+
+
+def delete_each(
+    io: FileIO,
+    paths: list[str],
+    threads: int = 1,
+    interrupted: Callable[[], bool] = lambda: False,
+) -> list[tuple[str, str]]:
+    """Delete `paths` through `io` on `threads` threads, each once; the (path, why) of those
+    not deleted. A file already gone is not a failure (another run, a store that lists late);
+    once `interrupted()` nothing more is deleted. A local file's Hadoop checksum file
+    (`.<name>.crc`, written beside it by Spark's and Iceberg's Java writers, which delete it with
+    the file) goes with it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(path: str) -> tuple[str, str] | None:
+        if interrupted():
+            return (path, "not deleted: interrupted")
+        try:
+            io.delete(path)
+        except FileNotFoundError:
+            return None
+        except Exception as e:  # noqa: BLE001 - the store's refusal, counted and named
+            return (path, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        _sidecar(path)
+        return None
+
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        return [f for f in pool.map(one, dict.fromkeys(paths)) if f is not None]
+
+
+def _sidecar(path: str) -> None:
+    import os
+
+    if "://" in path and not path.startswith("file:"):
+        return
+    local = path.removeprefix("file:")
+    if local.startswith("//"):
+        local = local[2:]
+    folder, name = os.path.split(local)
+    try:
+        os.remove(os.path.join(folder, f".{name}.crc"))
+    except OSError:
+        pass

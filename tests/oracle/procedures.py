@@ -155,6 +155,8 @@ def _run(spark: Any, pg: Any, warehouse: str, java_wh: str) -> int:
             print(f"  {label}: {theirs!r}")
     for version in (2, 3):
         _expiry(spark, cat, version, same, seen)
+    for version in (2, 3):
+        _orphans(spark, cat, version, same, seen)
     for d in diffs:
         print(f"DIFFERENCE {d}")
     print(f"procedures: {dict(seen)}")
@@ -289,6 +291,144 @@ def _expiry(spark: Any, cat: Any, version: int, same: Any, seen: Counter) -> Non
             )
         seen["expiries"] += 1
         print(f"  {label}: Iceberg {tuple(theirs)}, mor's dry run {counts}: {out.line}")
+
+
+def _plant(root: str, rels: list[str]) -> set[str]:
+    import os
+
+    made = set()
+    for rel in rels:
+        p = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "wb") as f:
+            f.write(b"orphan")
+        made.add(p)
+    return made
+
+
+def _backdate(root: str, days: float = 10.0) -> None:
+    import os
+
+    then = time.time() - days * 86400
+    for d, _, fs in os.walk(root):
+        for f in fs:
+            os.utime(os.path.join(d, f), (then, then))
+
+
+def _orphans(spark: Any, cat: Any, version: int, same: Any, seen: Counter) -> None:
+    """remove_orphan_files on one table (a twin would share its folder, so the other's files
+    would be orphans to it): a history by Iceberg's writer (appends, DELETE, UPDATE, MERGE,
+    a compaction, a tag, a branch), snapshots expired in the metadata only (their files left on
+    the store: real orphans of every kind), stray files planted (hidden folders, a young file,
+    a version hint among them), every file made ten days old. mor's dry run names the files
+    Iceberg's dry run names and its procedure deletes; then, on a second planting, mor's run
+    deletes what Iceberg's dry run names; every snapshot kept reads the same before and after,
+    by Iceberg's reader and by mor."""
+    from mor import mor_sql
+    from mor.statements import StatementExecution
+
+    t = f"proc.o{version}"
+    full = f"{CATALOG}.{t}"
+    spark.sql(
+        f"CREATE TABLE {full} (id BIGINT, p STRING) USING iceberg PARTITIONED BY (p) "
+        f"TBLPROPERTIES ('format-version' = '{version}', 'write.delete.mode' = "
+        "'merge-on-read', 'write.update.mode' = 'merge-on-read', "
+        "'write.merge.mode' = 'merge-on-read')"
+    )
+    for k in range(4):
+        spark.sql(f"INSERT INTO {full} VALUES ({k * 10 + 1}, 'a'), ({k * 10 + 2}, 'b')")
+    spark.sql(f"DELETE FROM {full} WHERE id = 11")
+    spark.sql(f"UPDATE {full} SET p = 'c' WHERE id = 22")
+    spark.sql(
+        f"MERGE INTO {full} t USING (SELECT 31 AS id, 'd' AS p UNION ALL SELECT 5, 'e') s "
+        "ON t.id = s.id WHEN MATCHED THEN UPDATE SET t.p = s.p WHEN NOT MATCHED THEN INSERT *"
+    )
+    spark.sql(
+        f"CALL {CATALOG}.system.rewrite_data_files(table => '{t}', options => "
+        "map('min-input-files', '1', 'delete-file-threshold', '1'))"
+    )
+    snaps = [
+        r[0]
+        for r in spark.sql(
+            f"SELECT snapshot_id FROM {full}.snapshots ORDER BY committed_at"
+        ).collect()
+    ]
+    spark.sql(f"ALTER TABLE {full} CREATE TAG v3 AS OF VERSION {snaps[3]}")
+    spark.sql(f"ALTER TABLE {full} CREATE BRANCH b AS OF VERSION {snaps[4]}")
+    spark.sql(f"INSERT INTO {full}.branch_b VALUES (99, 'z')")
+    # the expiry's commit alone (mor's, without its deletions: pyiceberg does not write v3
+    # metadata): what these snapshots alone reached stays on the store
+    from mor.writer.expiry import expire
+
+    expire(cat, t, snapshot_ids=snaps[:3] + snaps[5:7])
+    root = cat.load_table(t).location().removeprefix("file:")
+    root = "/" + root.lstrip("/")
+
+    def reads() -> dict[int, Counter]:
+        out = {}
+        for snap in cat.load_table(t).metadata.snapshots:
+            at = f" VERSION AS OF {snap.snapshot_id}"
+            rows = Counter(tuple(r) for r in spark.sql(f"SELECT * FROM {full}{at}").collect())
+            mine = mor_sql(f"SELECT * FROM {t}{at}", catalog=cat, spark=spark).collect()
+            same(
+                f"v{version} orphans: snapshot {snap.snapshot_id} by mor",
+                Counter(tuple(r) for r in mine),
+                rows,
+            )
+            out[snap.snapshot_id] = rows
+        return out
+
+    before = reads()
+    for round_, planted in enumerate(
+        (
+            [
+                "data/stray.parquet",
+                "data/p=a/stray-1.parquet",
+                "metadata/stray-m0.avro",
+                "metadata/version-hint.text",  # referenced by definition (Hadoop tables)
+                "data/_temporary/0/part-0.parquet",  # hidden: never listed
+                "data/.hidden.parquet",
+                "outside/data-and-metadata.parquet",  # under the table, not in its folders
+            ],
+            ["data/p=b/stray-2.parquet", "metadata/snap-1-1-stray.avro"],
+        )
+    ):
+        _plant(root, planted)
+        _backdate(root)
+        young = _plant(root, [f"data/young-{round_}.parquet"])  # written now: never an orphan
+        label = f"v{version} remove_orphan_files round {round_ + 1}"
+
+        def norm(p: str) -> str:
+            return "/" + p.removeprefix("file:").lstrip("/")
+
+        dry = StatementExecution(
+            f"CALL {CATALOG}.system.remove_orphan_files(table => '{t}', dry_run => true)",
+            catalog=cat,
+        ).run()
+        ours = sorted(norm(r[0]) for r in dry.rows)
+        theirs_dry = sorted(
+            norm(r[0])
+            for r in spark.sql(
+                f"CALL {CATALOG}.system.remove_orphan_files(table => '{t}', dry_run => true)"
+            ).collect()
+        )
+        same(f"{label}: orphans named (dry runs)", ours, theirs_dry)
+        on_disk = _on_disk(root)
+        if round_ == 0:
+            theirs = spark.sql(f"CALL {CATALOG}.system.remove_orphan_files(table => '{t}')")
+            deleted = sorted(norm(r[0]) for r in theirs.collect())
+            same(f"{label}: Iceberg's deleted = mor's dry run", ours, deleted)
+        else:
+            out = StatementExecution(
+                f"CALL {CATALOG}.system.remove_orphan_files('{t}')", catalog=cat
+            ).run()
+            same(f"{label}: mor's rows = its dry run", sorted(norm(r[0]) for r in out.rows), ours)
+        gone = sorted(on_disk - _on_disk(root))
+        same(f"{label}: files gone from the store", gone, ours)
+        same(f"{label}: young file kept", young <= _on_disk(root), True)
+        same(f"{label}: snapshots read alike after", reads(), before)
+        seen["orphan rounds"] += 1
+        print(f"  {label}: {len(ours)} orphans (Iceberg's dry run {len(theirs_dry)})")
 
 
 if __name__ == "__main__":

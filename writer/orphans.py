@@ -1,0 +1,110 @@
+"""Iceberg's `remove_orphan_files`: the files under a table's folders that nothing in its
+metadata references (planner/orphans.py says which), listed through the table's FileIO and
+deleted through it.
+
+The store is listed first and the table's metadata read after: a commit that lands meanwhile
+references its files in what is read, so a file is called an orphan only if the table as read
+after the listing does not reference it. A file written less than `older_than` ago (default
+three days) is never an orphan: a writer running now has files no snapshot references yet, so
+the procedure refuses an `older_than` under a day ago, as Iceberg's does. Nothing is deleted on
+a dry run, nor when `gc.enabled` is false, nor after a prefix conflict in ERROR mode.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyiceberg.catalog import Catalog
+
+from mor.planner.expiry import gc_enabled
+from mor.planner.orphans import (
+    MIN_INTERVAL_MS,
+    OLDER_THAN_MS,
+    OrphanError,
+    Prefixes,
+    find_orphans,
+    hidden_test,
+    roots,
+    valid_files,
+)
+from mor.writer.catalog_changes import load
+from mor.writer.files import delete_each, listing
+
+
+@dataclass
+class OrphanRun:
+    """What a run found: the folders listed, the cut-off, each orphan with its size, the
+    prefix conflicts kept (IGNORE mode), and the deletions that failed."""
+
+    table: str
+    io: Any
+    listed: list[str]
+    older_than: int
+    orphans: list[tuple[str, int]]
+    conflicts: set[tuple[str, str]] = field(default_factory=set)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def bytes(self) -> int:
+        return sum(size for _, size in self.orphans)
+
+
+def check_interval(older_than: int, now_ms: int) -> None:
+    if now_ms - older_than < MIN_INTERVAL_MS:
+        raise OrphanError(
+            "remove_orphan_files: older_than must be at least 24 hours ago: a write running now "
+            "has files no snapshot references yet, and removing them would corrupt the table; "
+            "nothing was deleted"
+        )
+
+
+def find(
+    catalog: Catalog,
+    identifier: str,
+    *,
+    older_than: int | None = None,
+    location: str | None = None,
+    equal_schemes: Mapping[str, str] | None = None,
+    equal_authorities: Mapping[str, str] | None = None,
+    prefix_mismatch_mode: str | None = None,
+    now_ms: int | None = None,
+) -> OrphanRun:
+    """The orphans of `identifier` (nothing deleted: `delete_orphans` does that)."""
+    prefixes = Prefixes.of(equal_schemes, equal_authorities, prefix_mismatch_mode)
+    now = now_ms if now_ms is not None else int(time.time() * 1000)
+    cutoff = older_than if older_than is not None else now - OLDER_THAN_MS
+    check_interval(cutoff, now)
+    table = load(catalog, identifier)
+    md = table.metadata
+    if not gc_enabled(md):
+        raise OrphanError(
+            f"cannot remove orphan files of {identifier}: GC is disabled (gc.enabled=false: "
+            "deleting files may corrupt other tables); nothing was deleted"
+        )
+    folders = roots(md, location)
+    hidden = hidden_test(md)
+    sizes: dict[str, int] = {}
+    for folder in folders:
+        named = "file:" + folder if folder.startswith("/") else folder  # as listing names it
+        for path, size, mtime in listing(table.io, folder, qualify=True):
+            if mtime < cutoff and not hidden(path[len(named) :]):
+                sizes[path] = size
+    # the metadata read after the listing: what a commit landing meanwhile references is in it
+    table = load(catalog, identifier)
+    valid = valid_files(table.io, table.metadata, table.metadata_location)
+    orphans, conflicts = find_orphans(sizes, valid, prefixes)
+    return OrphanRun(
+        identifier, table.io, folders, cutoff, [(p, sizes[p]) for p in orphans], conflicts
+    )
+
+
+def delete_orphans(
+    run: OrphanRun, threads: int = 1, interrupted: Callable[[], bool] = lambda: False
+) -> OrphanRun:
+    """Delete `run.orphans` on `threads` threads (Iceberg's `max_concurrent_deletes`); stop
+    once `interrupted()`."""
+    run.failed = delete_each(run.io, [p for p, _ in run.orphans], threads, interrupted)
+    return run
