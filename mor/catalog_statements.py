@@ -270,6 +270,8 @@ def run_call(plan: CallProcedure, ctx: RunContext) -> Outcome:
         return _expire(plan, ctx, cat, proc)
     if plan.procedure == "remove_orphan_files":
         return _orphans(plan, ctx, cat, proc)
+    if plan.procedure == "rewrite_data_files":
+        return _rewrite_data_files(plan, ctx, cat, proc)
     done = not (ctx.checking or ctx.dry_run)
     if done:
         from mor import interrupts
@@ -371,6 +373,48 @@ def _expire(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> Ou
         columns=proc.columns,
         types=proc.output,
         rows=[run.row()],
+    )
+
+
+def _rewrite_data_files(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> Outcome:
+    """rewrite_data_files as mor's compaction (mor/maintenance.py: bin-packing, every delete
+    applied, one commit), its options translated (planner/procedures.compaction_options)."""
+    from mor.maintenance import compact
+    from mor.planner.procedures import compaction_options
+
+    name = plan.target.name
+    args = dict(plan.args)
+    kwargs = compaction_options(
+        args.get("strategy"), args.get("sort_order"), args.get("options") or ()
+    )
+    if ctx.checking:  # a script's check: the arguments are right; nothing is read
+        return Outcome(f"CALL {plan.procedure}")
+    report = compact(
+        name,
+        catalog=cat,
+        where=args.get("where"),
+        branch=args.get("branch") or ctx.branch,
+        dry_run=ctx.dry_run,
+        spark=ctx.session,
+        progress=ctx.progress,
+        **kwargs,
+    )
+    row = (
+        report.data_files,
+        len(report.written),
+        report.data_bytes,
+        0,
+        len(report.removed),
+    )
+    if ctx.dry_run:
+        return Outcome(f"CALL {plan.procedure}", report.line(), report.as_dict())
+    return Outcome(
+        f"CALL {plan.procedure}",
+        report.line(),
+        report.as_dict(),
+        columns=proc.columns,
+        types=proc.output,
+        rows=[row],
     )
 
 

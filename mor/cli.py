@@ -102,7 +102,10 @@ def _procedure_commands(sub: Any) -> None:
                     dest=dest,
                     action="append",
                     metavar="KEYS=VALUE",
-                    help="e.g. s3a,s3n=s3 (repeat for more)",
+                    help=(
+                        "e.g. min-input-files=2" if param.name == "options" else "e.g. s3a,s3n=s3"
+                    )
+                    + " (repeat for more)",
                 )
             else:
                 sp.add_argument(

@@ -11,6 +11,7 @@ writer/procedures.py, through the one statement execution (mor/statements.py).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,6 +96,20 @@ PROCEDURES = {
             "orphan_file_location string",
         ),
         Procedure(
+            "rewrite_data_files",
+            (
+                _TABLE,
+                Param("strategy", "string", False),
+                Param("sort_order", "string", False),
+                Param("options", "map", False),
+                Param("where", "string", False),
+                Param("branch", "string", False),
+            ),
+            "rewritten_data_files_count int, added_data_files_count int, "
+            "rewritten_bytes_count bigint, failed_data_files_count int, "
+            "removed_delete_files_count int",
+        ),
+        Procedure(
             "fast_forward",
             (_TABLE, Param("branch", "string"), Param("to", "string")),
             "branch_updated string, previous_ref bigint, updated_ref bigint",
@@ -103,7 +118,6 @@ PROCEDURES = {
 }
 # Iceberg's other Spark procedures: named in the refusal, so that a user knows it is not a typo
 NOT_YET = (
-    "rewrite_data_files",
     "rewrite_position_delete_files",
     "rewrite_manifests",
     "cherrypick_snapshot",
@@ -145,8 +159,8 @@ def read_call(w: Words) -> Call:
         if name in NOT_YET:
             raise UnsupportedError(
                 f"CALL {name}: mor does not run Iceberg's {name} procedure yet (it runs {runs}; "
-                "compaction and equality-delete conversion run as mor compact and mor "
-                "convert-equality-deletes: docs/maintenance.md)"
+                "equality deletes are written as positions by mor convert-equality-deletes: "
+                "docs/maintenance.md)"
             )
         w.i -= 1
         w.fail(f"no procedure {name}: mor runs {runs}")
@@ -302,3 +316,61 @@ def _typed(proc: str, p: Param, value: Any, source: str, at: int) -> Any:
     if t.tzinfo is None:
         t = t.replace(tzinfo=dt.timezone.utc)
     return int(t.timestamp() * 1000)
+
+
+# rewrite_data_files' options (Iceberg's `options => map(...)`) as mor's compaction takes them
+_COMPACT_OPTIONS = {
+    "min-input-files": ("min_input_files", int),
+    "delete-file-threshold": ("delete_file_threshold", int),
+    "target-file-size-bytes": ("target_file_size", int),
+    "delete-ratio-threshold": ("delete_ratio_threshold", float),
+}
+# options that tune how Iceberg's action runs, not which files it rewrites nor what it writes:
+# mor's compaction is one Spark job and one commit, so they change nothing
+_TUNING = (
+    "max-concurrent-file-group-rewrites",
+    "partial-progress.enabled",
+    "partial-progress.max-commits",
+    "partial-progress.max-failed-commits",
+    "max-file-group-size-bytes",
+    "rewrite-job-order",
+    "use-starting-sequence-number",
+    "remove-dangling-deletes",
+)
+
+
+def compaction_options(
+    strategy: str | None, sort_order: str | None, options: Iterable[tuple[str, str]]
+) -> dict[str, Any]:
+    """mor compact's keyword arguments for a CALL rewrite_data_files' `strategy`, `sort_order`
+    and `options`; UnsupportedError naming what mor's compaction does not do."""
+    if strategy is not None and strategy.strip().lower() != "binpack":
+        raise UnsupportedError(
+            f"CALL rewrite_data_files: strategy {strategy!r}: mor's compaction bin-packs "
+            "(strategy => 'binpack'); sort and zorder are not done yet; nothing was committed"
+        )
+    if sort_order is not None:
+        raise UnsupportedError(
+            "CALL rewrite_data_files: sort_order: mor's compaction bin-packs, it does not sort "
+            "yet; nothing was committed"
+        )
+    out: dict[str, Any] = {}
+    for key, text in options:
+        k = key.strip().lower()
+        if k in _TUNING:
+            continue
+        if k not in _COMPACT_OPTIONS:
+            known = ", ".join([*_COMPACT_OPTIONS, *_TUNING])
+            raise UnsupportedError(
+                f"CALL rewrite_data_files: option {key!r} is not one mor's compaction takes "
+                f"({known}); nothing was committed"
+            )
+        name, kind = _COMPACT_OPTIONS[k]
+        try:
+            out[name] = kind(text.strip())
+        except ValueError:
+            raise UnsupportedError(
+                f"CALL rewrite_data_files: option {key!r} = {text!r} is not a "
+                f"{'whole number' if kind is int else 'number'}; nothing was committed"
+            ) from None
+    return out

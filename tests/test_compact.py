@@ -442,3 +442,42 @@ def test_every_writable_type_is_written_as_read(catalog: Any, spark: Any, writer
     assert written.field("ts").type == pa.timestamp("us")
     assert written.field("tz").type == pa.timestamp("us", tz="UTC")
     assert written.field("dec").type == pa.decimal128(12, 3)
+
+
+def test_rewrite_data_files_is_the_compaction_under_icebergs_name(catalog: Any, spark: Any) -> None:
+    """`CALL system.rewrite_data_files(...)` runs mor's compaction: Iceberg's options
+    translated (tuning ones accepted, unknown ones refused by name), where and branch passed,
+    Iceberg's output row; a dry run commits nothing."""
+    from mor.statements import StatementExecution
+
+    def call(args: str, **kw: Any) -> Any:
+        sql = f"CALL system.rewrite_data_files({args})"
+        return StatementExecution(sql, catalog=catalog, spark=spark, **kw).run()
+
+    _two_partitions(catalog)
+    live = sorted(set(range(40)) - {0, 5, 25})
+    head = catalog.load_table("m.p").metadata.current_snapshot_id
+    opts = "map('min-input-files', '1', 'delete-file-threshold', '1', "
+    opts += "'partial-progress.enabled', 'true')"
+    dry = call(f"table => 'm.p', options => {opts}", dry_run=True)
+    assert "dry run" in dry.line
+    assert catalog.load_table("m.p").metadata.current_snapshot_id == head
+    out = call(f"table => 'm.p', strategy => 'binpack', options => {opts}, where => \"p = 'a'\"")
+    assert out.columns == [
+        "rewritten_data_files_count",
+        "added_data_files_count",
+        "rewritten_bytes_count",
+        "failed_data_files_count",
+        "removed_delete_files_count",
+    ]
+    rewritten, added, size, failed, removed = out.rows[0]
+    assert (rewritten, failed, removed) == (2, 0, 2) and added >= 1 and size > 0
+    assert _ids(catalog, spark, "m.p") == live
+    for args, message in (
+        ("'m.p', 'sort'", "strategy 'sort'"),
+        ("table => 'm.p', sort_order => 'id DESC'", "sort_order"),
+        ("table => 'm.p', options => map('rewrite-all', 'true')", "option 'rewrite-all'"),
+        ("table => 'm.p', options => map('min-input-files', 'two')", "not a whole number"),
+    ):
+        with pytest.raises(UnsupportedError, match=message):
+            call(args)
