@@ -272,6 +272,8 @@ def run_call(plan: CallProcedure, ctx: RunContext) -> Outcome:
         return _orphans(plan, ctx, cat, proc)
     if plan.procedure == "rewrite_data_files":
         return _rewrite_data_files(plan, ctx, cat, proc)
+    if plan.procedure == "cherrypick_snapshot":
+        return _cherrypick(plan, ctx, cat, proc)
     done = not (ctx.checking or ctx.dry_run)
     if done:
         from mor import interrupts
@@ -373,6 +375,42 @@ def _expire(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> Ou
         columns=proc.columns,
         types=proc.output,
         rows=[run.row()],
+    )
+
+
+def _cherrypick(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> Outcome:
+    """cherrypick_snapshot (writer/cherrypick.py): one commit, held against Ctrl-C."""
+    from mor import interrupts
+    from mor.writer.cherrypick import cherrypick
+
+    name = plan.target.name
+    sid = dict(plan.args)["snapshot_id"]
+    if ctx.checking and ctx.pending is not None and ctx.pending.has_table(cat.name, name):
+        return Outcome(f"CALL {plan.procedure}")  # a table the script makes: checked when run
+    dry = ctx.checking or ctx.dry_run
+    if dry:
+        picked = cherrypick(cat, name, sid, dry_run=True)
+    else:
+        with interrupts.held(lambda: f"CALL cherrypick_snapshot on {name} committed"):
+            picked = cherrypick(cat, name, sid, before_commit=interrupts.raise_if_interrupted)
+    report = {
+        "table": name,
+        "procedure": plan.procedure,
+        "source": picked.source,
+        "how": picked.how,
+        "before": picked.before,
+        "after": picked.after,
+        "committed": not dry,
+    }
+    if dry:
+        return Outcome(f"CALL {plan.procedure}", picked.line(name, False), report)
+    return Outcome(
+        f"CALL {plan.procedure}",
+        picked.line(name, True),
+        report,
+        columns=proc.columns,
+        types=proc.output,
+        rows=[picked.row()],
     )
 
 

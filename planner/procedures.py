@@ -96,6 +96,11 @@ PROCEDURES = {
             "orphan_file_location string",
         ),
         Procedure(
+            "cherrypick_snapshot",
+            (_TABLE, Param("snapshot_id", "long")),
+            "source_snapshot_id bigint, current_snapshot_id bigint",
+        ),
+        Procedure(
             "rewrite_data_files",
             (
                 _TABLE,
@@ -120,7 +125,6 @@ PROCEDURES = {
 NOT_YET = (
     "rewrite_position_delete_files",
     "rewrite_manifests",
-    "cherrypick_snapshot",
     "publish_changes",
     "migrate",
     "snapshot",

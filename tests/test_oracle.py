@@ -127,11 +127,15 @@ def test_procedures_move_branches_and_expire_as_icebergs_on_twin_tables(postgres
     remove_orphan_files, two rounds on each version (real orphans of every kind left by an
     expiry's commit, and planted ones, hidden and young files among them): mor's dry run
     names what Iceberg's dry run names and its procedure deletes, mor's run deletes exactly
-    that, and every snapshot reads alike after."""
+    that, and every snapshot reads alike after. Then cherrypick_snapshot on twins, snapshots
+    staged by Iceberg's write-audit-publish (an append, a dynamic INSERT OVERWRITE, an append
+    on main's head): the same refusals, the same new snapshot's operation and summary, the
+    same fast-forwards, main read alike."""
     summary = run_harness("procedures", timeout=600)
-    assert " 0 differences" in summary and "'refused by both': 6" in summary
+    assert " 0 differences" in summary and "'refused by both': 8" in summary
     assert "'answered alike': 14" in summary and "'expiries': 6" in summary
-    assert "'orphan rounds': 4" in summary
+    assert "'orphan rounds': 4" in summary and "'picked alike': 6" in summary
+    assert "'fast-forwards': 2" in summary
     print(summary.splitlines()[-1])
 
 

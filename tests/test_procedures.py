@@ -558,3 +558,104 @@ def os_exists(p: str) -> bool:
     import os
 
     return os.path.exists(p)
+
+
+# --- cherrypick_snapshot -------------------------------------------------------------------------
+
+
+def _append(catalog: Any, ids: list[int], branch: str = "main", **props: str) -> int:
+    t = catalog.load_table("db.t")
+    t.append(pa.table({"id": pa.array(ids, pa.int64())}), snapshot_properties=props, branch=branch)
+    return catalog.load_table("db.t").metadata.refs[branch].snapshot_id
+
+
+def _branch(catalog: Any, name: str) -> None:
+    t = catalog.load_table("db.t")
+    t.manage_snapshots().create_branch(t.metadata.current_snapshot_id, name).commit()
+
+
+def test_cherrypick_snapshot_applies_a_staged_append_to_main_as_icebergs(history: Any) -> None:
+    catalog, s = history
+    _branch(catalog, "b")
+    staged = _append(catalog, [10], "b", **{"wap.id": "w1"})
+    head = _append(catalog, [5])  # main moved on: the staged snapshot's parent is not the head
+    dry = _run(catalog, f"CALL system.cherrypick_snapshot('db.t', {staged})", dry_run=True)
+    assert "would be applied to main" in dry.line
+    assert catalog.load_table("db.t").metadata.current_snapshot_id == head
+    sql = f"CALL system.cherrypick_snapshot(table => 'db.t', snapshot_id => {staged})"
+    out = _run(catalog, sql)
+    assert out.columns == ["source_snapshot_id", "current_snapshot_id"]
+    md = catalog.load_table("db.t").metadata
+    new = md.current_snapshot()
+    assert out.rows == [(staged, new.snapshot_id)] and new.parent_snapshot_id == head
+    assert new.summary.operation.value == "append"
+    props = new.summary.additional_properties
+    assert props["source-snapshot-id"] == str(staged) and props["published-wap-id"] == "w1"
+    assert _ids(catalog) == [1, 2, 3, 4, 5, 10]
+    # the staged snapshot's data file is added as it is, not written again
+    staged_files = {
+        f.file_path
+        for m in md.snapshot_by_id(staged).manifests(catalog.load_table("db.t").io)
+        for e in m.fetch_manifest_entry(catalog.load_table("db.t").io)
+        if e.snapshot_id == staged
+        for f in [e.data_file]
+    }
+    t = catalog.load_table("db.t")
+    now_files = {f.file_path for f in t.scan().plan_files() for f in [f.file]}
+    assert staged_files and staged_files <= now_files
+    # Iceberg's refusals (its WAP id checked first, as Iceberg's), an ancestor, unknown
+    for sid, message in (
+        (staged, "wap id that was published already: w1"),
+        (s[1], "already an ancestor"),
+        (42, "unknown snapshot id 42"),
+    ):
+        with pytest.raises(ProcedureError, match=message):
+            _run(catalog, f"CALL system.cherrypick_snapshot('db.t', {sid})")
+    _branch(catalog, "c")
+    _append(catalog, [6], "main")
+    again = _append(catalog, [11], "c", **{"wap.id": "w1"})
+    with pytest.raises(ProcedureError, match="wap id that was published already: w1"):
+        _run(catalog, f"CALL system.cherrypick_snapshot('db.t', {again})")
+    plain = _append(catalog, [12], "c")  # no WAP id: picked once, then refused as picked
+    done = _run(catalog, f"CALL system.cherrypick_snapshot('db.t', {plain})").rows[0][1]
+    with pytest.raises(ProcedureError, match=f"already picked to create ancestor {done}"):
+        _run(catalog, f"CALL system.cherrypick_snapshot('db.t', {plain})")
+    assert _ids(catalog) == [1, 2, 3, 4, 5, 6, 10, 12]
+
+
+def test_cherrypick_snapshot_fast_forwards_when_main_is_the_parent(history: Any) -> None:
+    catalog, s = history
+    _branch(catalog, "d")
+    child = _append(catalog, [20], "d")
+    out = _run(catalog, f"CALL system.cherrypick_snapshot('db.t', {child})")
+    md = catalog.load_table("db.t").metadata
+    assert out.rows == [(child, child)] and md.current_snapshot_id == child
+    assert len(md.snapshots) == 5 and "fast-forward" in out.line  # no new snapshot
+    assert _ids(catalog) == [1, 2, 3, 4, 20]
+
+
+def test_a_cherrypick_that_fails_never_deletes_the_picked_files(
+    history: Any, monkeypatch: Any
+) -> None:
+    """The files a cherry-pick adds are the picked snapshot's: a commit that fails deletes
+    what it wrote (manifests, the list) and never those."""
+    import os
+
+    from mor.writer.producer import SnapshotProducer
+
+    catalog, s = history
+    _branch(catalog, "b")
+    staged = _append(catalog, [10], "b")
+    _append(catalog, [5])
+    before = _files(catalog)
+
+    def refuse(self: Any, attempt: int) -> None:
+        raise MorError("the catalog is gone")
+
+    monkeypatch.setattr(SnapshotProducer, "_attempting", refuse)
+    with pytest.raises(MorError, match="the catalog is gone"):
+        _run(catalog, f"CALL system.cherrypick_snapshot('db.t', {staged})")
+    assert _files(catalog) == before
+    assert all(os.path.exists(p) for p in before)
+    monkeypatch.undo()
+    assert _ids(catalog, "b") == [1, 2, 3, 4, 10]

@@ -47,6 +47,7 @@ class Operation:
     removed_data: set[str] = field(default_factory=set)
     data_seq: int | None = None
     summary: dict[str, str] = field(default_factory=dict)
+    adopted: bool = False  # its data files are the table's already (a cherry-pick): never deleted
 
     @property
     def operation(self) -> Op:
@@ -347,7 +348,7 @@ class AppendFiles(Operation):
         return
 
     def summary_of(self, head: Snapshot | None) -> Summary:
-        return _summary(self.operation, self.added_data, [], head, {})
+        return _summary(self.operation, self.added_data, [], head, dict(self.summary))
 
 
 @dataclass
@@ -447,6 +448,7 @@ class OverwriteFiles(Operation):
 
     def summary_of(self, head: Snapshot | None) -> Summary:
         extra = {"replace-partitions": "true"} if self.replace_partitions else {}
+        extra.update(self.summary)
         return _summary(self.operation, self.added_data, list(self.removing.values()), head,
                         extra)  # fmt: skip
 

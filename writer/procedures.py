@@ -19,7 +19,7 @@ commit retries). No file is written but the metadata file, none is deleted.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,14 +152,30 @@ def run_ref_move(
 ) -> RefMove:
     """Run `procedure` on `identifier`: one commit through the catalog (none when the branch
     is where it would go already)."""
+    return commit_ref_move(
+        catalog, identifier, procedure, lambda md: ref_move(md, procedure, args, identifier)
+    )
+
+
+def commit_ref_move(
+    catalog: Catalog,
+    identifier: str,
+    procedure: str,
+    decide: Callable[[TableMetadata], RefMove],
+    before_commit: Callable[[], Any] | None = None,
+) -> RefMove:
+    """Commit the move `decide` makes of the table's metadata as read, read again and decided
+    again when another commit lands first."""
     for attempt in range(RETRIES):
         table = load(catalog, identifier)
         md = table.metadata
-        move = ref_move(md, procedure, args, identifier)
+        move = decide(md)
         changes, requirements = updates(md, move)
         if not changes:
             return move
         try:
+            if before_commit is not None:
+                before_commit()
             with (
                 v3_models(),
                 v3_writes(

@@ -112,7 +112,8 @@ class SnapshotProducer:
             raise MorError(
                 f"{self.identifier}: format version {version}; this commit writes v2 and v3"
             )
-        written: list[str] = [f.file_path for f in (*op.added, *op.added_data)]
+        # what it wrote, deleted if it does not commit (a cherry-pick's files are not its own)
+        written: list[str] = [f.file_path for f in (*op.added, *op.added_data) if not op.adopted]
         committed = False
         try:
             done = self._attempts(table, op, base, written)

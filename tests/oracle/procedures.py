@@ -157,6 +157,8 @@ def _run(spark: Any, pg: Any, warehouse: str, java_wh: str) -> int:
         _expiry(spark, cat, version, same, seen)
     for version in (2, 3):
         _orphans(spark, cat, version, same, seen)
+    for version in (2, 3):
+        _cherrypick(spark, cat, version, same, seen)
     for d in diffs:
         print(f"DIFFERENCE {d}")
     print(f"procedures: {dict(seen)}")
@@ -429,6 +431,115 @@ def _orphans(spark: Any, cat: Any, version: int, same: Any, seen: Counter) -> No
         same(f"{label}: snapshots read alike after", reads(), before)
         seen["orphan rounds"] += 1
         print(f"  {label}: {len(ours)} orphans (Iceberg's dry run {len(theirs_dry)})")
+
+
+_SUMMARY_KEYS = (
+    "source-snapshot-id",
+    "published-wap-id",
+    "replace-partitions",
+    "added-data-files",
+    "deleted-data-files",
+    "added-records",
+    "deleted-records",
+    "total-data-files",
+    "total-records",
+    "changed-partition-count",
+)
+
+
+def _cherrypick(spark: Any, cat: Any, version: int, same: Any, seen: Counter) -> None:
+    """cherrypick_snapshot on twins: snapshots staged by Iceberg's write-audit-publish
+    (`spark.wap.id`: an append while main moved on, a dynamic INSERT OVERWRITE, an append
+    whose parent is main's head), picked by Iceberg on the table and by mor on the twin, in
+    order, a second pick of each refused by both: the same refusals, the same new snapshot
+    (operation, source and published WAP id, counts), main read alike by Iceberg's reader
+    and mor."""
+    from mor import mor_sql
+    from mor.planner.errors import MorError
+    from mor.statements import StatementExecution
+
+    t, twin = f"proc.c{version}", f"proc.c{version}_twin"
+    full = f"{CATALOG}.{t}"
+    spark.sql(
+        f"CREATE TABLE {full} (id BIGINT, p STRING) USING iceberg PARTITIONED BY (p) "
+        f"TBLPROPERTIES ('format-version' = '{version}', 'write.wap.enabled' = 'true', "
+        "'write.delete.mode' = 'merge-on-read')"
+    )
+    spark.sql(f"INSERT INTO {full} VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+
+    def staged(wap: str, sql: str, table: str = full) -> int:
+        spark.conf.set("spark.wap.id", wap)
+        try:
+            spark.sql(sql)
+        finally:
+            spark.conf.unset("spark.wap.id")
+        rows = spark.sql(
+            f"SELECT snapshot_id FROM {table}.snapshots WHERE summary['wap.id'] = '{wap}'"
+        ).collect()
+        return rows[0][0]
+
+    s1 = staged("w1", f"INSERT INTO {full} VALUES (10, 'a'), (11, 'd')")
+    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+    try:
+        s2 = staged("w2", f"INSERT OVERWRITE {full} VALUES (20, 'b')")
+    finally:
+        spark.conf.unset("spark.sql.sources.partitionOverwriteMode")
+    spark.sql(f"DELETE FROM {full} WHERE id = 1")  # main moves on: s1, s2 are not fast-forwards
+    location = cat.load_table(t).metadata_location
+    spark.sql(f"CALL {CATALOG}.system.register_table('{twin}', '{location}')")
+    picks = [(s1, s1), (s2, s2), (s1, s1), (0, 0)]
+    for sid_t, sid_twin in picks:
+        if sid_t == 0:  # the fast-forward: staged on each table's own head, now
+            sid_t, sid_twin = (
+                staged(
+                    f"w3{n[-4:]}", f"INSERT INTO {CATALOG}.{n} VALUES (30, 'e')", f"{CATALOG}.{n}"
+                )
+                for n in (t, twin)
+            )
+        label = f"v{version} cherrypick_snapshot({'fast-forward' if sid_t != sid_twin else sid_t})"
+        try:
+            theirs: Any = [
+                tuple(r)
+                for r in spark.sql(
+                    f"CALL {CATALOG}.system.cherrypick_snapshot('{t}', {sid_t})"
+                ).collect()
+            ]
+        except Exception as e:  # noqa: BLE001 - Iceberg's refusal, compared as one
+            theirs = ("refused", str(e).splitlines()[0][:120])
+        try:
+            out = StatementExecution(
+                f"CALL {CATALOG}.system.cherrypick_snapshot('{twin}', {sid_twin})", catalog=cat
+            ).run()
+            ours: Any = [tuple(r) for r in out.rows or []]
+        except MorError as e:
+            ours = ("refused", str(e))
+        same(f"{label}: refused", isinstance(ours, tuple), isinstance(theirs, tuple))
+        a, b = cat.load_table(t).metadata, cat.load_table(twin).metadata
+        if not isinstance(theirs, tuple) and not isinstance(ours, tuple):
+            same(f"{label}: source", ours[0][0], sid_twin)
+            same(f"{label}: fast-forward", ours[0][1] == sid_twin, theirs[0][1] == sid_t)
+            sa, sb = a.current_snapshot(), b.current_snapshot()
+            same(f"{label}: operation", sb.summary.operation, sa.summary.operation)
+            pa_, pb = sa.summary.additional_properties, sb.summary.additional_properties
+            for key in _SUMMARY_KEYS:
+                if key == "source-snapshot-id" and sid_t != sid_twin:
+                    continue
+                if key == "published-wap-id" and sid_t != sid_twin:
+                    continue
+                same(f"{label}: summary {key}", pb.get(key), pa_.get(key))
+            seen["picked alike"] += 1
+            seen["fast-forwards"] += ours[0][1] == sid_twin and theirs[0][1] == sid_t
+        else:
+            seen["refused by both"] += isinstance(ours, tuple) and isinstance(theirs, tuple)
+        rows = Counter(tuple(r) for r in spark.sql(f"SELECT * FROM {full}").collect())
+        same(
+            f"{label}: main by Iceberg's reader",
+            Counter(tuple(r) for r in spark.sql(f"SELECT * FROM {CATALOG}.{twin}").collect()),
+            rows,
+        )
+        mine = mor_sql(f"SELECT * FROM {twin}", catalog=cat, spark=spark).collect()
+        same(f"{label}: main by mor", Counter(tuple(r) for r in mine), rows)
+        print(f"  {label}: Iceberg {theirs!r}, mor {ours!r}")
 
 
 if __name__ == "__main__":
