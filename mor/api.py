@@ -375,13 +375,16 @@ def health(
     exact: bool = False,
     spark: SparkSession | None = None,
     thresholds: Any = None,
+    orphans: bool = False,
 ) -> dict[str, Any]:
     """How much the table's deletes cost its readers, and what to run (mor/health_figures.py):
     a JSON-ready dict with the table's counts at top level (data_files, data_records,
     position_delete_files, equality_delete_files, deletion_vectors, deleted_records,
     delete_ratio, equality_keys, small_files, read_amplification, advice) and a `partitions`
     list of the same counts. Metadata and position delete files only, no Spark, unless
-    `exact`: the rows equality deletes remove are then counted by running the anti-joins."""
+    `exact`: the rows equality deletes remove are then counted by running the anti-joins.
+    `history` says what expiry with the table's retention would remove; with `orphans`, the
+    store is listed for files nothing references (remove_orphan_files' dry run)."""
     from mor.health_advice import Thresholds
     from mor.health_figures import health as report
 
@@ -412,4 +415,5 @@ def health(
         thresholds=thresholds
         if isinstance(thresholds, Thresholds)
         else Thresholds(**(thresholds or {})),
+        orphans=orphans,
     )

@@ -273,6 +273,12 @@ def _table_commands(sub: Any) -> None:
         action="store_true",
         help="count the rows equality deletes remove by running the anti-joins (runs Spark)",
     )
+    hp.add_argument(
+        "--orphans",
+        action="store_true",
+        help="list the table's location for files nothing references (remove-orphan-files' "
+        "dry run; lists the store)",
+    )
     hp.add_argument("--plot", metavar="FILE.png", help="write a chart of the report (matplotlib)")
     hp.add_argument(
         "--delete-ratio-threshold", type=float, default=0.3, help="advise a rewrite from here"
@@ -835,6 +841,7 @@ def cmd_health(args: argparse.Namespace) -> int:
         thresholds=Thresholds(
             delete_ratio=args.delete_ratio_threshold, delete_files=args.delete_file_threshold
         ),
+        orphans=args.orphans,
     )
     if args.plot:
         plot(report, args.plot)

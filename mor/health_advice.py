@@ -71,6 +71,7 @@ def advice(
         *a.equality(len(dangling) - dangling_pos),
         *a.small_files(heavy),
         *a.snapshots(),
+        *a.orphans(),
     ]
 
 
@@ -243,7 +244,29 @@ class _Advisor:
         ]
 
     def snapshots(self) -> list[dict[str, Any]]:
+        """expire_snapshots: when the table's own retention would remove snapshots (the files
+        only they reach with them), else when more than `th.snapshots` are kept."""
         th, n = self.th, self.report["snapshots"]
+        hist = self.report.get("history") or {}
+        expiry = hist.get("expiry") or {}
+        due = expiry.get("snapshots") or 0
+        if due and hist.get("gc_enabled", True):
+            files = expiry.get("files") or {}
+            freed = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in files.items() if v)
+            return [
+                {
+                    "procedure": "expire_snapshots",
+                    **({"mor": f"mor expire-snapshots {self.table}"} if self.named else {}),
+                    "call": self.call("expire_snapshots"),
+                    "reason": (
+                        f"{due} of {n} snapshots are older than the table's retention (oldest "
+                        f"{hist.get('oldest_snapshot_days')} days; history.expire.* properties, "
+                        f"default 5 days, at least 1 kept): expiring them deletes the files only "
+                        f"they reach ({freed or 'none'})"
+                    ),
+                    "partitions": [],
+                }
+            ]
         if n <= th.snapshots:
             return []
         return [
@@ -258,6 +281,24 @@ class _Advisor:
                 "reason": (
                     f"{n} snapshots in the metadata (more than "
                     f"{th.snapshots}): their manifests and unreferenced delete files stay"
+                ),
+                "partitions": [],
+            }
+        ]
+
+    def orphans(self) -> list[dict[str, Any]]:
+        found = (self.report.get("history") or {}).get("orphans") or {}
+        if not found.get("files"):
+            return []
+        return [
+            {
+                "procedure": "remove_orphan_files",
+                **({"mor": f"mor remove-orphan-files {self.table}"} if self.named else {}),
+                "call": self.call("remove_orphan_files"),
+                "reason": (
+                    f"{found['files']} file(s), {found['bytes']} bytes, under the table's "
+                    "location and older than 3 days are referenced by nothing (left by writers "
+                    "killed before their commit, or by an expiry that only edited metadata)"
                 ),
                 "partitions": [],
             }

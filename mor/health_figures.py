@@ -106,6 +106,64 @@ class _Counts:
         }
 
 
+def history(src: TableSource, now_ms: int, orphans: bool = False) -> dict[str, Any]:
+    """The table's history as expiry and orphan removal see it: its snapshots (how many, the
+    oldest one's age), its refs, its metadata file (bytes, entries in its log), what
+    `expire_snapshots` with the table's own retention would remove now (snapshots, refs, and
+    the files only they reach, by kind: planner/expiry.py, the manifests of every snapshot read
+    once), and with `orphans`, the files under the table's location older than three days that
+    nothing references (writer/orphans.py: the store listed)."""
+    from mor.planner.expiry import ExpiryError, expired_files, gc_enabled, plan_expiry, reachable
+
+    md = src.metadata
+    stamps = [s.timestamp_ms for s in md.snapshots]
+    try:
+        size: int | None = len(src.io.new_input(src.metadata_location))
+    except Exception:  # noqa: BLE001 - a figure, not a reason to fail the report
+        size = None
+    out: dict[str, Any] = {
+        "snapshots": len(md.snapshots),
+        "oldest_snapshot_days": round((now_ms - min(stamps)) / 86_400_000, 2) if stamps else None,
+        "refs": len(md.refs),
+        "metadata_file_bytes": size,
+        "metadata_log_entries": len(md.metadata_log),
+        "gc_enabled": gc_enabled(md),
+        "expiry": None,
+        "orphans": None,
+    }
+    try:
+        plan = plan_expiry(md, now_ms)
+    except ExpiryError as e:
+        out["expiry"] = {"error": str(e)}
+        plan = None
+    if plan is not None:
+        try:
+            freed = (
+                expired_files(src.io, md, reachable(src.io, md, plan.retained))
+                if plan.removed
+                else None
+            )
+        except Exception as e:  # noqa: BLE001 - a file a kept snapshot reaches is unreadable
+            first = str(e).splitlines()[0] if str(e) else ""
+            out["expiry"] = {"error": f"{type(e).__name__}: {first}"}
+            return out
+        out["expiry"] = {
+            "snapshots": len(plan.removed),
+            "refs": list(plan.removed_refs),
+            "files": freed.counts() if freed is not None else {},
+        }
+    if orphans:
+        from mor.planner.orphans import OLDER_THAN_MS, Prefixes, find_orphans, roots, valid_files
+        from mor.writer.orphans import candidates
+
+        folders = roots(md, None)
+        sizes = candidates(src.io.inner, md, folders, now_ms - OLDER_THAN_MS)
+        valid = valid_files(src.io, md, src.metadata_location)
+        found, _ = find_orphans(sizes, valid, Prefixes.of(mode="IGNORE"))
+        out["orphans"] = {"files": len(found), "bytes": sum(sizes[p] for p in found)}
+    return out
+
+
 def health(
     src: TableSource,
     cache: ProcessCaches,
@@ -114,6 +172,8 @@ def health(
     live_rows: Callable[[int], dict[str, int]] | None = None,
     catalog_name: str = "catalog",
     thresholds: Thresholds = Thresholds(),
+    orphans: bool = False,
+    now_ms: int | None = None,
 ) -> dict[str, Any]:
     """The health report of one table at one snapshot (default: the current one), as a
     JSON-ready dict: the table's counts at top level and a `partitions` list of the same
@@ -127,11 +187,16 @@ def health(
         raise MetadataError(f"table {src.name} has no snapshot {sid}")
     target = int(md.properties.get("write.target-file-size-bytes", TARGET_FILE_SIZE))
     small = int(target * 0.75)  # Iceberg's min-file-size-bytes default for rewrite_data_files
+    import time
+
     out: dict[str, Any] = {
         "table": src.name,
         "snapshot_id": sid,
         "format_version": md.format_version,
         "snapshots": len(md.snapshots),
+        "history": history(
+            src, now_ms if now_ms is not None else int(time.time() * 1000), orphans
+        ),
     }
     if snap is None:
         return {

@@ -13,6 +13,34 @@ def bar(ratio: float, width: int = 20) -> str:
     return "█" * filled + "·" * (width - filled)
 
 
+def _history_lines(h: dict[str, Any] | None) -> list[str]:
+    if not h:
+        return []
+    size = "?" if h["metadata_file_bytes"] is None else _size(h["metadata_file_bytes"])
+    oldest = "-" if h["oldest_snapshot_days"] is None else f"{h['oldest_snapshot_days']} days"
+    lines = [
+        f"history      {h['snapshots']} snapshots (oldest {oldest}), {h['refs']} refs, "
+        f"metadata file {size} ({h['metadata_log_entries']} earlier in its log)"
+    ]
+    e = h.get("expiry") or {}
+    if "error" in e:
+        lines.append(f"expiry       cannot tell: {e['error']}")
+    elif e.get("snapshots"):
+        files = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in e["files"].items() if v)
+        gc = "" if h["gc_enabled"] else " (gc.enabled=false: nothing would be deleted)"
+        lines.append(
+            f"expiry       the table's retention removes {e['snapshots']} snapshots"
+            f"{', refs ' + ', '.join(e['refs']) if e['refs'] else ''}, frees {files or 'no file'}"
+            f"{gc}"
+        )
+    else:
+        lines.append("expiry       nothing older than the table's retention")
+    o = h.get("orphans")
+    if o is not None:
+        lines.append(f"orphans      {o['files']} files ({_size(o['bytes'])}) older than 3 days")
+    return lines
+
+
 def render_table(report: dict[str, Any]) -> str:
     """The report as text: the table's figures, a bar of the delete ratio per partition, the
     equality keys and the advice."""
@@ -33,6 +61,7 @@ def render_table(report: dict[str, Any]) -> str:
         f"deleted      {report['deleted_records']} records{est}, delete ratio "
         f"{report['delete_ratio']:.2%}",
         f"read         ~{amp(report['read_amplification'])} the cost of the same rows compacted",
+        *_history_lines(report.get("history")),
     ]
     for k in report["equality_keys"]:
         lines.append(

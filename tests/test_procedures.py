@@ -659,3 +659,40 @@ def test_a_cherrypick_that_fails_never_deletes_the_picked_files(
     assert all(os.path.exists(p) for p in before)
     monkeypatch.undo()
     assert _ids(catalog, "b") == [1, 2, 3, 4, 10]
+
+
+def test_health_reports_the_history_and_advises_expiry_and_orphan_removal(
+    rewritten: Any,
+) -> None:
+    """`mor health` says what expiry with the table's own retention would free and, with
+    --orphans, what orphan removal would; it advises both with the command to run, and after
+    running them advises neither."""
+    from mor.api import health
+
+    catalog, s = rewritten
+    _run(
+        catalog,
+        "ALTER TABLE db.t SET TBLPROPERTIES ('history.expire.max-snapshot-age-ms' = '1')",
+    )
+    root = catalog.load_table("db.t").location().removeprefix("file://")
+    _age(_files(catalog), 100)
+    _plant(root, "data/stray.parquet")
+    report = health("db.t", catalog=catalog, orphans=True)
+    h = report["history"]
+    assert h["snapshots"] == len(s) and h["metadata_file_bytes"] > 0
+    assert h["expiry"]["snapshots"] == len(s) - 1  # the table's retention: 1 ms, 1 kept
+    assert h["expiry"]["files"]["manifest_lists"] == len(s) - 1
+    assert h["expiry"]["files"]["data_files"] == 1  # id 1's file, replaced by the delete
+    assert h["orphans"] == {"files": 1, "bytes": 5}
+    advised = {a["procedure"]: a for a in report["advice"]}
+    assert advised["expire_snapshots"]["mor"] == "mor expire-snapshots db.t"
+    assert advised["remove_orphan_files"]["mor"] == "mor remove-orphan-files db.t"
+    assert "1 file(s), 5 bytes" in advised["remove_orphan_files"]["reason"]
+    _run(catalog, "CALL system.expire_snapshots('db.t')")
+    _run(catalog, "CALL system.remove_orphan_files('db.t')")
+    after = health("db.t", catalog=catalog, orphans=True)
+    assert after["history"]["expiry"]["snapshots"] == 0
+    assert after["history"]["orphans"]["files"] == 0
+    assert not {"expire_snapshots", "remove_orphan_files"} & {
+        a["procedure"] for a in after["advice"]
+    }

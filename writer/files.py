@@ -390,6 +390,9 @@ def listing(io: Any, location: str, qualify: bool = False) -> list[tuple[str, in
     a local path without a scheme is named `file:<path>`, as Hadoop's listing names it."""
     from pyarrow.fs import FileSelector, FileType
 
+    seen = 0
+    while getattr(io, "fs_by_scheme", None) is None and hasattr(io, "inner") and seen < 8:
+        io, seen = io.inner, seen + 1  # a FileIO wrapping pyiceberg's (counting, path-mapped)
     fs_of = getattr(io, "fs_by_scheme", None)
     if fs_of is None:
         raise MorError(

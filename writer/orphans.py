@@ -85,13 +85,7 @@ def find(
             "deleting files may corrupt other tables); nothing was deleted"
         )
     folders = roots(md, location)
-    hidden = hidden_test(md)
-    sizes: dict[str, int] = {}
-    for folder in folders:
-        named = "file:" + folder if folder.startswith("/") else folder  # as listing names it
-        for path, size, mtime in listing(table.io, folder, qualify=True):
-            if mtime < cutoff and not hidden(path[len(named) :]):
-                sizes[path] = size
+    sizes = candidates(table.io, md, folders, cutoff)
     # the metadata read after the listing: what a commit landing meanwhile references is in it
     table = load(catalog, identifier)
     valid = valid_files(table.io, table.metadata, table.metadata_location)
@@ -99,6 +93,19 @@ def find(
     return OrphanRun(
         identifier, table.io, folders, cutoff, [(p, sizes[p]) for p in orphans], conflicts
     )
+
+
+def candidates(io: Any, md: Any, folders: list[str], cutoff: int) -> dict[str, int]:
+    """The files under `folders` older than `cutoff` (ms) and under no hidden folder, with
+    their sizes: those that are orphans unless the metadata references them."""
+    hidden = hidden_test(md)
+    sizes: dict[str, int] = {}
+    for folder in folders:
+        named = "file:" + folder if folder.startswith("/") else folder  # as listing names it
+        for path, size, mtime in listing(io, folder, qualify=True):
+            if mtime < cutoff and not hidden(path[len(named) :]):
+                sizes[path] = size
+    return sizes
 
 
 def delete_orphans(
