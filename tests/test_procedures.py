@@ -356,60 +356,21 @@ def test_expire_snapshots_refused_when_gc_is_disabled(history: Any) -> None:
     assert len(catalog.load_table("db.t").metadata.snapshots) == 4
 
 
-def test_expiry_killed_at_any_moment_leaves_every_kept_snapshot_whole(
-    catalog: Any, tmp_path: Any
-) -> None:
-    """`mor expire-snapshots` SIGKILLed at three moments spread around its commit and
-    deletions (each kill on a table of its own, 40 snapshots): every snapshot the table then
-    holds still has every file it reaches, and the table its rows; a last run completes the
-    expiry."""
-    import os
-    import random
-    import signal
-    import subprocess
-    import sys
+@pytest.mark.parametrize(
+    ("rounds", "writer"),
+    [
+        (4, "pyiceberg"),
+        pytest.param(16, "pyiceberg", marks=pytest.mark.soak),
+        pytest.param(8, "mor", marks=pytest.mark.soak),
+    ],
+)
+def test_expiry_and_orphan_removal_killed_while_a_writer_commits(rounds: int, writer: str) -> None:
+    """tests/kill_maintenance.py: `mor expire-snapshots` and `mor remove-orphan-files` SIGKILLed
+    at random moments (or let finish) while a writer commits; every snapshot the table then
+    holds reaches only files that exist and reads the ids a model recorded for it."""
+    from tests.kill_maintenance import main as harness
 
-    from mor.planner.expiry import reachable
-
-    _run(catalog, "CREATE NAMESPACE db")
-    wh = str(tmp_path / "wh")
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(time.time() + 3600))
-    rng = random.Random(7)
-
-    def made(name: str) -> list[str]:
-        _run(catalog, f"CREATE TABLE db.{name} (id BIGINT)")
-        t = catalog.load_table(f"db.{name}")
-        for i in range(40):
-            t.append(pa.table({"id": pa.array([i], pa.int64())}))
-        cmd = [sys.executable, "-m", "mor.cli", "expire-snapshots", "--warehouse", wh]
-        return [*cmd, f"db.{name}", "--older-than", stamp]
-
-    def whole(name: str) -> int:
-        t = catalog.load_table(f"db.{name}")
-        for snap in t.metadata.snapshots:
-            files = reachable(t.io, t.metadata, [snap.snapshot_id])
-            for kind, paths in files.paths.items():
-                missing = [p for p in paths if not os.path.exists(p.removeprefix("file://"))]
-                assert not missing, f"{name} {snap.snapshot_id}: {kind} {missing[:2]} gone"
-        assert sorted(t.scan().to_arrow()["id"].to_pylist()) == list(range(40))
-        return len(t.metadata.snapshots)
-
-    # the kills spread around the moment a dry run ends (the commit and the deletions follow)
-    cmd = made("t0")
-    start = time.monotonic()
-    assert subprocess.run([*cmd, "--dry-run"], capture_output=True).returncode == 0
-    dry = time.monotonic() - start
-    counts = []
-    for k in range(1, 4):
-        cmd = made(f"t{k}")
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(dry - 0.3, dry + 0.1))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        counts.append(whole(f"t{k}"))
-        assert subprocess.run(cmd, capture_output=True).returncode == 0
-        assert whole(f"t{k}") == 1
-    print(f"snapshots left by each kill (40: before the commit): {counts}")
+    assert harness(["--rounds", str(rounds), "--writer", writer, "--seed", "3"]) == 0
 
 
 # --- remove_orphan_files --------------------------------------------------------------------------
