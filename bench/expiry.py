@@ -56,7 +56,9 @@ def _files_under(location: Path) -> int:
     )
 
 
-def _one(spark: Any, cat: Any, local_wh: Path, spec: ScaleSpec, peer: str, n: int) -> dict:
+def _one(
+    spark: Any, cat: Any, local_wh: Path, spec: ScaleSpec, peer: str, n: int, profile: bool
+) -> dict:
     from mor.statements import StatementExecution
 
     location = local_wh / "scale" / spec.name
@@ -78,6 +80,13 @@ def _one(spark: Any, cat: Any, local_wh: Path, spec: ScaleSpec, peer: str, n: in
     t0 = time.perf_counter()
     if peer == "iceberg":
         row = tuple(spark.sql(sql).collect()[0])
+    elif profile:
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        row = tuple(prof.runcall(lambda: StatementExecution(sql, catalog=cat).run()).rows[0])
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
     else:
         row = tuple(StatementExecution(sql, catalog=cat).run().rows[0])
     seconds = time.perf_counter() - t0
@@ -109,7 +118,12 @@ def run(args: argparse.Namespace) -> int:
         bad = 0
         for r in range(args.rounds):
             order = ["iceberg", "mor"] if r % 2 == 0 else ["mor", "iceberg"]
-            got = {peer: _one(spark, cat, local_wh, spec, peer, r) for peer in order}
+            order = [p for p in order if p in args.peers]
+            got = {peer: _one(spark, cat, local_wh, spec, peer, r, args.profile) for peer in order}
+            if len(got) < 2:
+                for peer, g in got.items():
+                    print(f"round {r + 1}: {peer} alone {g['seconds']:.2f} s, {g['deleted']} files")
+                continue
             i, m = got["iceberg"], got["mor"]
             for key in ("deleted", "left", "kept", "rows"):
                 if i[key] != m[key]:
@@ -134,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--peers", nargs="+", default=["iceberg", "mor"], choices=["iceberg", "mor"])
+    ap.add_argument("--profile", action="store_true", help="mor's run under cProfile")
     return run(ap.parse_args(argv))
 
 

@@ -309,6 +309,11 @@ def run_call(plan: CallProcedure, ctx: RunContext) -> Outcome:
     )
 
 
+# files deleted at once by expire_snapshots and remove_orphan_files unless
+# max_concurrent_deletes says otherwise: each deletion is one request to an object store
+DELETE_THREADS = 8
+
+
 def _expire(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> Outcome:
     """expire_snapshots (writer/expiry.py): the metadata commit, held against Ctrl-C as every
     commit; then the deletions, which an interrupt stops (what is left stays unreferenced)."""
@@ -317,12 +322,8 @@ def _expire(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> Ou
 
     name = plan.target.name
     args = dict(plan.args)
-    if args.get("clean_expired_metadata"):
-        raise UnsupportedError(
-            "CALL expire_snapshots: clean_expired_metadata (removing partition specs no snapshot "
-            "uses) is not done by mor yet; nothing was committed"
-        )
-    threads = int(args.get("max_concurrent_deletes") or 1)
+    given = args.get("max_concurrent_deletes")
+    threads = DELETE_THREADS if given is None else int(given)
     if threads < 1:  # refused before anything is committed
         raise UnsupportedError(
             f"CALL expire_snapshots: max_concurrent_deletes must be at least 1, not {threads}"
@@ -334,6 +335,7 @@ def _expire(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> Ou
         "older_than": args.get("older_than"),
         "retain_last": args.get("retain_last"),
         "snapshot_ids": args.get("snapshot_ids") or (),
+        "clean_expired_metadata": bool(args.get("clean_expired_metadata")),
     }
     if dry:
         run = expire(cat, name, dry_run=True, **kwargs)
@@ -350,6 +352,11 @@ def _expire(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> Ou
     line = f"table {name}: {verb} {removed} snapshot(s)"
     if refs:
         line += f" and {refs} ref(s) ({', '.join(run.expiry.removed_refs)})"
+    if run.removed_specs or run.removed_schemas:
+        line += (
+            f", partition specs {list(run.removed_specs)} and schemas "
+            f"{list(run.removed_schemas)} no retained snapshot uses"
+        )
     n = sum(run.row())
     line += f"; {'would delete' if dry else 'deleted'} {n} file(s)"
     if run.failed:
@@ -362,9 +369,12 @@ def _expire(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> Ou
         "table": name,
         "removed_snapshots": list(run.expiry.removed),
         "removed_refs": list(run.expiry.removed_refs),
+        "removed_specs": list(run.removed_specs),
+        "removed_schemas": list(run.removed_schemas),
         "files": {k: sorted(v) for k, v in run.gone.paths.items()},
         "not_deleted": [p for p, _ in run.failed],
-        "committed": not dry and run.expiry.changes,
+        "committed": not dry
+        and bool(run.expiry.changes or run.removed_specs or run.removed_schemas),
     }
     if dry:
         return Outcome(f"CALL {plan.procedure}", line, report)
@@ -473,7 +483,8 @@ def _orphans(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> O
             "of a listing) is not read by mor yet; leave it out to list the table's folders; "
             "nothing was deleted"
         )
-    threads = int(args.get("max_concurrent_deletes") or 1)
+    given = args.get("max_concurrent_deletes")
+    threads = DELETE_THREADS if given is None else int(given)
     if threads < 1:
         raise UnsupportedError(
             f"CALL remove_orphan_files: max_concurrent_deletes must be at least 1, not {threads}"

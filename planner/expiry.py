@@ -208,21 +208,58 @@ def reachable(
         for m in listed:
             if m.manifest_path not in seen["manifest_files"]:
                 manifests.setdefault(m.manifest_path, m)
-    for path, m in manifests.items():
-        try:
-            entries = read_manifest(io, m)  # live entries (ADDED, EXISTING)
+    def paths_of(m: Any) -> list[tuple[int, str]] | None:
+        try:  # paths only: no column metrics decoded
+            entries = read_manifest(io, m, metrics=False)  # live entries (ADDED, EXISTING)
         except FileNotFoundError:
             if not missing_ok:
                 raise
-            continue
-        out.paths["manifest_files"].add(path)
-        for entry in entries:
-            f = entry.data_file
-            out.paths[_CONTENT[f.content]].add(f.file_path)
+            return None
+        return [(e.data_file.content, e.data_file.file_path) for e in entries]
+
+    # each manifest read once; several at a time (a request to an object store costs 10-50 ms)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(manifests)))) as pool:
+        for path, found in zip(manifests, pool.map(paths_of, manifests.values())):
+            if found is None:
+                continue
+            out.paths["manifest_files"].add(path)
+            for content, file_path in found:
+                out.paths[_CONTENT[content]].add(file_path)
     for st in list(md.statistics or []) + list(getattr(md, "partition_statistics", None) or []):
         if st.snapshot_id in ids:
             out.paths["statistics_files"].add(st.statistics_path)
     return out
+
+
+def expired_metadata(
+    io: Any, md: TableMetadata, retained: Iterable[int]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Iceberg's `clean_expired_metadata`: the partition specs and schemas no retained snapshot
+    uses (a spec by the manifests its manifest list names, a schema by the snapshot's
+    `schema-id`), the default spec and the current schema always kept. Each retained
+    snapshot's manifest list is read (once per list); a table with one spec reads none."""
+    from mor.planner.manifests import read_manifest_list
+
+    specs = {md.default_spec_id}
+    schemas = {md.current_schema_id}
+    lists: set[str] = set()
+    every = {s.spec_id for s in md.partition_specs}
+    for sid in retained:
+        snap = md.snapshot_by_id(sid)
+        if snap is None:
+            continue
+        if snap.schema_id is not None:
+            schemas.add(snap.schema_id)
+        if specs >= every or snap.manifest_list in lists:
+            continue  # every spec reachable already: no list need be read
+        lists.add(snap.manifest_list)
+        specs.update(m.partition_spec_id for m in read_manifest_list(io, snap.manifest_list))
+    return (
+        tuple(sorted(every - specs)),
+        tuple(sorted(s.schema_id for s in md.schemas if s.schema_id not in schemas)),
+    )
 
 
 def expired_files(io: Any, md: TableMetadata, kept: Files) -> Files:

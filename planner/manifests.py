@@ -257,12 +257,15 @@ class ManifestEntry:
         self.data_file = data_file
 
 
-def read_manifest(file_io: FileIO, manifest: Any, *, deleted: bool = False) -> list[ManifestEntry]:
+def read_manifest(
+    file_io: FileIO, manifest: Any, *, deleted: bool = False, metrics: bool = True
+) -> list[ManifestEntry]:
     """The live entries of `manifest` (a `ManifestFile` or `ListedManifest`); `deleted`: the
-    entries with status DELETED too (what a snapshot removed: the writer's conflict checks)."""
+    entries with status DELETED too (what a snapshot removed: the writer's conflict checks);
+    `metrics=False`: without column metrics (decode_manifest)."""
     with file_io.new_input(manifest.manifest_path).open() as f:
         raw = f.read()
-    return decode_manifest(raw, manifest, file_io, deleted=deleted)
+    return decode_manifest(raw, manifest, file_io, metrics, deleted=deleted)
 
 
 def decode_manifest(

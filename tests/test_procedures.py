@@ -657,3 +657,33 @@ def test_health_reports_the_history_and_advises_expiry_and_orphan_removal(
     assert not {"expire_snapshots", "remove_orphan_files"} & {
         a["procedure"] for a in after["advice"]
     }
+
+
+def test_expire_snapshots_cleans_the_specs_and_schemas_no_retained_snapshot_uses(
+    catalog: Any,
+) -> None:
+    """clean_expired_metadata (Iceberg's RemoveSnapshots.cleanExpiredMetadata): a schema only
+    expired snapshots used goes, as does a spec no retained manifest is of; the current schema
+    and the default spec always stay."""
+    _run(catalog, "CREATE NAMESPACE db")
+    _run(catalog, "CREATE TABLE db.m (id BIGINT, p STRING)")
+    _run(catalog, "ALTER TABLE db.m ADD PARTITION FIELD p")  # spec 0 never written under
+    t = catalog.load_table("db.m")
+    t.append(pa.table({"id": pa.array([1], pa.int64()), "p": ["a"]}))
+    _run(catalog, "ALTER TABLE db.m ADD COLUMN s STRING")  # schema 1; s1 was of schema 0
+    t = catalog.load_table("db.m")
+    t.append(pa.table({"id": pa.array([2], pa.int64()), "p": ["b"], "s": ["x"]}))
+    md = catalog.load_table("db.m").metadata
+    assert [s.spec_id for s in md.partition_specs] == [0, 1]
+    assert [s.schema_id for s in md.schemas] == [0, 1]
+    later = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(time.time() + 5))
+    args = f"table => 'db.m', older_than => TIMESTAMP '{later}', clean_expired_metadata => true"
+    dry = _run(catalog, f"CALL system.expire_snapshots({args})", dry_run=True)
+    assert "partition specs [0] and schemas [0] no retained snapshot uses" in dry.line
+    out = _run(catalog, f"CALL system.expire_snapshots({args})")
+    assert out.report["removed_specs"] == [0] and out.report["removed_schemas"] == [0]
+    md = catalog.load_table("db.m").metadata
+    assert [s.spec_id for s in md.partition_specs] == [1]
+    assert [s.schema_id for s in md.schemas] == [1]
+    rows = catalog.load_table("db.m").scan().to_arrow().sort_by("id").to_pylist()
+    assert [(r["id"], r["p"], r["s"]) for r in rows] == [(1, "a", None), (2, "b", "x")]

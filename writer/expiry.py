@@ -20,8 +20,12 @@ from typing import Any
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table.update import (
+    AssertCurrentSchemaId,
+    AssertDefaultSpecId,
     AssertRefSnapshotId,
     AssertTableUUID,
+    RemovePartitionSpecsUpdate,
+    RemoveSchemasUpdate,
     RemoveSnapshotRefUpdate,
     RemoveSnapshotsUpdate,
 )
@@ -32,6 +36,7 @@ from mor.planner.expiry import (
     ExpiryError,
     Files,
     expired_files,
+    expired_metadata,
     gc_enabled,
     plan_expiry,
     reachable,
@@ -53,6 +58,8 @@ class ExpiryRun:
     io: Any
     gone: Files
     failed: list[tuple[str, str]] = field(default_factory=list)
+    removed_specs: tuple[int, ...] = ()  # clean_expired_metadata
+    removed_schemas: tuple[int, ...] = ()
 
     def row(self) -> tuple[int, ...]:
         """Iceberg's output row: deleted files by kind (on a dry run: those it would delete)."""
@@ -68,6 +75,7 @@ def expire(
     retain_last: int | None = None,
     snapshot_ids: Iterable[int] = (),
     dry_run: bool = False,
+    clean_expired_metadata: bool = False,
     now_ms: int | None = None,
     before_commit: Callable[[], Any] | None = None,
 ) -> ExpiryRun:
@@ -84,18 +92,30 @@ def expire(
             )
         now = now_ms if now_ms is not None else int(time.time() * 1000)
         plan = plan_expiry(md, now, older_than, retain_last, ids)
+        specs, schemas = (
+            expired_metadata(table.io, md, plan.retained) if clean_expired_metadata else ((), ())
+        )
         if dry_run:
             gone = expired_files(table.io, md, reachable(table.io, md, plan.retained))
-            return ExpiryRun(identifier, plan, table.io, gone)
-        if not plan.changes:
+            return ExpiryRun(identifier, plan, table.io, gone, [], specs, schemas)
+        if not plan.changes and not specs and not schemas:
             return ExpiryRun(identifier, plan, table.io, Files())
         changes: list[Any] = [RemoveSnapshotRefUpdate(ref_name=n) for n in plan.removed_refs]
         if plan.removed:
             changes.append(RemoveSnapshotsUpdate(snapshot_ids=list(plan.removed)))
+        if specs:
+            changes.append(RemovePartitionSpecsUpdate(spec_ids=list(specs)))
+        if schemas:
+            changes.append(RemoveSchemasUpdate(schema_ids=list(schemas)))
         requirements = [AssertTableUUID(uuid=md.table_uuid)] + [
             AssertRefSnapshotId(ref=name, snapshot_id=ref.snapshot_id)
             for name, ref in md.refs.items()
         ]
+        if specs or schemas:  # a spec or schema added meanwhile is read again, decided again
+            requirements += [
+                AssertDefaultSpecId(default_spec_id=md.default_spec_id),
+                AssertCurrentSchemaId(current_schema_id=md.current_schema_id),
+            ]
         try:
             if before_commit is not None:
                 before_commit()
@@ -130,7 +150,8 @@ def expire(
                 f"deleted: a snapshot still in the table could not be read "
                 f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
             ) from None
-        return ExpiryRun(identifier, plan, after_table.io, expired_files(table.io, md, kept))
+        gone = expired_files(table.io, md, kept)
+        return ExpiryRun(identifier, plan, after_table.io, gone, [], specs, schemas)
     raise AssertionError("unreachable")
 
 

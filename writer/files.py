@@ -441,8 +441,17 @@ def delete_each(
         _sidecar(path)
         return None
 
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        return [f for f in pool.map(one, dict.fromkeys(paths)) if f is not None]
+    unique = list(dict.fromkeys(paths))
+    if threads <= 1 or len(unique) < 2:
+        return [f for f in map(one, unique) if f is not None]
+
+    def chunk(part: list[str]) -> list[tuple[str, str]]:
+        return [f for f in map(one, part) if f is not None]
+
+    size = max(1, min(256, len(unique) // (threads * 4) or 1))  # few futures, work spread
+    parts = [unique[i : i + size] for i in range(0, len(unique), size)]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return [f for done in pool.map(chunk, parts) for f in done]
 
 
 def _sidecar(path: str) -> None:

@@ -159,6 +159,8 @@ def _run(spark: Any, pg: Any, warehouse: str, java_wh: str) -> int:
         _orphans(spark, cat, version, same, seen)
     for version in (2, 3):
         _cherrypick(spark, cat, version, same, seen)
+    for version in (2, 3):
+        _clean_metadata(spark, cat, version, same, seen)
     for d in diffs:
         print(f"DIFFERENCE {d}")
     print(f"procedures: {dict(seen)}")
@@ -540,6 +542,72 @@ def _cherrypick(spark: Any, cat: Any, version: int, same: Any, seen: Counter) ->
         mine = mor_sql(f"SELECT * FROM {twin}", catalog=cat, spark=spark).collect()
         same(f"{label}: main by mor", Counter(tuple(r) for r in mine), rows)
         print(f"  {label}: Iceberg {theirs!r}, mor {ours!r}")
+
+
+def _clean_metadata(spark: Any, cat: Any, version: int, same: Any, seen: Counter) -> None:
+    """expire_snapshots with clean_expired_metadata on twins whose schema and partition spec
+    evolved (a column added, the partitioning changed twice, the data of the first spec
+    rewritten away): Iceberg's procedure on the table, mor's on the twin, the same snapshots,
+    specs and schemas kept, the same rows."""
+    from mor import mor_sql
+    from mor.statements import StatementExecution
+
+    t, twin = f"proc.m{version}", f"proc.m{version}_twin"
+    full = f"{CATALOG}.{t}"
+    spark.sql(
+        f"CREATE TABLE {full} (id BIGINT, p STRING) USING iceberg PARTITIONED BY (p) "
+        f"TBLPROPERTIES ('format-version' = '{version}')"
+    )
+    spark.sql(f"INSERT INTO {full} VALUES (1, 'a'), (2, 'b')")
+    spark.sql(f"ALTER TABLE {full} ADD COLUMN s STRING")
+    spark.sql(f"ALTER TABLE {full} ADD PARTITION FIELD bucket(2, id)")
+    spark.sql(f"INSERT INTO {full} VALUES (3, 'a', 'x')")
+    spark.sql(f"ALTER TABLE {full} DROP PARTITION FIELD p")
+    spark.sql(f"INSERT INTO {full} VALUES (4, 'c', 'y')")
+    # the first spec's files rewritten into the current one: no retained manifest is of it
+    spark.sql(
+        f"CALL {CATALOG}.system.rewrite_data_files(table => '{t}', options => "
+        "map('min-input-files', '1', 'rewrite-all', 'true'))"
+    )
+    spark.sql(f"INSERT INTO {full} VALUES (5, 'd', 'z')")  # its list drops emptied manifests
+    location = cat.load_table(t).metadata_location
+    spark.sql(f"CALL {CATALOG}.system.register_table('{twin}', '{location}')")
+    last = spark.sql(
+        f"SELECT date_format(max(committed_at) + INTERVAL 1 MILLISECOND, "
+        f"'yyyy-MM-dd HH:mm:ss.SSS') FROM {full}.snapshots"
+    ).first()[0]
+    args = f"older_than => TIMESTAMP '{last}', retain_last => 1, clean_expired_metadata => true"
+    label = f"v{version} expire_snapshots(clean_expired_metadata)"
+    spark.sql(f"CALL {CATALOG}.system.expire_snapshots(table => '{t}', {args})").collect()
+    out = StatementExecution(
+        f"CALL {CATALOG}.system.expire_snapshots(table => '{twin}', {args})", catalog=cat
+    ).run()
+    a, b = cat.load_table(t).metadata, cat.load_table(twin).metadata
+    same(
+        f"{label}: specs",
+        [x.spec_id for x in b.partition_specs],
+        [x.spec_id for x in a.partition_specs],
+    )
+    same(f"{label}: schemas", [x.schema_id for x in b.schemas], [x.schema_id for x in a.schemas])
+    same(
+        f"{label}: snapshots",
+        [x.snapshot_id for x in b.snapshots],
+        [x.snapshot_id for x in a.snapshots],
+    )
+    rows = Counter(tuple(r) for r in spark.sql(f"SELECT * FROM {full}").collect())
+    same(
+        f"{label}: rows by Iceberg's reader",
+        Counter(tuple(r) for r in spark.sql(f"SELECT * FROM {CATALOG}.{twin}").collect()),
+        rows,
+    )
+    mine = mor_sql(f"SELECT * FROM {twin}", catalog=cat, spark=spark).collect()
+    same(f"{label}: rows by mor", Counter(tuple(r) for r in mine), rows)
+    seen["metadata cleaned"] += bool(out.report["removed_specs"] or out.report["removed_schemas"])
+    print(
+        f"  {label}: specs {[x.spec_id for x in a.partition_specs]}, schemas "
+        f"{[x.schema_id for x in a.schemas]}; mor removed specs {out.report['removed_specs']}, "
+        f"schemas {out.report['removed_schemas']}"
+    )
 
 
 if __name__ == "__main__":
