@@ -3,6 +3,7 @@ of `--files` data files (default 100,000).
 
     .venv/bin/python -m bench.expiry                 # 100,000 files, one round
     .venv/bin/python -m bench.expiry --files 20000 --rounds 2
+    .venv/bin/python -m bench.expiry --procedure remove_orphan_files
 
 The table is tests/oracle/many_files.py's (`--files` data files of 100 rows in 100 identity
 partitions, position deletes in a tenth of them, manifests of 5,000 entries: snapshot 1 the
@@ -20,6 +21,11 @@ Before any time is printed each peer's table is checked: the same snapshots kept
 number of files left under its location, the same rows read by Iceberg's reader. Printed: the
 seconds of each, mor / Iceberg, the files each deleted, and the growth of this process's
 resident memory while mor ran (the paths mor holds in Python).
+
+With `--procedure remove_orphan_files` the expiry is committed without deleting anything (the
+files only expired snapshots reached stay, as pyiceberg's expiry leaves them), every file is
+made four days old, and each peer's `remove_orphan_files` (its defaults: files older than three
+days) lists the table's location and deletes those orphans.
 """
 
 from __future__ import annotations
@@ -57,7 +63,14 @@ def _files_under(location: Path) -> int:
 
 
 def _one(
-    spark: Any, cat: Any, local_wh: Path, spec: ScaleSpec, peer: str, n: int, profile: bool
+    spark: Any,
+    cat: Any,
+    local_wh: Path,
+    spec: ScaleSpec,
+    peer: str,
+    n: int,
+    profile: bool,
+    procedure: str,
 ) -> dict:
     from mor.statements import StatementExecution
 
@@ -71,24 +84,36 @@ def _one(
     time.sleep(0.01)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(time.time() + 1))
     time.sleep(1.1)
+    if procedure == "remove_orphan_files":
+        from mor.writer.expiry import expire
+
+        # the expiry's commit alone (as pyiceberg's expiry leaves a table): the files only the
+        # expired snapshots reached stay, orphans; every file made four days old
+        expire(cat, name, older_than=int(time.time() * 1000), retain_last=1)
+        then = time.time() - 4 * 86400
+        for d, _, fs in os.walk(location):
+            for f in fs:
+                os.utime(os.path.join(d, f), (then, then))
+        sql = f"CALL {CATALOG}.system.remove_orphan_files(table => '{name}')"
+    else:
+        sql = (
+            f"CALL {CATALOG}.system.expire_snapshots(table => '{name}', "
+            f"older_than => TIMESTAMP '{stamp}', retain_last => 1)"
+        )
     before = _files_under(location)
-    sql = (
-        f"CALL {CATALOG}.system.expire_snapshots(table => '{name}', "
-        f"older_than => TIMESTAMP '{stamp}', retain_last => 1)"
-    )
     rss0 = _rss_mb()
     t0 = time.perf_counter()
     if peer == "iceberg":
-        row = tuple(spark.sql(sql).collect()[0])
+        row = tuple(spark.sql(sql).collect()[-1])
     elif profile:
         import cProfile
         import pstats
 
         prof = cProfile.Profile()
-        row = tuple(prof.runcall(lambda: StatementExecution(sql, catalog=cat).run()).rows[0])
+        row = tuple(prof.runcall(lambda: StatementExecution(sql, catalog=cat).run()).rows[-1])
         pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
     else:
-        row = tuple(StatementExecution(sql, catalog=cat).run().rows[0])
+        row = tuple(StatementExecution(sql, catalog=cat).run().rows[-1])
     seconds = time.perf_counter() - t0
     grew = _rss_mb() - rss0
     kept = [s.snapshot_id for s in cat.load_table(name).metadata.snapshots]
@@ -119,7 +144,10 @@ def run(args: argparse.Namespace) -> int:
         for r in range(args.rounds):
             order = ["iceberg", "mor"] if r % 2 == 0 else ["mor", "iceberg"]
             order = [p for p in order if p in args.peers]
-            got = {peer: _one(spark, cat, local_wh, spec, peer, r, args.profile) for peer in order}
+            got = {
+                peer: _one(spark, cat, local_wh, spec, peer, r, args.profile, args.procedure)
+                for peer in order
+            }
             if len(got) < 2:
                 for peer, g in got.items():
                     print(f"round {r + 1}: {peer} alone {g['seconds']:.2f} s, {g['deleted']} files")
@@ -129,10 +157,11 @@ def run(args: argparse.Namespace) -> int:
                 if i[key] != m[key]:
                     print(f"DIFFERENCE round {r + 1} {key}: mor {m[key]} != Iceberg {i[key]}")
                     bad += 1
-            if i["row"] != m["row"]:
+            if i["row"] != m["row"] and args.procedure == "expire_snapshots":
                 print(f"note round {r + 1}: output rows mor {m['row']}, Iceberg {i['row']}")
             print(
-                f"round {r + 1} ({' first, '.join(order)} second): {args.files} data files, "
+                f"round {r + 1} {args.procedure} ({' first, '.join(order)} second): "
+                f"{args.files} data files, "
                 f"{m['deleted']} files deleted by each; Iceberg {i['seconds']:.2f} s, "
                 f"mor {m['seconds']:.2f} s = {m['seconds'] / i['seconds']:.2f}x; mor's "
                 f"process grew {m['rss_growth_mb']:.0f} MB (peak RSS so far "
@@ -150,6 +179,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--peers", nargs="+", default=["iceberg", "mor"], choices=["iceberg", "mor"])
     ap.add_argument("--profile", action="store_true", help="mor's run under cProfile")
+    ap.add_argument(
+        "--procedure",
+        choices=["expire_snapshots", "remove_orphan_files"],
+        default="expire_snapshots",
+        help="remove_orphan_files: the expired snapshots' files left as orphans, then removed",
+    )
     return run(ap.parse_args(argv))
 
 
