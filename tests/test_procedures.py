@@ -687,3 +687,32 @@ def test_expire_snapshots_cleans_the_specs_and_schemas_no_retained_snapshot_uses
     assert [s.schema_id for s in md.schemas] == [1]
     rows = catalog.load_table("db.m").scan().to_arrow().sort_by("id").to_pylist()
     assert [(r["id"], r["p"], r["s"]) for r in rows] == [(1, "a", None), (2, "b", "x")]
+
+
+def test_remove_orphan_files_refuses_a_location_another_table_shares(history: Any) -> None:
+    """A table whose location another table shares (a CREATE TABLE copied with its LOCATION):
+    the other's files are orphans to it; refused in one line, nothing deleted, unless the
+    metadata file is this table's own (an old version out of its log)."""
+    import json
+    import os
+
+    catalog, _ = history
+    t = catalog.load_table("db.t")
+    root = t.location().removeprefix("file://")
+    _age(_files(catalog), 100)
+    own = json.loads(open(t.metadata_location.removeprefix("file://")).read())
+    mine = _plant(root, "metadata/00000-old.metadata.json")
+    with open(mine, "w") as f:
+        json.dump(own, f)  # this table's own version, out of its log: an orphan, removable
+    _age([mine], 100)
+    other = _plant(root, "metadata/00001-other.metadata.json")
+    with open(other, "w") as f:
+        json.dump({**own, "table-uuid": "00000000-0000-0000-0000-000000000001"}, f)
+    _age([other], 100)
+    before = _files(catalog)
+    with pytest.raises(MorError, match="is the metadata of table 00000000-") as e:
+        _run(catalog, "CALL system.remove_orphan_files('db.t')")
+    assert "\n" not in str(e.value) and _files(catalog) == before
+    os.remove(other)
+    out = _run(catalog, "CALL system.remove_orphan_files('db.t')")
+    assert [_local(r[0]) for r in out.rows] == [mine]

@@ -90,9 +90,40 @@ def find(
     table = load(catalog, identifier)
     valid = valid_files(table.io, table.metadata, table.metadata_location)
     orphans, conflicts = find_orphans(sizes, valid, prefixes)
+    _no_other_table(table.io, table.metadata.table_uuid, orphans, identifier)
     return OrphanRun(
         identifier, table.io, folders, cutoff, [(p, sizes[p]) for p in orphans], conflicts
     )
+
+
+def _no_other_table(io: Any, uuid: Any, orphans: list[str], identifier: str) -> None:
+    """Refuse when a metadata file among the orphans is another table's (or cannot be read):
+    a table sharing this location (a CREATE TABLE copied with its LOCATION) would lose every
+    file to this removal. Iceberg 1.12's procedure deletes them; its later
+    `location_conflict_mode` refuses by default, as this does."""
+    import gzip
+    import json
+
+    for path in orphans:
+        name = path.rsplit("/", 1)[-1]
+        if not name.endswith((".metadata.json", ".metadata.json.gz")):
+            continue
+        try:
+            with io.new_input(path).open() as f:
+                raw = f.read()
+            if name.endswith(".gz"):
+                raw = gzip.decompress(raw)
+            other = json.loads(raw).get("table-uuid")
+        except Exception:  # noqa: BLE001 - unreadable: whose it is is unknown, so refuse
+            other = None
+        if other is None or str(other) != str(uuid):
+            whose = f"table {other}" if other else "a table this cannot read"
+            raise OrphanError(
+                f"cannot remove orphan files of {identifier}: {path} is the metadata of "
+                f"{whose}, not of {identifier} ({uuid}): another table keeps its files under "
+                "this location, and removing them would destroy it; remove that file if it "
+                "is a stray, or give a location of this table's only; nothing was deleted"
+            )
 
 
 def candidates(io: Any, md: Any, folders: list[str], cutoff: int) -> dict[str, int]:
