@@ -297,15 +297,18 @@ def run_call(plan: CallProcedure, ctx: RunContext) -> Outcome:
         "after": move.after,
         "committed": done and move.moves,
     }
-    if not done:  # a dry run says what would move, in a line (no committed state)
-        return Outcome(f"CALL {plan.procedure}", move.line(name, False), report)
+    return _called(plan, proc, move.line(name, done), report, [move.row()] if done else None)
+
+
+def _called(
+    plan: CallProcedure, proc: Any, line: str, report: dict[str, Any], rows: list[Any] | None
+) -> Outcome:
+    """A procedure's outcome: its line and report, and Iceberg's output rows unless it was a
+    dry run (`rows` None: a dry run says what it would do in a line, no committed state)."""
+    if rows is None:
+        return Outcome(f"CALL {plan.procedure}", line, report)
     return Outcome(
-        f"CALL {plan.procedure}",
-        move.line(name, True),
-        report,
-        columns=proc.columns,
-        types=proc.output,
-        rows=[move.row()],
+        f"CALL {plan.procedure}", line, report, columns=proc.columns, types=proc.output, rows=rows
     )
 
 
@@ -376,16 +379,7 @@ def _expire(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> Ou
         "committed": not dry
         and bool(run.expiry.changes or run.removed_specs or run.removed_schemas),
     }
-    if dry:
-        return Outcome(f"CALL {plan.procedure}", line, report)
-    return Outcome(
-        f"CALL {plan.procedure}",
-        line,
-        report,
-        columns=proc.columns,
-        types=proc.output,
-        rows=[run.row()],
-    )
+    return _called(plan, proc, line, report, None if dry else [run.row()])
 
 
 def _cherrypick(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> Outcome:
@@ -412,16 +406,7 @@ def _cherrypick(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -
         "after": picked.after,
         "committed": not dry,
     }
-    if dry:
-        return Outcome(f"CALL {plan.procedure}", picked.line(name, False), report)
-    return Outcome(
-        f"CALL {plan.procedure}",
-        picked.line(name, True),
-        report,
-        columns=proc.columns,
-        types=proc.output,
-        rows=[picked.row()],
-    )
+    return _called(plan, proc, picked.line(name, not dry), report, None if dry else [picked.row()])
 
 
 def _rewrite_data_files(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> Outcome:
@@ -447,23 +432,8 @@ def _rewrite_data_files(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc
         progress=ctx.progress,
         **kwargs,
     )
-    row = (
-        report.data_files,
-        len(report.written),
-        report.data_bytes,
-        0,
-        len(report.removed),
-    )
-    if ctx.dry_run:
-        return Outcome(f"CALL {plan.procedure}", report.line(), report.as_dict())
-    return Outcome(
-        f"CALL {plan.procedure}",
-        report.line(),
-        report.as_dict(),
-        columns=proc.columns,
-        types=proc.output,
-        rows=[row],
-    )
+    row = (report.data_files, len(report.written), report.data_bytes, 0, len(report.removed))
+    return _called(plan, proc, report.line(), report.as_dict(), None if ctx.dry_run else [row])
 
 
 def _orphans(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> Outcome:
@@ -535,14 +505,8 @@ def _orphans(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> O
         "dry_run": dry,
     }
     failed = {p for p, _ in run.failed}
-    return Outcome(
-        f"CALL {plan.procedure}",
-        line,
-        report,
-        columns=proc.columns,
-        types=proc.output,
-        rows=[(p,) for p, _ in run.orphans if p not in failed],
-    )
+    # a dry run answers too: Iceberg's dry run returns the files it would delete
+    return _called(plan, proc, line, report, [(p,) for p, _ in run.orphans if p not in failed])
 
 
 # --- what the catalog holds -------------------------------------------------------------------

@@ -88,9 +88,7 @@ def _refuse(identifier: str, reason: str) -> ProcedureError:
     )
 
 
-def _history_checks(
-    md: TableMetadata, picked: Snapshot, history: Sequence[Snapshot], identifier: str
-) -> None:
+def _history_checks(picked: Snapshot, history: Sequence[Snapshot], identifier: str) -> None:
     """Iceberg's refusals against `history` (main's, newest first): an ancestor already,
     picked already, or its WAP id published already."""
     sid = picked.snapshot_id
@@ -153,37 +151,33 @@ def _live_data(table: Table, head: Snapshot | None) -> set[str]:
     out: set[str] = set()
     for m in read_manifest_list(table.io, head.manifest_list):
         if m.content == 0:  # data manifests
-            out.update(e.data_file.file_path for e in read_manifest(table.io, m))
+            out.update(e.data_file.file_path for e in read_manifest(table.io, m, metrics=False))
     return out
 
 
-class _PickChecks:
-    """A cherry-pick's checks against commits that land meanwhile: the refusals again."""
-
-    picked: Snapshot
-    md: TableMetadata
-
-    def check_news(self, news: Sequence[Snapshot], identifier: str) -> None:
-        try:
-            _history_checks(self.md, self.picked, list(reversed(news)), identifier)
-        except ProcedureError as e:
-            raise ConflictError(str(e)) from None
+def _check_news(picked: Snapshot | None, news: Sequence[Snapshot], identifier: str) -> None:
+    """A cherry-pick's checks against the commits that landed meanwhile: the refusals again."""
+    assert picked is not None
+    try:
+        _history_checks(picked, list(reversed(news)), identifier)
+    except ProcedureError as e:
+        raise ConflictError(str(e)) from None
 
 
 @dataclass
-class _PickAppend(AppendFiles, _PickChecks):
-    def validate(self, table: Table, news: Sequence[Snapshot], identifier: str) -> None:
-        self.check_news(news, identifier)
+class _PickAppend(AppendFiles):
+    picked: Snapshot | None = None
 
-    @property
-    def operation(self) -> Op:
-        return Op.APPEND
+    def validate(self, table: Table, news: Sequence[Snapshot], identifier: str) -> None:
+        _check_news(self.picked, news, identifier)
 
 
 @dataclass
-class _PickOverwrite(OverwriteFiles, _PickChecks):
+class _PickOverwrite(OverwriteFiles):
+    picked: Snapshot | None = None
+
     def validate(self, table: Table, news: Sequence[Snapshot], identifier: str) -> None:
-        self.check_news(news, identifier)
+        _check_news(self.picked, news, identifier)
         super().validate(table, news, identifier)
 
 
@@ -236,7 +230,7 @@ def cherrypick(
             f"cannot cherry-pick snapshot {snapshot_id}: not append, dynamic overwrite, or "
             "fast-forward",
         )
-    _history_checks(md, picked, history, identifier)
+    _history_checks(picked, history, identifier)
     added, removed = _entries(table, picked)
     extra = {SOURCE: str(snapshot_id)}
     if props.get(STAGED_WAP):
@@ -244,7 +238,7 @@ def cherrypick(
     files = [_readded(table, f) for f in added]
     change: AppendFiles | OverwriteFiles
     if op == Op.APPEND:
-        change = _PickAppend(added_data=files, summary=extra, adopted=True)
+        change = _PickAppend(added_data=files, summary=extra, adopted=True, picked=picked)
         how = "append"
     else:
         parent = picked.parent_snapshot_id
@@ -280,11 +274,11 @@ def cherrypick(
             adopted=True,
             replaces=lambda f: (f.spec_id, partition_key(f.partition)) in replaced,
             isolation="serializable",
+            picked=picked,
         )  # its summary without `replace-partitions`, as Iceberg's
         for f in removed:
             change.remove(f)
         how = "overwrite"
-    change.picked, change.md = picked, md  # type: ignore[union-attr]
     if dry_run:
         return Picked(snapshot_id, before, None, how)
     from mor.writer.producer import SnapshotProducer

@@ -448,7 +448,7 @@ def delete_each(
     def chunk(part: list[str]) -> list[tuple[str, str]]:
         return [f for f in map(one, part) if f is not None]
 
-    size = max(1, min(256, len(unique) // (threads * 4) or 1))  # few futures, work spread
+    size = max(1, min(256, len(unique) // (threads * 4)))  # few futures, work spread
     parts = [unique[i : i + size] for i in range(0, len(unique), size)]
     with ThreadPoolExecutor(max_workers=threads) as pool:
         return [f for done in pool.map(chunk, parts) for f in done]

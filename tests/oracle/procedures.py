@@ -33,6 +33,29 @@ def main() -> int:
     return on_jdbc_catalog("procedures", _run)
 
 
+def _read_alike(
+    spark: Any, cat: Any, same: Any, label: str, t: str, twin: str, at: str = ""
+) -> None:
+    """The twin read (`at`: a time-travel clause) by Iceberg's reader and by mor gives the rows
+    Iceberg's reader gives of the table."""
+    from mor import mor_sql
+
+    def bag(rows: Any) -> Counter:
+        return Counter(tuple(r) for r in rows)
+
+    rows = bag(spark.sql(f"SELECT * FROM {CATALOG}.{t}{at}").collect())
+    same(
+        f"{label} by Iceberg's reader",
+        bag(spark.sql(f"SELECT * FROM {CATALOG}.{twin}{at}").collect()),
+        rows,
+    )
+    same(
+        f"{label} by mor",
+        bag(mor_sql(f"SELECT * FROM {twin}{at}", catalog=cat, spark=spark).collect()),
+        rows,
+    )
+
+
 def _refs(md: Any) -> dict[str, tuple[Any, ...]]:
     return {
         k: (
@@ -49,7 +72,6 @@ def _refs(md: Any) -> dict[str, tuple[Any, ...]]:
 def _run(spark: Any, pg: Any, warehouse: str, java_wh: str) -> int:
     from pyiceberg.catalog import load_catalog
 
-    from mor import mor_sql
     from mor.planner.errors import MorError
     from mor.statements import StatementExecution
 
@@ -144,14 +166,7 @@ def _run(spark: Any, pg: Any, warehouse: str, java_wh: str) -> int:
                 [e.snapshot_id for e in b.snapshot_log],
                 [e.snapshot_id for e in a.snapshot_log],
             )
-            rows = Counter(tuple(r) for r in spark.sql(f"SELECT * FROM {full}").collect())
-            same(
-                f"{label}: rows by Iceberg's reader",
-                Counter(tuple(r) for r in spark.sql(f"SELECT * FROM {CATALOG}.{twin}").collect()),
-                rows,
-            )
-            mine = mor_sql(f"SELECT * FROM {twin}", catalog=cat, spark=spark).collect()
-            same(f"{label}: rows by mor", Counter(tuple(r) for r in mine), rows)
+            _read_alike(spark, cat, same, f"{label}: rows", t, twin)
             print(f"  {label}: {theirs!r}")
     for version in (2, 3):
         _expiry(spark, cat, version, same, seen)
@@ -187,7 +202,6 @@ def _expiry(spark: Any, cat: Any, version: int, same: Any, seen: Counter) -> Non
     """expire_snapshots: mor's dry run on the twin names the files Iceberg's procedure then
     deletes from the table (they share them); mor's own run on the twin then keeps the same
     snapshots and refs, and every snapshot kept reads the same."""
-    from mor import mor_sql
     from mor.statements import StatementExecution
 
     t, twin = f"proc.e{version}", f"proc.e{version}_twin"
@@ -279,20 +293,7 @@ def _expiry(spark: Any, cat: Any, version: int, same: Any, seen: Counter) -> Non
         same(f"{label}: refs", _refs(b), _refs(a))
         for snap in a.snapshots:
             at = f" VERSION AS OF {snap.snapshot_id}"
-            rows = Counter(tuple(r) for r in spark.sql(f"SELECT * FROM {full}{at}").collect())
-            same(
-                f"{label}: snapshot {snap.snapshot_id} by Iceberg's reader",
-                Counter(
-                    tuple(r) for r in spark.sql(f"SELECT * FROM {CATALOG}.{twin}{at}").collect()
-                ),
-                rows,
-            )
-            mine = mor_sql(f"SELECT * FROM {twin}{at}", catalog=cat, spark=spark).collect()
-            same(
-                f"{label}: snapshot {snap.snapshot_id} by mor",
-                Counter(tuple(r) for r in mine),
-                rows,
-            )
+            _read_alike(spark, cat, same, f"{label}: snapshot {snap.snapshot_id}", t, twin, at)
         seen["expiries"] += 1
         print(f"  {label}: Iceberg {tuple(theirs)}, mor's dry run {counts}: {out.line}")
 
@@ -456,7 +457,6 @@ def _cherrypick(spark: Any, cat: Any, version: int, same: Any, seen: Counter) ->
     order, a second pick of each refused by both: the same refusals, the same new snapshot
     (operation, source and published WAP id, counts), main read alike by Iceberg's reader
     and mor."""
-    from mor import mor_sql
     from mor.planner.errors import MorError
     from mor.statements import StatementExecution
 
@@ -533,14 +533,7 @@ def _cherrypick(spark: Any, cat: Any, version: int, same: Any, seen: Counter) ->
             seen["fast-forwards"] += ours[0][1] == sid_twin and theirs[0][1] == sid_t
         else:
             seen["refused by both"] += isinstance(ours, tuple) and isinstance(theirs, tuple)
-        rows = Counter(tuple(r) for r in spark.sql(f"SELECT * FROM {full}").collect())
-        same(
-            f"{label}: main by Iceberg's reader",
-            Counter(tuple(r) for r in spark.sql(f"SELECT * FROM {CATALOG}.{twin}").collect()),
-            rows,
-        )
-        mine = mor_sql(f"SELECT * FROM {twin}", catalog=cat, spark=spark).collect()
-        same(f"{label}: main by mor", Counter(tuple(r) for r in mine), rows)
+        _read_alike(spark, cat, same, f"{label}: main", t, twin)
         print(f"  {label}: Iceberg {theirs!r}, mor {ours!r}")
 
 
@@ -549,7 +542,6 @@ def _clean_metadata(spark: Any, cat: Any, version: int, same: Any, seen: Counter
     evolved (a column added, the partitioning changed twice, the data of the first spec
     rewritten away): Iceberg's procedure on the table, mor's on the twin, the same snapshots,
     specs and schemas kept, the same rows."""
-    from mor import mor_sql
     from mor.statements import StatementExecution
 
     t, twin = f"proc.m{version}", f"proc.m{version}_twin"
@@ -594,14 +586,7 @@ def _clean_metadata(spark: Any, cat: Any, version: int, same: Any, seen: Counter
         [x.snapshot_id for x in b.snapshots],
         [x.snapshot_id for x in a.snapshots],
     )
-    rows = Counter(tuple(r) for r in spark.sql(f"SELECT * FROM {full}").collect())
-    same(
-        f"{label}: rows by Iceberg's reader",
-        Counter(tuple(r) for r in spark.sql(f"SELECT * FROM {CATALOG}.{twin}").collect()),
-        rows,
-    )
-    mine = mor_sql(f"SELECT * FROM {twin}", catalog=cat, spark=spark).collect()
-    same(f"{label}: rows by mor", Counter(tuple(r) for r in mine), rows)
+    _read_alike(spark, cat, same, f"{label}: rows", t, twin)
     seen["metadata cleaned"] += bool(out.report["removed_specs"] or out.report["removed_schemas"])
     print(
         f"  {label}: specs {[x.spec_id for x in a.partition_specs]}, schemas "
