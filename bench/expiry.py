@@ -4,6 +4,7 @@ of `--files` data files (default 100,000).
     .venv/bin/python -m bench.expiry                 # 100,000 files, one round
     .venv/bin/python -m bench.expiry --files 20000 --rounds 2
     .venv/bin/python -m bench.expiry --procedure remove_orphan_files
+    .venv/bin/python -m bench.expiry --procedure rewrite_manifests
 
 The table is tests/oracle/many_files.py's (`--files` data files of 100 rows in 100 identity
 partitions, position deletes in a tenth of them, manifests of 5,000 entries: snapshot 1 the
@@ -26,6 +27,10 @@ With `--procedure remove_orphan_files` the expiry is committed without deleting 
 files only expired snapshots reached stay, as pyiceberg's expiry leaves them), every file is
 made four days old, and each peer's `remove_orphan_files` (its defaults: files older than three
 days) lists the table's location and deletes those orphans.
+
+With `--procedure rewrite_manifests` each peer's `rewrite_manifests` (its defaults: the current
+spec, 8 MiB manifests) regroups the head's manifests (after the DELETE: the data manifests
+snapshot 3 rewrote, the position delete manifest); the same output row is checked too.
 """
 
 from __future__ import annotations
@@ -95,6 +100,8 @@ def _one(
             for f in fs:
                 os.utime(os.path.join(d, f), (then, then))
         sql = f"CALL {CATALOG}.system.remove_orphan_files(table => '{name}')"
+    elif procedure == "rewrite_manifests":
+        sql = f"CALL {CATALOG}.system.rewrite_manifests(table => '{name}')"
     else:
         sql = (
             f"CALL {CATALOG}.system.expire_snapshots(table => '{name}', "
@@ -157,12 +164,16 @@ def run(args: argparse.Namespace) -> int:
                 if i[key] != m[key]:
                     print(f"DIFFERENCE round {r + 1} {key}: mor {m[key]} != Iceberg {i[key]}")
                     bad += 1
+            if i["row"] != m["row"] and args.procedure == "rewrite_manifests":
+                print(f"DIFFERENCE round {r + 1} row: mor {m['row']} != Iceberg {i['row']}")
+                bad += 1
             if i["row"] != m["row"] and args.procedure == "expire_snapshots":
                 print(f"note round {r + 1}: output rows mor {m['row']}, Iceberg {i['row']}")
             print(
                 f"round {r + 1} {args.procedure} ({' first, '.join(order)} second): "
                 f"{args.files} data files, "
-                f"{m['deleted']} files deleted by each; Iceberg {i['seconds']:.2f} s, "
+                f"{m['deleted']} files deleted by each, output {m['row']}; "
+                f"Iceberg {i['seconds']:.2f} s, "
                 f"mor {m['seconds']:.2f} s = {m['seconds'] / i['seconds']:.2f}x; mor's "
                 f"process grew {m['rss_growth_mb']:.0f} MB (peak RSS so far "
                 f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB)",
@@ -181,9 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="mor's run under cProfile")
     ap.add_argument(
         "--procedure",
-        choices=["expire_snapshots", "remove_orphan_files"],
+        choices=["expire_snapshots", "remove_orphan_files", "rewrite_manifests"],
         default="expire_snapshots",
-        help="remove_orphan_files: the expired snapshots' files left as orphans, then removed",
+        help="remove_orphan_files: the expired snapshots' files left as orphans, then removed; "
+        "rewrite_manifests: the head's manifests regrouped",
     )
     return run(ap.parse_args(argv))
 

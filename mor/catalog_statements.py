@@ -274,6 +274,8 @@ def run_call(plan: CallProcedure, ctx: RunContext) -> Outcome:
         return _rewrite_data_files(plan, ctx, cat, proc)
     if plan.procedure == "cherrypick_snapshot":
         return _cherrypick(plan, ctx, cat, proc)
+    if plan.procedure == "rewrite_manifests":
+        return _rewrite_manifests(plan, ctx, cat, proc)
     done = not (ctx.checking or ctx.dry_run)
     if done:
         from mor import interrupts
@@ -407,6 +409,30 @@ def _cherrypick(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -
         "committed": not dry,
     }
     return _called(plan, proc, picked.line(name, not dry), report, None if dry else [picked.row()])
+
+
+def _rewrite_manifests(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> Outcome:
+    """rewrite_manifests (writer/rewrite_manifests.py): the manifests written, then one commit,
+    held against Ctrl-C: an interrupt before the commit (checked after each manifest read)
+    commits nothing and deletes what was written. `use_caching` is a hint for Iceberg's Spark
+    job; mor runs none."""
+    from mor import interrupts
+    from mor.writer.rewrite_manifests import rewrite_manifests
+
+    name = plan.target.name
+    args = dict(plan.args)
+    if ctx.checking and ctx.pending is not None and ctx.pending.has_table(cat.name, name):
+        return Outcome(f"CALL {plan.procedure}")  # a table the script makes: checked when run
+    spec_id = args.get("spec_id")
+    spec_id = None if spec_id is None else int(spec_id)
+    dry = ctx.checking or ctx.dry_run
+    if dry:
+        done = rewrite_manifests(cat, name, spec_id, dry_run=True)
+    else:
+        with interrupts.held(lambda: f"CALL rewrite_manifests on {name} committed"):
+            done = rewrite_manifests(cat, name, spec_id, check=interrupts.raise_if_asked)
+    line = done.line(not dry)
+    return _called(plan, proc, line, done.as_dict(not dry), None if dry else [done.row()])
 
 
 def _rewrite_data_files(plan: CallProcedure, ctx: RunContext, cat: Catalog, proc: Any) -> Outcome:

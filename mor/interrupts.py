@@ -229,6 +229,14 @@ def raise_if_interrupted() -> None:
         raise Interrupted()
 
 
+def raise_if_asked() -> None:
+    """`raise_if_interrupted`, and inside a `held` block a signal held so far too: a long
+    block (a procedure writing many files before its commit) stops before what it holds
+    against is made."""
+    if _S.fired is not None or _S.pending is not None:
+        raise Interrupted()
+
+
 @contextmanager
 def held(outcome: Any = None) -> Iterator[None]:
     """A signal during the block is held until it ends, then raised as `Interrupted` whose

@@ -89,6 +89,19 @@ def _uuid(v: Any) -> uuid.UUID:
     return v if isinstance(v, uuid.UUID) else uuid.UUID(bytes=bytes(v))
 
 
+def stored_value(v: Any) -> Any:
+    """A value as fastavro decodes it (a logical type's: a date, a datetime, a time, a
+    Decimal, a UUID) as Iceberg's Avro stores it: days, microseconds, and the Decimal and the
+    UUID themselves (their scale and bytes are the type's); any other value unchanged."""
+    if isinstance(v, dt.datetime):
+        return _micros(v)
+    if isinstance(v, dt.date):
+        return _days(v)
+    if isinstance(v, dt.time):
+        return _time_micros(v)
+    return v
+
+
 # fastavro's value for a logical type -> pyiceberg's value; None: fastavro's value is pyiceberg's
 _LOGICAL: dict[str, Callable[[Any], Any] | None] = {
     "date": _days,
@@ -336,20 +349,53 @@ class _InMemory(InputFile):
 
 def read_records(file_io: FileIO, path: str) -> tuple[Any, dict[str, str], list[dict[str, Any]]]:
     """A manifest's or manifest list's Avro writer schema, its metadata (but Avro's own keys)
-    and its records with every value as stored (days, microseconds, a decimal's bytes: read
-    without logical types), for a writer that copies them (writer/manifests.py) into a file
-    of the same schema. pyiceberg 0.12 reads the v3 fields away; this keeps every field."""
+    and its records, for a writer that copies them (writer/manifests.py) into a file of the
+    same schema. A logical type's value is decoded (fastavro applies the writer schema's
+    logical types whatever the reader schema says: a date, a datetime, a Decimal;
+    `stored_value` gives the stored one back), and encoded again as it was by a writer of the
+    same schema. pyiceberg 0.12 reads the v3 fields away; this keeps every field."""
     with file_io.new_input(path).open() as stream:
         raw = stream.read()
-    schema = fastavro.reader(io.BytesIO(raw)).writer_schema
-    reader = fastavro.reader(io.BytesIO(raw), reader_schema=_plain(schema))
+    return decode_records(raw)
+
+
+def decode_records(raw: bytes) -> tuple[Any, dict[str, str], list[dict[str, Any]]]:
+    """`read_records` of a file's bytes."""
+    reader = fastavro.reader(io.BytesIO(raw))
     meta = {k: v for k, v in reader.metadata.items() if not k.startswith("avro.")}
-    return schema, meta, list(reader)
+    return reader.writer_schema, meta, list(reader)
+
+
+def live_records(listed: dict[str, Any], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The live entries (ADDED, EXISTING) of the manifest `listed` (its manifest-list record)
+    among `records` (read_records), each a copy with what its readers inherit written out:
+    the snapshot id (the manifest's `added_snapshot_id` when null), the data and file
+    sequence numbers (the manifest's, for an ADDED entry; and for every entry of a manifest
+    written before sequence numbers, 0), and a data file's `first_row_id` (v3: the manifest's
+    plus the rows of the live files before it that have none, as Iceberg's ManifestReader
+    assigns them)."""
+    seq = listed["sequence_number"]
+    next_row = None if listed["content"] == ManifestContent.DELETES else listed.get("first_row_id")
+    out = []
+    for r in records:
+        if r["status"] == 2:
+            continue
+        r = dict(r)
+        if r["snapshot_id"] is None:
+            r["snapshot_id"] = listed["added_snapshot_id"]
+        for k in ("sequence_number", "file_sequence_number"):
+            if r.get(k) is None and (r["status"] == 1 or seq == 0):
+                r[k] = seq
+        f = r["data_file"]
+        if next_row is not None and f.get("first_row_id") is None:
+            r["data_file"] = {**f, "first_row_id": next_row}
+            next_row += f["record_count"]
+        out.append(r)
+    return out
 
 
 def _plain(schema: Any) -> Any:
-    """An Avro schema without its logical types: records read through it hold the values as
-    stored, which a writer given the original schema stores unchanged."""
+    """An Avro schema without its logical types."""
     if isinstance(schema, dict):
         return {k: _plain(v) for k, v in schema.items() if k != "logicalType"}
     if isinstance(schema, list):

@@ -115,6 +115,11 @@ PROCEDURES = {
             "removed_delete_files_count int",
         ),
         Procedure(
+            "rewrite_manifests",
+            (_TABLE, Param("use_caching", "boolean", False), Param("spec_id", "long", False)),
+            "rewritten_manifests_count int, added_manifests_count int",
+        ),
+        Procedure(
             "fast_forward",
             (_TABLE, Param("branch", "string"), Param("to", "string")),
             "branch_updated string, previous_ref bigint, updated_ref bigint",
@@ -124,7 +129,6 @@ PROCEDURES = {
 # Iceberg's other Spark procedures: named in the refusal, so that a user knows it is not a typo
 NOT_YET = (
     "rewrite_position_delete_files",
-    "rewrite_manifests",
     "publish_changes",
     "migrate",
     "snapshot",

@@ -28,8 +28,8 @@ def test_not_a_query_is_refused(catalog: object) -> None:
     assert explain("DROP TABLE ns.t", catalog=catalog, check=False).startswith(
         "== Statement ==\nDropTable ns.t"
     )
-    with pytest.raises(UnsupportedError, match="rewrite_manifests procedure yet"):
-        explain("CALL mor.system.rewrite_manifests(table => 'ns.t')", catalog=catalog)
+    with pytest.raises(UnsupportedError, match="rewrite_position_delete_files procedure yet"):
+        explain("CALL mor.system.rewrite_position_delete_files(table => 'ns.t')", catalog=catalog)
     # a procedure mor runs explains as its bound plan (the table's absence: at run time)
     assert explain(
         "CALL mor.system.rollback_to_snapshot('ns.t', 5)", catalog=catalog, check=False

@@ -131,12 +131,16 @@ def test_procedures_move_branches_and_expire_as_icebergs_on_twin_tables(postgres
     staged by Iceberg's write-audit-publish (an append, a dynamic INSERT OVERWRITE, an append
     on main's head): the same refusals, the same new snapshot's operation and summary, the
     same fast-forwards, main read alike. Then expire_snapshots with clean_expired_metadata on
-    twins whose schema and spec evolved: the same specs and schemas removed."""
+    twins whose schema and spec evolved: the same specs and schemas removed. Then
+    rewrite_manifests on twins (v2 and v3, four rounds: the current spec, `spec_id`, the
+    default target, nothing left): the same output rows, live entries, manifests with their
+    partition summaries, next row id, and every row with its `_row_id`."""
     summary = run_harness("procedures", timeout=600)
     assert " 0 differences" in summary and "'refused by both': 8" in summary
     assert "'answered alike': 14" in summary and "'expiries': 6" in summary
     assert "'orphan rounds': 4" in summary and "'picked alike': 6" in summary
     assert "'fast-forwards': 2" in summary and "'metadata cleaned': 2" in summary
+    assert "'manifests rewritten alike': 8" in summary
     print(summary.splitlines()[-1])
 
 

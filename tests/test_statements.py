@@ -330,7 +330,7 @@ def test_bad_statements_are_one_line_at_their_place(lake: Any) -> None:
         "ALTER TABLE db.t FROB": (SqlSyntaxError, "line 1, column 18"),
         "ALTER TABLE db.t ADD PARTITION FIELD bucket(id)": (SqlSyntaxError, "bucket takes"),
         "ALTER TABLE db.t ADD PARTITION FIELD frob(id)": (UnsupportedError, "unknown partition"),
-        "CALL mor.system.rewrite_manifests(table => 'db.t')": (UnsupportedError, "CALL"),
+        "CALL mor.system.migrate(table => 'db.t')": (UnsupportedError, "CALL"),
         "CACHE TABLE db.t": (MorError, ""),
         "CREATE VIEW v AS SELECT * FROM db.t": (UnsupportedError, "TEMPORARY VIEW"),
         "ANALYZE TABLE db.t COMPUTE STATISTICS": (UnsupportedError, "names db.t, a table of mor"),

@@ -53,7 +53,7 @@ from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
 from mor.planner.errors import MorError
-from mor.planner.manifests import CheckedIO, read_records
+from mor.planner.manifests import CheckedIO, live_records, read_records
 
 if TYPE_CHECKING:
     from mor.writer.operations import Operation
@@ -261,7 +261,7 @@ def manifest_list(
     return path
 
 
-def _write_avro(io: Any, path: str, schema: Any, meta: dict[str, str], records: list) -> int:
+def write_avro(io: Any, path: str, schema: Any, meta: dict[str, str], records: list) -> int:
     """Write `records` as an Avro file (deflate) through `io`; its size."""
     buf = _io.BytesIO()
     fastavro.writer(buf, fastavro.parse_schema(copy.deepcopy(schema)), records, codec="deflate",
@@ -296,32 +296,20 @@ def _v3_rewrite(
             return (f["file_path"], f["content_offset"])
         return f["file_path"]
 
-    live = [r for r in records if r["status"] != 2]
+    live = live_records(listed, records)
     hit = [r for r in live if key(r["data_file"]) in gone]
     if not hit:
         return None
     found.update(key(r["data_file"]) for r in hit)
     out, counts = [], {"existing": [0, 0], "deleted": [0, 0]}
-    next_row = None if deletes else listed.get("first_row_id")
-    if next_row is not None and not _has_first_row_id(schema):
+    if not deletes and listed.get("first_row_id") is not None and not _has_first_row_id(schema):
         # a manifest written before the table's upgrade, in the v2 schema: its files inherit
         # ids counted over the live entries, which this rewrite changes (a removed file no
         # longer counts), so each file's id is written out, in the v3 schema's field
         schema, meta = _with_first_row_id(schema), {**meta, "format-version": "3"}
     min_seq = None
     for r in live:
-        r = dict(r)
-        added = r["status"] == 1
-        r["snapshot_id"] = (
-            r["snapshot_id"] if r["snapshot_id"] is not None else listed["added_snapshot_id"]
-        )
-        for k in ("sequence_number", "file_sequence_number"):
-            if r.get(k) is None and (added or listed["sequence_number"] == 0):
-                r[k] = listed["sequence_number"]
         f = r["data_file"]
-        if next_row is not None and f.get("first_row_id") is None:
-            r["data_file"] = {**f, "first_row_id": next_row}
-            next_row += f["record_count"]
         if key(f) in gone:
             r["status"], r["snapshot_id"] = 2, snapshot_id
             counts["deleted"][0] += 1
@@ -337,7 +325,7 @@ def _v3_rewrite(
         out.append(r)
     path = _manifest_path(table)
     written.append(path)
-    size = _write_avro(table.io, path, schema, meta, out)
+    size = write_avro(table.io, path, schema, meta, out)
     return {
         **listed,
         "manifest_path": path,
@@ -412,10 +400,10 @@ def _listed(m: ManifestFile, seq: int) -> dict[str, Any]:
     }
 
 
-_V3_LIST_SCHEMA = AvroSchemaConversion().iceberg_to_avro(
+V3_LIST_SCHEMA = AvroSchemaConversion().iceberg_to_avro(
     MANIFEST_LIST_FILE_SCHEMAS[3], schema_name="manifest_file"
 )
-_LIST_NAMES = [f.name for f in MANIFEST_LIST_FILE_SCHEMAS[3].fields]
+LIST_NAMES = [f.name for f in MANIFEST_LIST_FILE_SCHEMAS[3].fields]
 
 
 def v3_manifest_list(
@@ -435,7 +423,7 @@ def v3_manifest_list(
     found: set[Any] = set()
     records = []
     for listed in heads:
-        listed = {k: listed.get(k) for k in _LIST_NAMES}
+        listed = {k: listed.get(k) for k in LIST_NAMES}
         again = _v3_rewrite(table, listed, change, snapshot_id, seq, written, found)
         records.append(again if again is not None else listed)
     # the new manifests first, then the head's (rewritten or carried over) in their order, as
@@ -466,7 +454,7 @@ def v3_manifest_list(
         "first-row-id": str(start),
         "format-version": "3",
     }
-    _write_avro(io, path, _V3_LIST_SCHEMA, meta, records)
+    write_avro(io, path, V3_LIST_SCHEMA, meta, records)
     return path, {"first_row_id": start, "added_rows": next_row - start}
 
 

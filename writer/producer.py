@@ -114,9 +114,16 @@ class SnapshotProducer:
             )
         # what it wrote, deleted if it does not commit (a cherry-pick's files are not its own)
         written: list[str] = [f.file_path for f in (*op.added, *op.added_data) if not op.adopted]
+        return self._cleaned(table, written, lambda: self._attempts(table, op, base, written))
+
+    def _cleaned(
+        self, table: Table, written: list[str], attempts: Callable[[], Committed]
+    ) -> Committed:
+        """`attempts()`, and when it fails, every path in `written` deleted (but when the
+        catalog could not tell whether the commit landed)."""
         committed = False
         try:
-            done = self._attempts(table, op, base, written)
+            done = attempts()
             committed = True
             return done
         except CommitUnknownError:
@@ -132,10 +139,53 @@ class SnapshotProducer:
             if not committed:
                 delete_files(table.io, written)
 
+    def commit_built(
+        self, build: Callable[[Table, Snapshot | None, list[str]], Snapshot], written: list[str]
+    ) -> Committed:
+        """Commit the snapshot `build` makes over the branch's head (given the table, the
+        head and `written`, it writes its files and appends their paths to `written`; it
+        raises ConflictError when the head no longer allows it), built again over the new
+        head when another commit lands first. On failure every path in `written` is
+        deleted, as `commit` deletes what it wrote."""
+        table = self._load()
+        version = table.metadata.format_version
+        if version not in (2, 3):
+            raise MorError(
+                f"{self.identifier}: format version {version}; this commit writes v2 and v3"
+            )
+        return self._cleaned(table, written, lambda: self._built(table, build, written))
+
+    def _built(
+        self,
+        table: Table,
+        build: Callable[[Table, Snapshot | None, list[str]], Snapshot],
+        written: list[str],
+    ) -> Committed:
+        rebased: list[int] = []
+        for attempt in range(1, self.retries + 2):
+            head = table.metadata.snapshot_by_name(self.branch)
+            mark = len(written)
+            snapshot = build(table, head, written)
+            self._attempting(attempt)
+            try:
+                self._ask(table, head, snapshot, written)
+            except CommitFailedException:
+                delete_files(table.io, written[mark:])  # this attempt's list
+                del written[mark:]
+                table = self._load()
+                if head is not None:
+                    rebased.append(head.snapshot_id)
+                continue
+            return Committed(snapshot, attempt, rebased)
+        raise ConflictError(
+            f"{self.identifier}: {self.retries + 1} attempts to commit failed, each time "
+            "another commit landed first; nothing was committed"
+        )
+
     def _attempts(
         self, table: Table, op: Operation, base: Snapshot | None, written: list[str]
     ) -> Committed:
-        snapshot_id = _new_snapshot_id(table)
+        snapshot_id = new_snapshot_id(table)
         ours = manifests.added_manifests(table, op, snapshot_id, written, self.prefix)
         rebased: list[int] = []
         for attempt in range(1, self.retries + 2):
@@ -258,7 +308,7 @@ def new_table_snapshot(
     `written`), and the updates that add it and point main at it, for the catalog commit
     that creates (or replaces) the table."""
     producer = SnapshotProducer(None, ".".join(table.name()), prefix=prefix)  # type: ignore[arg-type]
-    snapshot_id = _new_snapshot_id(table)
+    snapshot_id = new_snapshot_id(table)
     ours = manifests.added_manifests(table, op, snapshot_id, written, prefix)
     snapshot = producer._snapshot(table, None, op, ours, snapshot_id, written)
     updates = (
@@ -270,7 +320,7 @@ def new_table_snapshot(
     return snapshot, updates
 
 
-def _new_snapshot_id(table: Table) -> int:
+def new_snapshot_id(table: Table) -> int:
     taken = {s.snapshot_id for s in table.metadata.snapshots}
     while True:
         sid = uuid.uuid4().int & ((1 << 63) - 1)

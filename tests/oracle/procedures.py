@@ -14,6 +14,9 @@ both refuse or both answer the same row; the two tables' refs (snapshot, type, r
 current snapshot and the snapshot log's order agree; both read the same rows through Iceberg's
 reader, and the twin the same through mor.
 
+Then expire_snapshots (files deleted, snapshots kept), remove_orphan_files, cherrypick_snapshot,
+clean_expired_metadata and rewrite_manifests (`_rewrite_manifests`), each on its own twins.
+
 Prints "procedures: N comparisons, M differences"; exits 1 on any difference.
 """
 
@@ -176,6 +179,8 @@ def _run(spark: Any, pg: Any, warehouse: str, java_wh: str) -> int:
         _cherrypick(spark, cat, version, same, seen)
     for version in (2, 3):
         _clean_metadata(spark, cat, version, same, seen)
+    for version in (2, 3):
+        _rewrite_manifests(spark, cat, version, same, seen)
     for d in diffs:
         print(f"DIFFERENCE {d}")
     print(f"procedures: {dict(seen)}")
@@ -593,6 +598,129 @@ def _clean_metadata(spark: Any, cat: Any, version: int, same: Any, seen: Counter
         f"{[x.schema_id for x in a.schemas]}; mor removed specs {out.report['removed_specs']}, "
         f"schemas {out.report['removed_schemas']}"
     )
+
+
+def _rewrite_manifests(spark: Any, cat: Any, version: int, same: Any, seen: Counter) -> None:
+    """rewrite_manifests on twins: a history by Iceberg's writer (appends to three partitions,
+    a DELETE and an UPDATE writing position deletes or deletion vectors, a MERGE, the
+    partitioning changed, appends after), its manifests made small
+    (`commit.manifest.target-size-bytes`) so that several are written. Iceberg's procedure
+    on the table, mor's on the twin, four rounds (the current spec; `spec_id => 0`; the
+    current spec with the default target; again, with nothing left to do): the same output
+    row; the same live entries (status, file, snapshot id, data and file sequence numbers)
+    and the same manifests (content, spec, file counts, partition summaries) read through
+    Iceberg's metadata tables of both; the same summary counts and next row id; every row
+    read alike, with `_row_id` and `_last_updated_sequence_number` on v3, by Iceberg's
+    reader of both tables."""
+    from mor.statements import StatementExecution
+
+    t, twin = f"proc.r{version}", f"proc.r{version}_twin"
+    full = f"{CATALOG}.{t}"
+    spark.sql(
+        f"CREATE TABLE {full} (id BIGINT, p STRING, d DATE) USING iceberg PARTITIONED BY (p) "
+        f"TBLPROPERTIES ('format-version' = '{version}', 'write.delete.mode' = "
+        "'merge-on-read', 'write.update.mode' = 'merge-on-read', "
+        "'write.merge.mode' = 'merge-on-read')"
+    )
+    for k in range(6):
+        spark.sql(
+            f"INSERT INTO {full} VALUES ({k * 10 + 1}, 'a', DATE '2024-01-0{k + 1}'), "
+            f"({k * 10 + 2}, 'b', NULL), ({k * 10 + 3}, 'c', DATE '2023-12-3{k % 2}'), "
+            f"({k * 10 + 4}, NULL, NULL)"
+        )
+    spark.sql(f"DELETE FROM {full} WHERE id IN (1, 22)")
+    spark.sql(f"UPDATE {full} SET d = DATE '2025-05-05' WHERE id = 33")
+    spark.sql(
+        f"MERGE INTO {full} t USING (SELECT 41 AS id UNION ALL SELECT 99) s ON t.id = s.id "
+        "WHEN MATCHED THEN DELETE WHEN NOT MATCHED THEN INSERT (id, p, d) VALUES (s.id, 'b', NULL)"
+    )
+    spark.sql(f"ALTER TABLE {full} ADD PARTITION FIELD bucket(4, id)")
+    for k in range(3):
+        spark.sql(f"INSERT INTO {full} VALUES ({100 + k}, 'a', NULL), ({200 + k}, 'd', NULL)")
+    sizes = spark.sql(f"SELECT sum(length) FROM {full}.manifests").first()[0]
+    spark.sql(
+        f"ALTER TABLE {full} SET TBLPROPERTIES ('commit.manifest.target-size-bytes' = "
+        f"'{sizes // 3}')"
+    )
+    location = cat.load_table(t).metadata_location
+    spark.sql(f"CALL {CATALOG}.system.register_table('{twin}', '{location}')")
+    keys = ("manifests-created", "manifests-kept", "manifests-replaced", "total-records")
+    cols = "id, p, d" + (", _row_id, _last_updated_sequence_number" if version == 3 else "")
+    rounds = [
+        ((), "'{t}'"),
+        ((), "table => '{t}', spec_id => 0"),
+        # each table's manifests are now its own writer's (their bytes differ): the default
+        # target takes them both into one
+        (("UNSET TBLPROPERTIES ('commit.manifest.target-size-bytes')",), "'{t}'"),
+        ((), "'{t}'"),  # nothing left to do
+    ]
+    for prep, args in rounds:
+        for change in prep:
+            for name in (t, twin):
+                spark.sql(f"ALTER TABLE {CATALOG}.{name} {change}")
+        label = f"v{version} rewrite_manifests({args.format(t='t')})"
+        label += " with the default target" if prep else ""
+        theirs = [
+            tuple(r)
+            for r in spark.sql(
+                f"CALL {CATALOG}.system.rewrite_manifests({args.format(t=t)})"
+            ).collect()
+        ]
+        out = StatementExecution(
+            f"CALL {CATALOG}.system.rewrite_manifests({args.format(t=twin)})", catalog=cat
+        ).run()
+        ours = [tuple(r) for r in out.rows or []]
+        same(f"{label}: output", ours, theirs)
+
+        def entries(name: str) -> list[Any]:
+            return sorted(
+                tuple(r)
+                for r in spark.sql(
+                    "SELECT status, data_file.file_path, data_file.content, snapshot_id, "
+                    f"sequence_number, file_sequence_number FROM {CATALOG}.{name}.entries"
+                ).collect()
+            )
+
+        def manifests(name: str) -> list[Any]:
+            return sorted(
+                (
+                    r[0],
+                    r[1],
+                    r[2],
+                    r[3],
+                    r[4],
+                    tuple(tuple(x) for x in r[5]),
+                )
+                for r in spark.sql(
+                    "SELECT content, partition_spec_id, added_data_files_count + "
+                    "added_delete_files_count, existing_data_files_count + "
+                    "existing_delete_files_count, deleted_data_files_count + "
+                    f"deleted_delete_files_count, partition_summaries FROM {CATALOG}.{name}"
+                    ".manifests"
+                ).collect()
+            )
+
+        same(f"{label}: entries", entries(twin), entries(t))
+        same(f"{label}: manifests", manifests(twin), manifests(t))
+        a, b = cat.load_table(t).metadata, cat.load_table(twin).metadata
+        sa, sb = a.current_snapshot(), b.current_snapshot()
+        same(
+            f"{label}: summary",
+            (sb.summary.operation.value, {k: sb.summary.get(k) for k in keys}),
+            (sa.summary.operation.value, {k: sa.summary.get(k) for k in keys}),
+        )
+        same(f"{label}: snapshots", len(b.snapshots), len(a.snapshots))
+        if version == 3:
+            same(f"{label}: next row id", b.next_row_id, a.next_row_id)
+        rows = Counter(tuple(r) for r in spark.sql(f"SELECT {cols} FROM {full}").collect())
+        same(
+            f"{label}: rows by Iceberg's reader",
+            Counter(tuple(r) for r in spark.sql(f"SELECT {cols} FROM {CATALOG}.{twin}").collect()),
+            rows,
+        )
+        _read_alike(spark, cat, same, f"{label}: rows", t, twin)
+        seen["manifests rewritten alike"] += ours == theirs
+        print(f"  {label}: Iceberg {theirs}, mor {out.rows}: {out.line}")
 
 
 if __name__ == "__main__":
