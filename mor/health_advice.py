@@ -20,6 +20,7 @@ class Thresholds:
     delete_files: int = 5  # delete files applying to one data file (`delete-file-threshold`)
     small_files: int = 5  # small data files in one partition (`min-input-files`)
     snapshots: int = 100  # snapshots kept in the metadata before expiring is advised
+    manifests: int = 100  # manifests in the current snapshot before regrouping is advised
 
 
 def _where(src: TableSource, partitions: list[dict[str, Any]]) -> str | None:
@@ -72,6 +73,7 @@ def advice(
         *a.small_files(heavy),
         *a.snapshots(),
         *a.orphans(),
+        *a.manifests(),
     ]
 
 
@@ -281,6 +283,26 @@ class _Advisor:
                 "reason": (
                     f"{n} snapshots in the metadata (more than "
                     f"{th.snapshots}): their manifests and unreferenced delete files stay"
+                ),
+                "partitions": [],
+            }
+        ]
+
+    def manifests(self) -> list[dict[str, Any]]:
+        """rewrite_manifests, when the current snapshot has more manifests than the threshold
+        and the rewrite would leave at most half of them."""
+        m = (self.report.get("history") or {}).get("manifests") or {}
+        if not m or m["count"] <= self.th.manifests or m["after_rewrite"] * 2 > m["count"]:
+            return []
+        return [
+            {
+                "procedure": "rewrite_manifests",
+                **({"mor": f"mor rewrite-manifests {self.table}"} if self.named else {}),
+                "call": self.call("rewrite_manifests"),
+                "reason": (
+                    f"{m['count']} manifests ({m['bytes']} bytes) in the current snapshot: "
+                    "every query's planning opens those a partition filter cannot prune; "
+                    f"regrouped by partition they would be {m['after_rewrite']}"
                 ),
                 "partitions": [],
             }

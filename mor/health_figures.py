@@ -106,9 +106,42 @@ class _Counts:
         }
 
 
+def manifests(src: TableSource) -> dict[str, Any] | None:
+    """The current snapshot's manifests as rewrite_manifests sees them (its manifest list
+    read, no manifest): how many (data, delete), their bytes, and how many rewrite_manifests
+    would leave (writer/rewrite_manifests.choose: the current spec's regrouped into manifests
+    of `commit.manifest.target-size-bytes`, the other specs' kept)."""
+    import math
+
+    from mor.planner.manifests import read_manifest_list
+    from mor.writer.rewrite_manifests import TARGET_BYTES
+
+    md = src.metadata
+    head = md.current_snapshot()
+    if head is None:
+        return None
+    listed = read_manifest_list(src.io, head.manifest_list)
+    target = int(md.properties.get("commit.manifest.target-size-bytes", TARGET_BYTES))
+    after = 0
+    for content in (0, 1):
+        ms = [m for m in listed if int(m.content) == content]
+        ours = [m for m in ms if m.partition_spec_id == md.default_spec_id]
+        after += len(ms) - len(ours)
+        if ours:
+            after += max(1, math.ceil(sum(m.manifest_length for m in ours) / target))
+    return {
+        "count": len(listed),
+        "data": sum(1 for m in listed if int(m.content) == 0),
+        "deletes": sum(1 for m in listed if int(m.content) == 1),
+        "bytes": sum(m.manifest_length for m in listed),
+        "after_rewrite": after,
+    }
+
+
 def history(src: TableSource, now_ms: int, orphans: bool = False) -> dict[str, Any]:
     """The table's history as expiry and orphan removal see it: its snapshots (how many, the
-    oldest one's age), its refs, its metadata file (bytes, entries in its log), what
+    oldest one's age), its refs, its metadata file (bytes, entries in its log), the current
+    snapshot's manifests (`manifests`), what
     `expire_snapshots` with the table's own retention would remove now (snapshots, refs, and
     the files only they reach, by kind: planner/expiry.py, the manifests of every snapshot read
     once), and with `orphans`, the files under the table's location older than three days that
@@ -128,6 +161,7 @@ def history(src: TableSource, now_ms: int, orphans: bool = False) -> dict[str, A
         "metadata_file_bytes": size,
         "metadata_log_entries": len(md.metadata_log),
         "gc_enabled": gc_enabled(md),
+        "manifests": manifests(src),
         "expiry": None,
         "orphans": None,
     }

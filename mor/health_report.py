@@ -22,6 +22,17 @@ def _history_lines(h: dict[str, Any] | None) -> list[str]:
         f"history      {h['snapshots']} snapshots (oldest {oldest}), {h['refs']} refs, "
         f"metadata file {size} ({h['metadata_log_entries']} earlier in its log)"
     ]
+    m = h.get("manifests")
+    if m:
+        regrouped = (
+            f", {m['after_rewrite']} after rewrite_manifests"
+            if m["after_rewrite"] < m["count"]
+            else ""
+        )
+        lines.append(
+            f"manifests    {m['count']} in the current snapshot ({m['data']} data, "
+            f"{m['deletes']} delete; {_size(m['bytes'])}){regrouped}"
+        )
     e = h.get("expiry") or {}
     if "error" in e:
         lines.append(f"expiry       cannot tell: {e['error']}")

@@ -153,9 +153,9 @@ def test_a_commit_that_loses_a_race_is_checked_again(history: Any, monkeypatch: 
     ("sql", "error", "message"),
     [
         (
-            "CALL system.rewrite_manifests('db.t')",
+            "CALL system.rewrite_position_delete_files('db.t')",
             UnsupportedError,
-            "rewrite_manifests procedure yet",
+            "rewrite_position_delete_files procedure yet",
         ),
         (
             "CALL system.remove_orphan_files(table => 'db.t', prefix_mismatch_mode => 'NOPE')",
@@ -359,14 +359,15 @@ def test_expire_snapshots_refused_when_gc_is_disabled(history: Any) -> None:
 @pytest.mark.parametrize(
     ("rounds", "writer"),
     [
-        (4, "pyiceberg"),
-        pytest.param(16, "pyiceberg", marks=pytest.mark.soak),
-        pytest.param(8, "mor", marks=pytest.mark.soak),
+        (6, "pyiceberg"),
+        pytest.param(18, "pyiceberg", marks=pytest.mark.soak),
+        pytest.param(9, "mor", marks=pytest.mark.soak),
     ],
 )
 def test_expiry_and_orphan_removal_killed_while_a_writer_commits(rounds: int, writer: str) -> None:
-    """tests/kill_maintenance.py: `mor expire-snapshots` and `mor remove-orphan-files` SIGKILLed
-    at random moments (or let finish) while a writer commits; every snapshot the table then
+    """tests/kill_maintenance.py: `mor expire-snapshots`, `mor remove-orphan-files` and `mor
+    rewrite-manifests` SIGKILLed at random moments (or let finish; six rounds: each command
+    killed once and let finish once) while a writer commits; every snapshot the table then
     holds reaches only files that exist and reads the ids a model recorded for it."""
     from tests.kill_maintenance import main as harness
 
