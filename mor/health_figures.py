@@ -187,14 +187,25 @@ def history(src: TableSource, now_ms: int, orphans: bool = False) -> dict[str, A
             "files": freed.counts() if freed is not None else {},
         }
     if orphans:
-        from mor.planner.orphans import OLDER_THAN_MS, Prefixes, find_orphans, roots, valid_files
-        from mor.writer.orphans import candidates
+        from mor.planner.orphans import (
+            OLDER_THAN_MS,
+            OrphanError,
+            Prefixes,
+            find_orphans,
+            roots,
+            valid_files,
+        )
+        from mor.writer.orphans import candidates, no_other_table
 
         folders = roots(md, None)
         sizes = candidates(src.io.inner, md, folders, now_ms - OLDER_THAN_MS)
         valid = valid_files(src.io, md, src.metadata_location)
         found, _ = find_orphans(sizes, valid, Prefixes.of(mode="IGNORE"))
-        out["orphans"] = {"files": len(found), "bytes": sum(sizes[p] for p in found)}
+        try:  # a location another table shares: remove_orphan_files refuses it, as here
+            no_other_table(src.io, md.table_uuid, found, src.name)
+            out["orphans"] = {"files": len(found), "bytes": sum(sizes[p] for p in found)}
+        except OrphanError as e:
+            out["orphans"] = {"error": str(e)}
     return out
 
 

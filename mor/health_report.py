@@ -47,7 +47,9 @@ def _history_lines(h: dict[str, Any] | None) -> list[str]:
     else:
         lines.append("expiry       nothing older than the table's retention")
     o = h.get("orphans")
-    if o is not None:
+    if o is not None and "error" in o:
+        lines.append(f"orphans      cannot tell: {o['error']}")
+    elif o is not None:
         lines.append(f"orphans      {o['files']} files ({_size(o['bytes'])}) older than 3 days")
     return lines
 

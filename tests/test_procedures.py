@@ -714,6 +714,14 @@ def test_remove_orphan_files_refuses_a_location_another_table_shares(history: An
     with pytest.raises(MorError, match="is the metadata of table 00000000-") as e:
         _run(catalog, "CALL system.remove_orphan_files('db.t')")
     assert "\n" not in str(e.value) and _files(catalog) == before
+    # `mor health --orphans` says so, and advises no removal
+    from mor.api import health
+    from mor.health_report import render_table
+
+    report = health("db.t", catalog=catalog, orphans=True)
+    assert "is the metadata of table 00000000-" in report["history"]["orphans"]["error"]
+    assert "remove_orphan_files" not in {a["procedure"] for a in report["advice"]}
+    assert "orphans      cannot tell: " in render_table(report)
     os.remove(other)
     out = _run(catalog, "CALL system.remove_orphan_files('db.t')")
     assert [_local(r[0]) for r in out.rows] == [mine]

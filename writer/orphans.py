@@ -90,13 +90,13 @@ def find(
     table = load(catalog, identifier)
     valid = valid_files(table.io, table.metadata, table.metadata_location)
     orphans, conflicts = find_orphans(sizes, valid, prefixes)
-    _no_other_table(table.io, table.metadata.table_uuid, orphans, identifier)
+    no_other_table(table.io, table.metadata.table_uuid, orphans, identifier)
     return OrphanRun(
         identifier, table.io, folders, cutoff, [(p, sizes[p]) for p in orphans], conflicts
     )
 
 
-def _no_other_table(io: Any, uuid: Any, orphans: list[str], identifier: str) -> None:
+def no_other_table(io: Any, uuid: Any, orphans: list[str], identifier: str) -> None:
     """Refuse when a metadata file among the orphans is another table's (or cannot be read):
     a table sharing this location (a CREATE TABLE copied with its LOCATION) would lose every
     file to this removal. Iceberg 1.12's procedure deletes them; its later
