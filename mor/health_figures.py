@@ -109,32 +109,24 @@ class _Counts:
 def manifests(src: TableSource) -> dict[str, Any] | None:
     """The current snapshot's manifests as rewrite_manifests sees them (its manifest list
     read, no manifest): how many (data, delete), their bytes, and how many rewrite_manifests
-    would leave (writer/rewrite_manifests.choose: the current spec's regrouped into manifests
-    of `commit.manifest.target-size-bytes`, the other specs' kept)."""
-    import math
-
-    from mor.planner.manifests import read_manifest_list
-    from mor.writer.rewrite_manifests import TARGET_BYTES
+    would leave (writer/rewrite_manifests.choose: the current spec's regrouped, the other
+    specs' kept)."""
+    from mor.planner.manifests import read_records
+    from mor.writer.rewrite_manifests import choose
 
     md = src.metadata
     head = md.current_snapshot()
     if head is None:
         return None
-    listed = read_manifest_list(src.io, head.manifest_list)
-    target = int(md.properties.get("commit.manifest.target-size-bytes", TARGET_BYTES))
-    after = 0
-    for content in (0, 1):
-        ms = [m for m in listed if int(m.content) == content]
-        ours = [m for m in ms if m.partition_spec_id == md.default_spec_id]
-        after += len(ms) - len(ours)
-        if ours:
-            after += max(1, math.ceil(sum(m.manifest_length for m in ours) / target))
+    listed = read_records(src.io, head.manifest_list)[2]
+    chosen = choose(md, listed, md.default_spec_id)
+    deletes = sum(1 for r in listed if r["content"] == 1)
     return {
         "count": len(listed),
-        "data": sum(1 for m in listed if int(m.content) == 0),
-        "deletes": sum(1 for m in listed if int(m.content) == 1),
-        "bytes": sum(m.manifest_length for m in listed),
-        "after_rewrite": after,
+        "data": len(listed) - deletes,
+        "deletes": deletes,
+        "bytes": sum(r["manifest_length"] for r in listed),
+        "after_rewrite": len(listed) - sum(len(c.listed) - c.count for c in chosen),
     }
 
 

@@ -391,12 +391,13 @@ def test_entries_copied_as_bytes_read_as_the_ones_encoded(
     _run(catalog, "DELETE FROM db.b WHERE id = 1", spark=spark)
     table = catalog.load_table("db.b")
     spec = table.metadata.spec()
-    listed = rm.decode_records(rm._read(table.io, table.current_snapshot().manifest_list))[2]
+    listed = rm.read_records(table.io, table.current_snapshot().manifest_list)[2]
 
     def written(copy: bool) -> dict[str, Any]:
         if not copy:
             monkeypatch.setattr(rm, "_suits", lambda *a: False)
-        done = rm.ManifestRewrite("db.b", spec.spec_id, rm.choose(table, listed, spec.spec_id))
+        chosen = rm.choose(table.metadata, listed, spec.spec_id)
+        done = rm.ManifestRewrite("db.b", spec.spec_id, chosen)
         paths: list[str] = []
         news = rm._write_groups(table, spec, done, paths, None)
         monkeypatch.undo()

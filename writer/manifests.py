@@ -161,7 +161,7 @@ def added_manifests(
         groups[(False, f.spec_id)].append(f)
     out = []
     for (deletes, spec_id), files in sorted(groups.items()):
-        path = _manifest_path(table, prefix)
+        path = manifest_path(table, prefix)
         written.append(path)
         if table.metadata.format_version == 3:
             kind: type = DvManifestWriter if deletes else V3DataManifestWriter
@@ -210,7 +210,7 @@ def rewritten_manifests(
             out.append(manifest)
             continue
         found.update(e.data_file.file_path for e in hit)
-        path = _manifest_path(table)
+        path = manifest_path(table)
         written.append(path)
         writer = (DeleteManifestWriter if deletes else DataManifestWriter)(
             table.metadata.specs()[manifest.partition_spec_id],
@@ -244,11 +244,7 @@ def manifest_list(
     written: list[str],
     prefix: str = "mor",
 ) -> str:
-    path = (
-        f"{table.metadata.location.rstrip('/')}/metadata/"
-        f"snap-{snapshot_id}-{len(written)}-{prefix}-{uuid.uuid4()}.avro"
-    )
-    written.append(path)
+    path = list_path(table, snapshot_id, written, prefix)
     with write_manifest_list(
         format_version=2,
         output_file=table.io.new_output(path),
@@ -323,7 +319,7 @@ def _v3_rewrite(
                     r["sequence_number"] if min_seq is None else min(min_seq, r["sequence_number"])
                 )
         out.append(r)
-    path = _manifest_path(table)
+    path = manifest_path(table)
     written.append(path)
     size = write_avro(table.io, path, schema, meta, out)
     return {
@@ -436,27 +432,45 @@ def v3_manifest_list(
             f"{table.name()}: files this operation removes are no longer live: "
             f"{', '.join(names[:3])}; nothing was committed"
         )
+    path = list_path(table, snapshot_id, written, prefix)
+    meta = {
+        "snapshot-id": str(snapshot_id),
+        "parent-snapshot-id": "null" if head is None else str(head.snapshot_id),
+        "sequence-number": str(seq),
+    }
+    return path, write_v3_list(table, path, meta, records)
+
+
+def write_v3_list(
+    table: Table, path: str, meta: dict[str, str], records: list[dict[str, Any]]
+) -> dict[str, int]:
+    """Write a v3 manifest list of `records` (manifest-list records, v3 names) at `path`,
+    `meta` its snapshot's keys: a data manifest without a `first_row_id` is assigned the next
+    row ids (row lineage: the snapshot's `first-row-id` is the table's `next-row-id`); the
+    snapshot's row-lineage fields (`first_row_id`, `added_rows`: the ids assigned)."""
     start = table.metadata.next_row_id or 0
     next_row = start
+    out = []
     for r in records:
-        if r["content"] == ManifestContent.DATA and r.get("first_row_id") is None:
+        r = {k: r.get(k) for k in LIST_NAMES}
+        if r["content"] == ManifestContent.DATA and r["first_row_id"] is None:
             r["first_row_id"] = next_row
             next_row += (r["existing_rows_count"] or 0) + (r["added_rows_count"] or 0)
+        out.append(r)
+    meta = {**meta, "first-row-id": str(start), "format-version": "3"}
+    write_avro(table.io, path, V3_LIST_SCHEMA, meta, out)
+    return {"first_row_id": start, "added_rows": next_row - start}
+
+
+def list_path(table: Table, snapshot_id: int, written: list[str], prefix: str = "mor") -> str:
+    """A new manifest list's path (appended to `written`)."""
     path = (
         f"{table.metadata.location.rstrip('/')}/metadata/"
         f"snap-{snapshot_id}-{len(written)}-{prefix}-{uuid.uuid4()}.avro"
     )
     written.append(path)
-    meta = {
-        "snapshot-id": str(snapshot_id),
-        "parent-snapshot-id": "null" if head is None else str(head.snapshot_id),
-        "sequence-number": str(seq),
-        "first-row-id": str(start),
-        "format-version": "3",
-    }
-    write_avro(io, path, V3_LIST_SCHEMA, meta, records)
-    return path, {"first_row_id": start, "added_rows": next_row - start}
+    return path
 
 
-def _manifest_path(table: Table, prefix: str = "mor") -> str:
+def manifest_path(table: Table, prefix: str = "mor") -> str:
     return f"{table.metadata.location.rstrip('/')}/metadata/{prefix}-{uuid.uuid4()}-m0.avro"

@@ -106,15 +106,31 @@ class SnapshotProducer:
     def commit(self, op: Operation, base: Snapshot | None) -> Committed:
         """Commit `op`, computed on `base` (the head of the branch then; None for a
         table without a snapshot on it yet), as one snapshot."""
+        table = self._writable()
+        # what it wrote, deleted if it does not commit (a cherry-pick's files are not its own)
+        written: list[str] = [f.file_path for f in (*op.added, *op.added_data) if not op.adopted]
+        return self._cleaned(table, written, lambda: self._attempts(table, op, base, written))
+
+    def commit_built(
+        self, build: Callable[[Table, Snapshot | None, list[str]], Snapshot], written: list[str]
+    ) -> Committed:
+        """Commit the snapshot `build` makes over the branch's head (given the table, the
+        head and `written`, it writes its files and appends their paths to `written`; it
+        raises ConflictError when the head no longer allows it), built again over the new
+        head when another commit lands first. On failure every path in `written` is
+        deleted, as `commit` deletes what it wrote."""
+        table = self._writable()
+        return self._cleaned(table, written, lambda: self._retried(table, build, written, []))
+
+    def _writable(self) -> Table:
+        """The table, refused unless its format version is one these commits write."""
         table = self._load()
         version = table.metadata.format_version
         if version not in (2, 3):
             raise MorError(
                 f"{self.identifier}: format version {version}; this commit writes v2 and v3"
             )
-        # what it wrote, deleted if it does not commit (a cherry-pick's files are not its own)
-        written: list[str] = [f.file_path for f in (*op.added, *op.added_data) if not op.adopted]
-        return self._cleaned(table, written, lambda: self._attempts(table, op, base, written))
+        return table
 
     def _cleaned(
         self, table: Table, written: list[str], attempts: Callable[[], Committed]
@@ -139,60 +155,34 @@ class SnapshotProducer:
             if not committed:
                 delete_files(table.io, written)
 
-    def commit_built(
-        self, build: Callable[[Table, Snapshot | None, list[str]], Snapshot], written: list[str]
-    ) -> Committed:
-        """Commit the snapshot `build` makes over the branch's head (given the table, the
-        head and `written`, it writes its files and appends their paths to `written`; it
-        raises ConflictError when the head no longer allows it), built again over the new
-        head when another commit lands first. On failure every path in `written` is
-        deleted, as `commit` deletes what it wrote."""
-        table = self._load()
-        version = table.metadata.format_version
-        if version not in (2, 3):
-            raise MorError(
-                f"{self.identifier}: format version {version}; this commit writes v2 and v3"
-            )
-        return self._cleaned(table, written, lambda: self._built(table, build, written))
-
-    def _built(
-        self,
-        table: Table,
-        build: Callable[[Table, Snapshot | None, list[str]], Snapshot],
-        written: list[str],
-    ) -> Committed:
-        rebased: list[int] = []
-        for attempt in range(1, self.retries + 2):
-            head = table.metadata.snapshot_by_name(self.branch)
-            mark = len(written)
-            snapshot = build(table, head, written)
-            self._attempting(attempt)
-            try:
-                self._ask(table, head, snapshot, written)
-            except CommitFailedException:
-                delete_files(table.io, written[mark:])  # this attempt's list
-                del written[mark:]
-                table = self._load()
-                if head is not None:
-                    rebased.append(head.snapshot_id)
-                continue
-            return Committed(snapshot, attempt, rebased)
-        raise ConflictError(
-            f"{self.identifier}: {self.retries + 1} attempts to commit failed, each time "
-            "another commit landed first; nothing was committed"
-        )
-
     def _attempts(
         self, table: Table, op: Operation, base: Snapshot | None, written: list[str]
     ) -> Committed:
         snapshot_id = new_snapshot_id(table)
         ours = manifests.added_manifests(table, op, snapshot_id, written, self.prefix)
         rebased: list[int] = []
+
+        def build(table: Table, head: Snapshot | None, written: list[str]) -> Snapshot:
+            nonlocal base
+            base = self._rebase(table, head, base, op, rebased)
+            return self._snapshot(table, head, op, ours, snapshot_id, written)
+
+        return self._retried(table, build, written, rebased)
+
+    def _retried(
+        self,
+        table: Table,
+        build: Callable[[Table, Snapshot | None, list[str]], Snapshot],
+        written: list[str],
+        rebased: list[int],
+    ) -> Committed:
+        """The attempts: the snapshot built over the branch's head and the catalog asked;
+        when another commit landed first, what the attempt wrote is deleted and the table
+        read again, up to `retries` more times."""
         for attempt in range(1, self.retries + 2):
             head = table.metadata.snapshot_by_name(self.branch)
-            base = self._rebase(table, head, base, op, rebased)
             mark = len(written)  # what this attempt writes: written[mark:]
-            snapshot = self._snapshot(table, head, op, ours, snapshot_id, written)
+            snapshot = build(table, head, written)
             self._attempting(attempt)
             try:
                 self._ask(table, head, snapshot, written)

@@ -53,9 +53,9 @@ from typing import Any
 
 import fastavro
 from pyiceberg.catalog import Catalog
-from pyiceberg.conversions import to_bytes
-from pyiceberg.manifest import MANIFEST_LIST_FILE_SCHEMAS, ManifestContent
+from pyiceberg.manifest import MANIFEST_LIST_FILE_SCHEMAS, ManifestContent, PartitionFieldStats
 from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation as Op
 from pyiceberg.table.snapshots import Snapshot, Summary
 from pyiceberg.types import (
@@ -69,18 +69,19 @@ from pyiceberg.types import (
 )
 from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
-from mor.planner.manifests import decode_records, live_records, stored_value
+from mor.planner.manifests import live_records, read_records, stored_value
 from mor.writer.catalog_changes import load
 from mor.writer.conflicts import ConflictError
 from mor.writer.files import delete_files
 from mor.writer.manifests import (
-    LIST_NAMES,
-    V3_LIST_SCHEMA,
     DataManifestWriter,
     DeleteManifestWriter,
     DvManifestWriter,
     V3DataManifestWriter,
+    list_path,
+    manifest_path,
     write_avro,
+    write_v3_list,
 )
 from mor.writer.procedures import ProcedureError
 from mor.writer.producer import Committed, SnapshotProducer, new_snapshot_id
@@ -126,8 +127,12 @@ class ManifestRewrite:
     new_id: int = 0  # the id of the snapshot it commits, one for every attempt
 
     @property
+    def replaced_records(self) -> list[dict[str, Any]]:
+        return [r for c in self.chosen for r in c.listed]
+
+    @property
     def replaced(self) -> list[str]:
-        return [r["manifest_path"] for c in self.chosen for r in c.listed]
+        return [r["manifest_path"] for r in self.replaced_records]
 
     def row(self) -> tuple[int, int]:
         """Iceberg's output row: rewritten_manifests_count, added_manifests_count."""
@@ -161,9 +166,16 @@ class ManifestRewrite:
         }
 
 
-def choose(table: Table, listed: Sequence[dict[str, Any]], spec_id: int) -> list[Chosen]:
-    """The manifests among the head's (`listed`) that Iceberg's action rewrites."""
-    target = int(table.metadata.properties.get("commit.manifest.target-size-bytes", TARGET_BYTES))
+def target_bytes(md: TableMetadata) -> int:
+    """The size of the manifests rewrite_manifests writes (the table's
+    `commit.manifest.target-size-bytes`)."""
+    return int(md.properties.get("commit.manifest.target-size-bytes", TARGET_BYTES))
+
+
+def choose(md: TableMetadata, listed: Sequence[dict[str, Any]], spec_id: int) -> list[Chosen]:
+    """The manifests among the head's (`listed`: manifest-list records) that Iceberg's action
+    rewrites, and how many it writes of each content."""
+    target = target_bytes(md)
     out = []
     for content in (ManifestContent.DATA, ManifestContent.DELETES):
         ms = tuple(
@@ -171,12 +183,6 @@ def choose(table: Table, listed: Sequence[dict[str, Any]], spec_id: int) -> list
         )
         if not ms:
             continue
-        for r in ms:
-            if None in (r["added_files_count"], r["existing_files_count"]):
-                raise ProcedureError(
-                    f"CALL rewrite_manifests on {table.name()}: no file counts in manifest "
-                    f"{r['manifest_path']}; nothing was committed"
-                )
         count = max(1, math.ceil(sum(r["manifest_length"] for r in ms) / target))
         if count == 1 and len(ms) == 1:
             continue
@@ -203,8 +209,14 @@ def rewrite_manifests(
             f"are {sorted(md.specs())}); nothing was committed"
         )
     head = md.current_snapshot()
-    listed = [] if head is None else decode_records(_read(table.io, head.manifest_list))[2]
-    done = ManifestRewrite(identifier, spec.spec_id, choose(table, listed, spec.spec_id))
+    listed = [] if head is None else read_records(table.io, head.manifest_list)[2]
+    done = ManifestRewrite(identifier, spec.spec_id, choose(md, listed, spec.spec_id))
+    for r in done.replaced_records:  # Iceberg's action checks them
+        if None in (r["added_files_count"], r["existing_files_count"]):
+            raise ProcedureError(
+                f"CALL rewrite_manifests on {identifier}: no file counts in manifest "
+                f"{r['manifest_path']}; nothing was committed"
+            )
     if dry_run or not done.chosen:
         return done
     producer = SnapshotProducer(catalog, identifier)
@@ -251,17 +263,18 @@ def _write_groups(
     types = [f.field_type for f in spec.partition_type(schema).fields]
     out = []
     for chosen in done.chosen:
-        kept: dict[str, bytes] = {}
-        budget = [KEEP_BYTES]
+        kept: dict[str, bytes] = {}  # the first pass's bytes, up to KEEP_BYTES, for the second
+        room = KEEP_BYTES
 
         def raw_of(r: dict[str, Any], keep: bool) -> bytes:
+            nonlocal room
             path = r["manifest_path"]
             raw = kept.pop(path, None)
             if raw is None:
                 raw = _read(table.io, path)
-                if keep and len(raw) <= budget[0]:
+                if keep and len(raw) <= room:
                     kept[path] = raw
-                    budget[0] -= len(raw)
+                    room -= len(raw)
             return raw
 
         def sources(keep: bool) -> Iterator[_Source]:
@@ -301,10 +314,9 @@ def _write_groups(
                 if not writers:
                     layout = _Layout.of(table, spec, chosen.content, src, fields)
                     writers = [
-                        _Rolling(table, spec, layout, types, written) for _ in range(chosen.count)
+                        _Rolling(table, spec, chosen.content, layout, types, written)
+                        for _ in range(chosen.count)
                     ]
-                    for w in writers:
-                        w.content = chosen.content
                 part = _partition_names(src.schema)
                 same = src.shape == layout.shape
                 for r, raw, assigned in zip(src.live, src.raws, src.assigned, strict=True):
@@ -361,7 +373,7 @@ def _key(
     and times as days and microseconds) by value, strings and bytes lexicographically."""
     out = bytearray()
     for fid, t in zip(fields, types, strict=True):
-        v = stored_value(partition.get(names.get(fid, "")))
+        v = _value(t, partition.get(names.get(fid, "")))
         if v is None:
             out += b"\x00"
             continue
@@ -373,61 +385,29 @@ def _key(
             bits = bits ^ 0xFFFFFFFFFFFFFFFF if bits >> 63 else bits | (1 << 63)
             out += bits.to_bytes(8, "big")
         elif isinstance(t, DecimalType):
-            unscaled = (
-                int(v.scaleb(t.scale))
-                if isinstance(v, decimal.Decimal)
-                else int.from_bytes(v, "big", signed=True)
-            )
-            out += (unscaled + (1 << 127)).to_bytes(17, "big")
+            out += (int(v.scaleb(t.scale)) + (1 << 127)).to_bytes(17, "big")
         elif isinstance(v, int):
             out += (v + (1 << 63)).to_bytes(8, "big")
         else:
-            if isinstance(v, uuid.UUID):
-                raw = v.bytes
-            else:
-                raw = v.encode() if isinstance(v, str) else bytes(v)
+            raw = v.bytes if isinstance(v, uuid.UUID) else v.encode() if isinstance(v, str) else v
             out += raw.replace(b"\x00", b"\x00\xff") + b"\x00\x00"
     return bytes(out)
 
 
-class _Stats:
-    """One partition field's summary over a manifest's entries (Iceberg's
-    `PartitionFieldSummary`): nulls, NaNs, and the bounds in Iceberg's single-value form."""
-
-    def __init__(self, t: Any) -> None:
-        self.t = t
-        self.null = self.nan = False
-        self.low: Any = None
-        self.high: Any = None
-
-    def add(self, v: Any) -> None:
-        if v is None:
-            self.null = True
-            return
-        v = stored_value(v)
-        if isinstance(self.t, DecimalType) and not isinstance(v, decimal.Decimal):
-            v = decimal.Decimal(int.from_bytes(v, "big", signed=True)).scaleb(-self.t.scale)
-        elif isinstance(self.t, UUIDType) and not isinstance(v, uuid.UUID):
-            v = uuid.UUID(bytes=bytes(v)) if isinstance(v, (bytes, bytearray)) else uuid.UUID(v)
-        elif isinstance(self.t, (BinaryType, FixedType)):
-            v = bytes(v)
-        elif isinstance(self.t, (FloatType, DoubleType)) and math.isnan(v):
-            self.nan = True
-            return
-        if self.low is None:
-            self.low = self.high = v
-        else:
-            self.low, self.high = min(self.low, v), max(self.high, v)
-
-    def summary(self) -> dict[str, Any]:
-        low = None if self.low is None else to_bytes(self.t, self.low)
-        high = None if self.high is None else to_bytes(self.t, self.high)
-        return {
-            "contains_null": self.null,
-            "contains_nan": self.nan,
-            "lower_bound": low,
-            "upper_bound": high,
-        }
+def _value(t: Any, v: Any) -> Any:
+    """A partition value as read (fastavro's: a date, a Decimal, a UUID, or the stored bytes
+    of a decimal or uuid without its logical type) as pyiceberg's partition values are: days
+    and microseconds (`stored_value`), a Decimal, a UUID, bytes."""
+    v = stored_value(v)
+    if v is None:
+        return None
+    if isinstance(t, DecimalType) and not isinstance(v, decimal.Decimal):
+        return decimal.Decimal(int.from_bytes(v, "big", signed=True)).scaleb(-t.scale)
+    if isinstance(t, UUIDType) and not isinstance(v, uuid.UUID):
+        return uuid.UUID(bytes=bytes(v)) if isinstance(v, (bytes, bytearray)) else uuid.UUID(v)
+    if isinstance(t, (BinaryType, FixedType)):
+        return bytes(v)
+    return v
 
 
 BLOCK_BYTES = 64 << 10  # entries' bytes per Avro block before it is compressed
@@ -639,22 +619,23 @@ class _Rolling:
     target."""
 
     def __init__(
-        self, table: Table, spec: Any, layout: _Layout, types: list[Any], written: list[str]
+        self,
+        table: Table,
+        spec: Any,
+        content: int,
+        layout: _Layout,
+        types: list[Any],
+        written: list[str],
     ) -> None:
-        target = int(
-            table.metadata.properties.get("commit.manifest.target-size-bytes", TARGET_BYTES)
-        )
-        self.max_bytes = int(1.2 * target)
-        self.table, self.spec, self.layout = table, spec, layout
+        self.max_bytes = int(1.2 * target_bytes(table.metadata))
+        self.table, self.spec, self.content, self.layout = table, spec, content, layout
         self.fields = _partition_fields(spec)
         self.types, self.written = types, written
-        self.content = 0
         self.out: list[dict[str, Any]] = []
         self._open: Any = None
 
     def _begin(self) -> None:
-        folder = f"{self.table.metadata.location.rstrip('/')}/metadata"
-        path = f"{folder}/mor-manifests-{uuid.uuid4()}-m0.avro"
+        path = manifest_path(self.table, "mor-manifests")
         self.written.append(path)
         stream = self.table.io.new_output(path).create(overwrite=False)
         sync = os.urandom(16)
@@ -679,7 +660,7 @@ class _Rolling:
             "files": 0,
             "rows": 0,
             "min_seq": None,
-            "stats": [_Stats(t) for t in self.types],
+            "stats": [PartitionFieldStats(t) for t in self.types],
         }
 
     def add(
@@ -729,8 +710,8 @@ class _Rolling:
         seq = r["sequence_number"]
         if seq is not None:
             o["min_seq"] = seq if o["min_seq"] is None else min(o["min_seq"], seq)
-        for s, v in zip(o["stats"], values, strict=True):
-            s.add(v)
+        for s, v, t in zip(o["stats"], values, self.types, strict=True):
+            s.update(_value(t, v))
         if o["block_bytes"] >= BLOCK_BYTES:
             self._flush()
             if o["bytes"] >= self.max_bytes:
@@ -766,7 +747,7 @@ class _Rolling:
                 "added_rows_count": 0,
                 "existing_rows_count": o["rows"],
                 "deleted_rows_count": 0,
-                "partitions": [s.summary() for s in o["stats"]],
+                "partitions": [_summary(s.to_summary()) for s in o["stats"]],
                 "key_metadata": None,
                 "first_row_id": None,
             }
@@ -776,6 +757,16 @@ class _Rolling:
         if self._open is not None:
             self._finish()
         return self.out
+
+
+def _summary(s: Any) -> dict[str, Any]:
+    """A pyiceberg `PartitionFieldSummary` as a manifest-list record's."""
+    return {
+        "contains_null": s.contains_null,
+        "contains_nan": s.contains_nan,
+        "lower_bound": s.lower_bound,
+        "upper_bound": s.upper_bound,
+    }
 
 
 # --- the snapshot ------------------------------------------------------------------------------
@@ -796,7 +787,7 @@ def _snapshot(
             f"{done.table}: its snapshots were removed meanwhile; nothing was committed"
         )
     md = table.metadata
-    listed = decode_records(_read(table.io, now.manifest_list))[2]
+    listed = read_records(table.io, now.manifest_list)[2]
     replaced = set(done.replaced)
     there = {r["manifest_path"] for r in listed}
     gone = sorted(replaced - there)
@@ -820,30 +811,18 @@ def _snapshot(
         }
         for r in news
     ] + kept
-    lineage: dict[str, int] = {}
-    path = f"{md.location.rstrip('/')}/metadata/snap-{sid}-{len(written)}-mor-{uuid.uuid4()}.avro"
-    written.append(path)
+    path = list_path(table, sid, written)
     meta = {
         "snapshot-id": str(sid),
         "parent-snapshot-id": str(now.snapshot_id),
         "sequence-number": str(seq),
-        "format-version": str(md.format_version),
     }
+    lineage: dict[str, int] = {}
     if md.format_version == 3:
-        start = md.next_row_id or 0
-        next_row = start
-        out = []
-        for r in records:
-            r = {k: r.get(k) for k in LIST_NAMES}
-            if r["content"] == ManifestContent.DATA and r["first_row_id"] is None:
-                r["first_row_id"] = next_row
-                next_row += (r["existing_rows_count"] or 0) + (r["added_rows_count"] or 0)
-            out.append(r)
-        meta["first-row-id"] = str(start)
-        write_avro(table.io, path, V3_LIST_SCHEMA, meta, out)
-        lineage = {"first_row_id": start, "added_rows": next_row - start}
+        lineage = write_v3_list(table, path, meta, records)
     else:
         names = [f.name for f in MANIFEST_LIST_FILE_SCHEMAS[2].fields]
+        meta["format-version"] = "2"
         write_avro(
             table.io, path, _V2_LIST_SCHEMA, meta, [{k: r.get(k) for k in names} for r in records]
         )
